@@ -1,0 +1,17 @@
+# Turns migrations/*.sql into a C array of {version, name, sql} (see server/migrate.h).
+file(GLOB files ${DIR}/*.sql)
+list(SORT files)
+set(body "/* Generated from the migrations folder by cmake/embed_migrations.cmake. */\n#include \"migrate.h\"\n\nconst Migration workd_migrations[] = {\n")
+foreach(f ${files})
+  get_filename_component(name ${f} NAME)
+  string(REGEX MATCH "^[0-9]+" num ${name})
+  math(EXPR version "${num}")
+  file(READ ${f} sql HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "\\\\x\\1" sql "${sql}")
+  # Split the literal every so often so compilers do not choke on very long strings.
+  string(REGEX REPLACE "((\\\\x[0-9a-f][0-9a-f]){40})" "\\1\"\n    \"" sql "${sql}")
+  string(APPEND body "  {${version}, \"${name}\",\n    \"${sql}\"},\n")
+endforeach()
+string(APPEND body "};\nconst size_t workd_migrations_count = sizeof workd_migrations / sizeof workd_migrations[0];\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

@@ -1,0 +1,50 @@
+/* config: command-line flags with WORKD_* environment fallbacks, described by a
+ * table so that parsing, validation and --help come from one place.
+ * Precedence: flag, then environment variable, then the default. */
+#ifndef WORKD_CONFIG_H
+#define WORKD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+
+typedef enum {
+    OPT_STRING,   /* char ** (owned by the caller after parsing: free with config_free) */
+    OPT_INT,      /* int64_t *, bounded by [min, max] */
+    OPT_DURATION, /* int64_t * milliseconds: "2s", "250ms", "1.5" (seconds); bounded in ms */
+    OPT_BOOL,     /* bool *: a flag without a value; env accepts 1/0/true/false/yes/no */
+} OptType;
+
+typedef struct OptSpec {
+    const char *name; /* long flag without "--"; env var is WORKD_ + NAME_IN_CAPS */
+    OptType type;
+    void *target;
+    const char *def;  /* default as text (NULL: no default / empty) */
+    const char *help;
+    int64_t min, max; /* for OPT_INT and OPT_DURATION; ignored when min == max == 0 */
+} OptSpec;
+
+/* Parses argv[first..argc) and the environment into the targets. Stops at the
+ * first non-flag argument and stores its index in *rest (argc if none).
+ * Sets *help_wanted when --help or -h is given. On a bad value returns -1 and
+ * err names the setting. */
+int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int first, int *rest,
+                 bool *help_wanted, Err *err) WARN_UNUSED;
+
+/* Prints a usage text listing every option with its env var and default. */
+void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t n);
+
+/* Frees OPT_STRING targets. */
+void config_free(const OptSpec *specs, size_t n);
+
+/* Splits a comma-separated list into a NULL-terminated array of trimmed,
+ * non-empty strings (caller frees with strv_free). */
+char **strv_split(const char *s);
+void strv_free(char **v);
+size_t strv_len(char *const *v);
+bool strv_contains(char *const *v, const char *s);
+
+#endif

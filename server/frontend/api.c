@@ -1,0 +1,505 @@
+/* api: the routes of the public HTTP API and their handlers. Requests that only
+ * the leader can answer go to the local manager when this node leads, and
+ * through the proxy otherwise; reads are served by any node from the table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dbpool.h"
+#include "http.h"
+#include "journal.h"
+#include "listener.h"
+#include "log.h"
+#include "metrics.h"
+#include "parse.h"
+#include "proxy.h"
+#include "sse.h"
+#include "util.h"
+
+/* ---- helpers ---- */
+
+static void problem(Req *r, int status, const char *type, const char *msg)
+{
+    Err e;
+    err_set(&e, status, type, "%s", msg);
+    req_finish_problem(r, &e);
+}
+
+static json_t *body_json(Req *r, Err *err)
+{
+    return parse_json_body(r->body.data ? r->body.data : "", r->body.len,
+                           (size_t)r->srv->cfg.max_json_depth, err);
+}
+
+static bool check_id(Req *r, const char *id, const char *what)
+{
+    if (id_valid(id))
+        return true;
+    char msg[200];
+    snprintf(msg, sizeof msg, "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+             what);
+    problem(r, 400, "invalid-path", msg);
+    return false;
+}
+
+/* Runs on the HTTP thread once the manager has answered. */
+static void cmd_reply(Req *r)
+{
+    MgrCmd *c = r->cmd;
+    if (c->status >= 400) {
+        req_finish_problem(r, &c->err);
+        return;
+    }
+    switch (c->type) {
+    case MC_SUBMIT:
+        if (!r->bulk) {
+            json_t *one = json_array_get(json_object_get(c->reply, "items"), 0);
+            snprintf(r->location, sizeof r->location, "/work/%s",
+                     json_string_value(json_object_get(one, "id")));
+            req_finish_json(r, 202, json_incref(one));
+        } else {
+            req_finish_json(r, 202, json_incref(c->reply));
+        }
+        return;
+    case MC_DEREGISTER:
+        req_finish_raw(r, 204, NULL, NULL, 0);
+        return;
+    case MC_REPORTS:
+        if (r->single_report) {
+            json_t *res = json_array_get(json_object_get(c->reply, "results"), 0);
+            if (json_is_true(json_object_get(res, "accepted"))) {
+                req_finish_json(r, 200, json_incref(res));
+            } else {
+                char msg[300];
+                snprintf(msg, sizeof msg,
+                         "attempt %lld of work '%s' is not the current attempt; its report was "
+                         "not recorded",
+                         (long long)json_integer_value(json_object_get(res, "attempt")),
+                         json_string_value(json_object_get(res, "id")));
+                problem(r, 409, "attempt-superseded", msg);
+            }
+            return;
+        }
+        break;
+    case MC_CLUSTER:
+        json_object_set_new(c->reply, "nodes", listener_nodes(r->srv->listener));
+        break;
+    default:
+        break;
+    }
+    req_finish_json(r, c->status, json_incref(c->reply));
+}
+
+/* Manager thread: hand the reply back to the HTTP thread. */
+static void cmd_done(MgrCmd *c, void *ud)
+{
+    Req *r = ud;
+    r->on_resume = cmd_reply;
+    req_resume(r);
+}
+
+/* Sends c to the leader: the local manager if this node leads, else through the
+ * proxy with forward_body (or the request's own body when NULL). */
+static void to_leader(Req *r, MgrCmd *c, char *forward_body)
+{
+    Server *s = r->srv;
+    if (s->mgr && manager_is_leader(s->mgr)) {
+        free(forward_body);
+        c->done = cmd_done;
+        c->ud = r;
+        r->cmd = c;
+        req_park(r);
+        manager_send(s->mgr, c);
+        return;
+    }
+    mgrcmd_free(c);
+    if (req_header(r, "X-Workd-Forwarded")) {
+        free(forward_body);
+        problem(r, 503, "not-leader", "this node is not the leader (forwarded requests are not forwarded again)");
+        return;
+    }
+    req_park(r);
+    proxy_forward(s->proxy, r, forward_body);
+}
+
+/* ---- work ---- */
+
+static void h_submit(Req *r, char *const *p)
+{
+    Server *s = r->srv;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    if (!body) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
+                       .max_depth = (size_t)s->cfg.max_json_depth,
+                       .default_timeout_ms = s->cfg.default_timeout_ms,
+                       .default_max_attempts = (int)s->cfg.default_max_attempts};
+    MgrCmd *c = mgrcmd_new(MC_SUBMIT);
+    bool bulk;
+    if (parse_submit(body, req_header(r, "Idempotency-Key"), wall_ms(), &lim, &c->items,
+                     &c->n_items, &bulk, &err) != 0) {
+        json_decref(body);
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    r->bulk = bulk;
+    char *fwd = NULL;
+    if (!(s->mgr && manager_is_leader(s->mgr))) {
+        /* Forward the normalised items: ids generated here stay the same on
+         * every retry, so a retried forward never creates a second job. */
+        json_t *norm = submit_items_json(c->items, c->n_items, bulk);
+        fwd = json_dumps(norm, JSON_COMPACT);
+        json_decref(norm);
+    }
+    to_leader(r, c, fwd);
+}
+
+typedef struct GetTask {
+    Req *r;
+    char *id;
+    int64_t wait_ms;
+    bool events, waited;
+} GetTask;
+
+static void get_task(PGconn *conn, void *arg);
+
+static void get_refire(void *arg)
+{
+    GetTask *t = arg;
+    t->waited = true;
+    dbpool_submit(t->r->srv->pool, get_task, t);
+}
+
+static bool is_final(const char *status)
+{
+    return status && (!strcmp(status, "completed") || !strcmp(status, "dead") ||
+                      !strcmp(status, "cancelled"));
+}
+
+static void get_task(PGconn *conn, void *arg)
+{
+    GetTask *t = arg;
+    Req *r = t->r;
+    Err err = {0};
+    if (!conn) {
+        problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
+        goto done;
+    }
+    json_t *o = t->events ? journal_work_events(conn, t->id, &err)
+                          : journal_work_get(conn, t->id, wall_ms(), &err);
+    if (!o) {
+        req_finish_problem(r, &err);
+        goto done;
+    }
+    const char *status = json_string_value(json_object_get(o, "status"));
+    if (!t->events && t->wait_ms > 0 && !t->waited && !is_final(status)) {
+        int64_t after = json_integer_value(json_object_get(o, "updated_seq"));
+        json_decref(o);
+        hub_wait(r->srv->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
+        return;
+    }
+    json_object_del(o, "updated_seq");
+    req_finish_json(r, 200, o);
+done:
+    free(t->id);
+    free(t);
+}
+
+static void start_get(Req *r, const char *id, bool events)
+{
+    if (!check_id(r, id, "work id"))
+        return;
+    GetTask *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->id = xstrdup(id);
+    t->events = events;
+    const char *wait = req_query(r, "wait");
+    Err err = {0};
+    if (wait && parse_wait(wait, r->srv->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) {
+        free(t->id);
+        free(t);
+        req_finish_problem(r, &err);
+        return;
+    }
+    req_park(r);
+    dbpool_submit(r->srv->pool, get_task, t);
+}
+
+static void h_work_get(Req *r, char *const *p)
+{
+    start_get(r, p[0], false);
+}
+
+static void h_work_events(Req *r, char *const *p)
+{
+    start_get(r, p[0], true);
+}
+
+static void h_cancel(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "work id"))
+        return;
+    MgrCmd *c = mgrcmd_new(MC_CANCEL);
+    c->work_id = xstrdup(p[0]);
+    to_leader(r, c, NULL);
+}
+
+static void single_report(Req *r, char *const *p, bool completed)
+{
+    if (!check_id(r, p[0], "work id"))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    MgrCmd *c = mgrcmd_new(MC_REPORTS);
+    if (!body ||
+        parse_single_report(body, p[0], p[1], completed, &c->reports, &c->worker_id, &err) != 0) {
+        json_decref(body);
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    r->single_report = true;
+    to_leader(r, c, NULL);
+}
+
+static void h_complete(Req *r, char *const *p)
+{
+    single_report(r, p, true);
+}
+
+static void h_fail(Req *r, char *const *p)
+{
+    single_report(r, p, false);
+}
+
+/* ---- results ---- */
+
+static void h_results(Req *r, char *const *p)
+{
+    Err err = {0};
+    int64_t after = -1;
+    const char *last = req_header(r, "Last-Event-ID");
+    const char *q_after = req_query(r, "after");
+    const char *from = last && *last ? last : q_after;
+    if (from && parse_seq(from, &after, &err) != 0) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    const char *work_id = req_query(r, "work_id"), *queue = req_query(r, "queue");
+    if (work_id && !id_valid(work_id)) {
+        problem(r, 400, "invalid-parameter", "'work_id' is not a valid work id");
+        return;
+    }
+    if (queue && !queue_name_valid(queue)) {
+        problem(r, 400, "invalid-parameter", "'queue' is not a valid queue name");
+        return;
+    }
+    r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue, &err);
+    if (!r->stream) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    r->status = 200;
+    r->answered = true;
+}
+
+/* ---- workers ---- */
+
+static void h_heartbeat(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "worker id"))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    HeartbeatMsg hb;
+    if (!body || parse_heartbeat(body, &hb, &err) != 0) {
+        json_decref(body);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    MgrCmd *c = mgrcmd_new(MC_HEARTBEAT);
+    c->worker_id = xstrdup(p[0]);
+    c->instance = hb.instance;
+    c->capacity = hb.capacity;
+    c->queues = hb.queues;
+    c->running = hb.running;
+    to_leader(r, c, NULL);
+}
+
+static void h_deregister(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "worker id"))
+        return;
+    MgrCmd *c = mgrcmd_new(MC_DEREGISTER);
+    c->worker_id = xstrdup(p[0]);
+    to_leader(r, c, NULL);
+}
+
+static void h_pull(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "worker id"))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    PullMsg pm;
+    if (!body || parse_pull(body, &pm, &err) != 0) {
+        json_decref(body);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    MgrCmd *c = mgrcmd_new(MC_PULL);
+    c->worker_id = xstrdup(p[0]);
+    c->instance = pm.instance;
+    c->max = pm.max;
+    c->wait_ms = pm.wait_ms;
+    c->queues = pm.queues;
+    to_leader(r, c, NULL);
+}
+
+static void h_reports(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "worker id"))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    MgrCmd *c = mgrcmd_new(MC_REPORTS);
+    if (!body || parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &err) != 0) {
+        json_decref(body);
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    c->worker_id = xstrdup(p[0]);
+    to_leader(r, c, NULL);
+}
+
+/* ---- operations ---- */
+
+static void h_cluster(Req *r, char *const *p)
+{
+    to_leader(r, mgrcmd_new(MC_CLUSTER), NULL);
+}
+
+static void h_healthz(Req *r, char *const *p)
+{
+    req_finish_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "node", r->srv->cfg.node_id));
+}
+
+static void h_readyz(Req *r, char *const *p)
+{
+    char url[256];
+    int64_t term = server_leader(r->srv, url, sizeof url);
+    if (!atomic_load(&r->srv->db_ok)) {
+        problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
+        return;
+    }
+    if (!url[0]) {
+        problem(r, 503, "not-ready", "no leader has been elected yet");
+        return;
+    }
+    bool leader = r->srv->mgr && manager_is_leader(r->srv->mgr);
+    req_finish_json(r, 200, json_pack("{s:s, s:s, s:I, s:b}", "status", "ready", "leader", url,
+                                      "term", (json_int_t)term, "is_leader", leader));
+}
+
+static void h_metrics(Req *r, char *const *p)
+{
+    Server *s = r->srv;
+    Metrics *m = s->metrics;
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "# HELP workd_http_requests_total HTTP requests answered, by route and status class.\n"
+                  "# TYPE workd_http_requests_total counter\n");
+    for (size_t i = 0; i < api_routes_count; i++)
+        for (int c = 1; c <= 5; c++) {
+            long long v = atomic_load(&m->status[i][c]);
+            if (v)
+                sbuf_printf(&b, "workd_http_requests_total{route=\"%s\",code=\"%dxx\"} %lld\n",
+                            api_routes[i].name, c, v);
+        }
+    sbuf_puts(&b, "# HELP workd_http_request_duration_seconds Time to answer, by route.\n"
+                  "# TYPE workd_http_request_duration_seconds histogram\n");
+    for (size_t i = 0; i < api_routes_count; i++) {
+        if (!atomic_load(&m->latency[i].count))
+            continue;
+        char labels[96];
+        snprintf(labels, sizeof labels, "route=\"%s\"", api_routes[i].name);
+        histogram_render(&b, "workd_http_request_duration_seconds", labels, &m->latency[i]);
+    }
+    char url[256];
+    int64_t term = server_leader(s, url, sizeof url);
+    bool leader = s->mgr && manager_is_leader(s->mgr);
+    sbuf_printf(&b,
+                "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
+                "# TYPE workd_is_leader gauge\nworkd_is_leader %d\n"
+                "# TYPE workd_sse_subscribers gauge\nworkd_sse_subscribers %lld\n"
+                "# TYPE workd_sse_events_sent_total counter\nworkd_sse_events_sent_total %lld\n"
+                "# TYPE workd_proxy_requests_total counter\nworkd_proxy_requests_total %lld\n"
+                "# TYPE workd_proxy_retries_total counter\nworkd_proxy_retries_total %lld\n"
+                "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
+                (long long)term, leader ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
+                (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->proxied),
+                (long long)atomic_load(&m->proxy_retries),
+                (long long)atomic_load(&m->proxy_failures));
+    if (s->mgr) {
+        const ManagerStats *st = manager_stats(s->mgr);
+        long long batches = atomic_load(&st->batches);
+        sbuf_printf(&b,
+                    "# TYPE workd_commit_batches_total counter\nworkd_commit_batches_total %lld\n"
+                    "# TYPE workd_committed_events_total counter\nworkd_committed_events_total %lld\n"
+                    "# TYPE workd_commit_seconds_total counter\nworkd_commit_seconds_total %g\n"
+                    "# TYPE workd_commit_seconds_max gauge\nworkd_commit_seconds_max %g\n"
+                    "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
+                    "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
+                    batches, (long long)atomic_load(&st->events),
+                    (double)atomic_load(&st->commit_us_total) / 1e6,
+                    (double)atomic_load(&st->commit_us_max) / 1e6,
+                    (long long)atomic_load(&st->elections_won),
+                    (long long)atomic_load(&st->step_downs));
+        if (leader)
+            sbuf_printf(&b,
+                        "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
+                        "# TYPE workd_workers gauge\nworkd_workers %lld\n"
+                        "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
+                        (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
+                        (long long)atomic_load(&st->waiting_pulls));
+    }
+    size_t len = b.len;
+    req_finish_raw(r, 200, "text/plain; version=0.0.4", sbuf_steal(&b), len);
+}
+
+static void h_index(Req *r, char *const *p)
+{
+    req_finish_json(r, 200,
+                    json_pack("{s:s, s:s, s:[s,s,s,s,s]}", "name", "workd", "node",
+                              r->srv->cfg.node_id, "see", "POST /work", "GET /work/{id}",
+                              "GET /results", "GET /cluster", "/metrics"));
+}
+
+const Route api_routes[] = {
+    {"POST", "/work", h_submit, "submit", true},
+    {"GET", "/work/:id", h_work_get, "work_get", false},
+    {"DELETE", "/work/:id", h_cancel, "work_cancel", false},
+    {"GET", "/work/:id/events", h_work_events, "work_events", false},
+    {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true},
+    {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true},
+    {"GET", "/results", h_results, "results", false},
+    {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true},
+    {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false},
+    {"POST", "/workers/:id/pull", h_pull, "worker_pull", true},
+    {"POST", "/workers/:id/reports", h_reports, "worker_reports", true},
+    {"GET", "/cluster", h_cluster, "cluster", false},
+    {"GET", "/healthz", h_healthz, "healthz", false},
+    {"GET", "/readyz", h_readyz, "readyz", false},
+    {"GET", "/metrics", h_metrics, "metrics", false},
+    {"GET", "/", h_index, "index", false},
+};
+const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

@@ -1,0 +1,81 @@
+/* http: the libmicrohttpd daemon and the life of one request. A handler either
+ * answers at once or parks the request (suspends its connection) and answers
+ * later from any thread with req_finish_*; nothing blocks the HTTP threads. */
+#ifndef WORKD_HTTP_H
+#define WORKD_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "server.h"
+#include "util.h"
+
+typedef struct Req Req;
+struct Req {
+    Server *srv;
+    struct MHD_Connection *conn;
+    char *method;
+    char *path;  /* without the query */
+    int route;   /* index into the route table, for metrics */
+    SBuf body;
+    bool body_too_large;
+    int64_t start_us;
+    /* The answer, set before the connection is resumed. */
+    bool parked;
+    bool answered;
+    int status;
+    char *resp_body; /* owned */
+    size_t resp_len;
+    const char *content_type;
+    char location[300];
+    int64_t retry_after_s;
+    /* Set by handlers that need per-request state while parked. */
+    void *state;
+    void (*state_free)(void *state);
+    struct MHD_Response *stream; /* SSE: a callback response to queue when resumed */
+    /* A command sent to the local manager, and how to turn its reply into the
+     * answer (run on the HTTP thread when the request is resumed). */
+    MgrCmd *cmd;
+    bool bulk, single_report;
+    void (*on_resume)(Req *r);
+};
+
+/* ---- the daemon ---- */
+int http_start(Server *s, Err *err) WARN_UNUSED;
+void http_stop(Server *s);
+
+/* ---- answering (any thread) ---- */
+/* Parks the request: call from the handler before handing work to another
+ * thread, then answer with one of the req_finish_* functions. */
+void req_park(Req *r);
+/* Sets the answer; resumes the connection if parked. Takes body ownership. */
+void req_finish_json(Req *r, int status, json_t *body);
+void req_finish_problem(Req *r, const Err *err);
+void req_finish_raw(Req *r, int status, const char *content_type, char *body, size_t len);
+/* Resumes a parked request whose on_resume will compute the answer. */
+void req_resume(Req *r);
+
+/* ---- request data (HTTP thread only, while the handler runs) ---- */
+const char *req_header(Req *r, const char *name);
+const char *req_query(Req *r, const char *name);
+
+
+
+/* ---- routing (the table lives in api.c) ---- */
+typedef void (*Handler)(Req *r, char *const *params);
+typedef struct Route {
+    const char *method;
+    const char *pattern; /* "/work/:id/events": ":x" matches one segment */
+    Handler fn;
+    const char *name;    /* for metrics */
+    bool json_body;      /* requires a JSON body (415/400 otherwise) */
+} Route;
+extern const Route api_routes[];
+extern const size_t api_routes_count;
+
+/* Suspends an SSE connection from inside its content reader (see sse.c). */
+void http_suspend_stream(struct MHD_Connection *c);
+#endif

@@ -1,0 +1,445 @@
+/* parse: see parse.h. */
+#include "parse.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "util.h"
+
+#define MAX_TIMEOUT_MS (7LL * 24 * 3600 * 1000)
+#define MAX_DELAY_MS (366LL * 24 * 3600 * 1000)
+
+/* Depth of nesting, counted on the raw text (outside strings) before parsing,
+ * so that a hostile body never reaches the recursive parser. */
+static size_t json_depth(const char *s, size_t len)
+{
+    size_t depth = 0, max = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max)
+                max = depth;
+        } else if ((c == ']' || c == '}') && depth) {
+            depth--;
+        }
+    }
+    return max;
+}
+
+json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err)
+{
+    if (len == 0) {
+        err_set(err, 400, "invalid-body", "the request body is empty; send JSON");
+        return NULL;
+    }
+    size_t depth = json_depth(body, len);
+    if (depth > max_depth) {
+        err_set(err, 400, "invalid-body", "the JSON body is nested %zu deep; the limit is %zu",
+                depth, max_depth);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *v = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    if (!v)
+        err_set(err, 400, "invalid-json", "the body is not valid JSON: %s (line %d, column %d)",
+                je.text, je.line, je.column);
+    return v;
+}
+
+bool queue_name_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        unsigned char c = (unsigned char)s[n];
+        if (n >= 64 || !(isalnum(c) || c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return n > 0;
+}
+
+static int seconds_to_ms(json_t *v, const char *field, int64_t max_ms, bool allow_zero,
+                         int64_t *out, Err *err)
+{
+    if (!json_is_number(v))
+        return err_set(err, 400, "invalid-field", "'%s' must be a number of seconds", field);
+    double secs = json_number_value(v);
+    if (!isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) ||
+        secs * 1000 > (double)max_ms)
+        return err_set(err, 400, "invalid-field", "'%s' must be %s %lld seconds", field,
+                       allow_zero ? "between 0 and" : "above 0 and at most",
+                       (long long)(max_ms / 1000));
+    *out = (int64_t)llround(secs * 1000);
+    if (!allow_zero && *out == 0)
+        *out = 1;
+    return 0;
+}
+
+static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
+                      const ParseLimits *lim, SubmitItem *it, Err *err)
+{
+    if (!json_is_object(o))
+        return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
+                       where);
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+    {
+        static const char *known[] = {"payload", "id",      "queue",       "priority", "run_at",
+                                      "delay",   "timeout", "max_attempts", NULL};
+        bool ok = false;
+        for (size_t i = 0; known[i]; i++)
+            ok = ok || !strcmp(key, known[i]);
+        if (!ok)
+            return err_set(err, 400, "unknown-field",
+                           "%s has an unknown field '%.64s' (known: payload, id, queue, "
+                           "priority, run_at, delay, timeout, max_attempts)",
+                           where, key);
+    }
+    json_t *payload = json_object_get(o, "payload");
+    if (!payload)
+        return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
+    it->payload = json_incref(payload);
+
+    json_t *id = json_object_get(o, "id");
+    if (id) {
+        if (!json_is_string(id) || !id_valid(json_string_value(id)))
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'id' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", where);
+        if (idem_key && strcmp(idem_key, json_string_value(id)) != 0)
+            return err_set(err, 400, "invalid-field",
+                           "the Idempotency-Key header and the body's 'id' differ");
+        it->id = xstrdup(json_string_value(id));
+    } else if (idem_key) {
+        if (!id_valid(idem_key))
+            return err_set(err, 400, "invalid-header",
+                           "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+        it->id = xstrdup(idem_key);
+    } else {
+        char gen[37];
+        id_generate(gen);
+        it->id = xstrdup(gen);
+    }
+
+    json_t *q = json_object_get(o, "queue");
+    if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
+        return err_set(err, 400, "invalid-field",
+                       "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -", where);
+    it->queue = xstrdup(q ? json_string_value(q) : "default");
+
+    json_t *p = json_object_get(o, "priority");
+    if (p) {
+        if (!json_is_integer(p) || json_integer_value(p) < -1000000 ||
+            json_integer_value(p) > 1000000)
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'priority' must be an integer from -1000000 to 1000000 "
+                           "(higher runs first)",
+                           where);
+        it->priority = (int)json_integer_value(p);
+    }
+
+    json_t *run_at = json_object_get(o, "run_at"), *delay = json_object_get(o, "delay");
+    if (run_at && delay)
+        return err_set(err, 400, "invalid-field", "%s: give 'run_at' or 'delay', not both",
+                       where);
+    if (run_at) {
+        if (!json_is_string(run_at))
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'run_at' must be an RFC 3339 time string", where);
+        if (time_parse(json_string_value(run_at), &it->run_at, err) != 0)
+            return -1;
+        if (it->run_at - now > MAX_DELAY_MS)
+            return err_set(err, 400, "invalid-field", "%s: 'run_at' is more than a year ahead",
+                           where);
+    } else if (delay) {
+        int64_t ms;
+        if (seconds_to_ms(delay, "delay", MAX_DELAY_MS, true, &ms, err) != 0)
+            return -1;
+        it->run_at = ms ? now + ms : 0;
+    }
+
+    it->timeout_ms = lim->default_timeout_ms;
+    json_t *t = json_object_get(o, "timeout");
+    if (t && seconds_to_ms(t, "timeout", MAX_TIMEOUT_MS, false, &it->timeout_ms, err) != 0)
+        return -1;
+
+    it->max_attempts = lim->default_max_attempts;
+    json_t *ma = json_object_get(o, "max_attempts");
+    if (ma) {
+        if (!json_is_integer(ma) || json_integer_value(ma) < 1 || json_integer_value(ma) > 1000)
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'max_attempts' must be an integer from 1 to 1000", where);
+        it->max_attempts = (int)json_integer_value(ma);
+    }
+    return 0;
+}
+
+int parse_submit(json_t *body, const char *idem_key, int64_t now, const ParseLimits *lim,
+                 SubmitItem **items, size_t *n, bool *bulk, Err *err)
+{
+    *items = NULL;
+    *n = 0;
+    *bulk = json_is_array(body);
+    size_t count = *bulk ? json_array_size(body) : 1;
+    if (*bulk && idem_key)
+        return err_set(err, 400, "invalid-header",
+                       "Idempotency-Key applies to one work item; give each item an 'id' instead");
+    if (count == 0)
+        return err_set(err, 400, "invalid-body", "the array of work items is empty");
+    if (count > lim->max_batch)
+        return err_set(err, 413, "batch-too-large",
+                       "%zu work items in one request; the limit is %zu", count, lim->max_batch);
+    SubmitItem *out = xcalloc(count, sizeof *out);
+    for (size_t i = 0; i < count; i++) {
+        char where[48];
+        if (*bulk)
+            snprintf(where, sizeof where, "item %zu", i);
+        else
+            snprintf(where, sizeof where, "the work item");
+        if (parse_item(*bulk ? json_array_get(body, i) : body, where, idem_key, now, lim,
+                       &out[i], err) != 0) {
+            submit_items_free(out, count);
+            return -1;
+        }
+    }
+    *items = out;
+    *n = count;
+    return 0;
+}
+
+void submit_items_free(SubmitItem *items, size_t n)
+{
+    if (!items)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].id);
+        free(items[i].queue);
+        json_decref(items[i].payload);
+    }
+    free(items);
+}
+
+json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const SubmitItem *it = &items[i];
+        json_t *o = json_pack("{s:s, s:s, s:i, s:O, s:f, s:i}", "id", it->id, "queue", it->queue,
+                              "priority", it->priority, "payload", it->payload, "timeout",
+                              (double)it->timeout_ms / 1000.0, "max_attempts", it->max_attempts);
+        if (it->run_at) {
+            char ts[40];
+            time_format(it->run_at, ts, sizeof ts);
+            json_object_set_new(o, "run_at", json_string(ts));
+        }
+        json_array_append_new(arr, o);
+    }
+    if (bulk)
+        return arr;
+    json_t *one = json_incref(json_array_get(arr, 0));
+    json_decref(arr);
+    return one;
+}
+
+static int parse_queues(json_t *v, char ***out, Err *err)
+{
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) > 64)
+        return err_set(err, 400, "invalid-field", "'queues' must be an array of queue names");
+    char **q = xcalloc(json_array_size(v) + 1, sizeof *q);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        if (!json_is_string(e) || !queue_name_valid(json_string_value(e))) {
+            strv_free(q);
+            return err_set(err, 400, "invalid-field",
+                           "'queues' must hold queue names (1-64 of A-Z a-z 0-9 _ . -)");
+        }
+        q[i] = xstrdup(json_string_value(e));
+    }
+    *out = q;
+    return 0;
+}
+
+static int parse_instance(json_t *body, char **out, Err *err)
+{
+    json_t *v = json_object_get(body, "instance");
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_string(v) || !id_valid(json_string_value(v)))
+        return err_set(err, 400, "invalid-field",
+                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+    *out = xstrdup(json_string_value(v));
+    return 0;
+}
+
+int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the heartbeat must be a JSON object");
+    if (parse_instance(body, &out->instance, err) != 0)
+        return -1;
+    json_t *cap = json_object_get(body, "capacity");
+    if (cap && (!json_is_integer(cap) || json_integer_value(cap) < 1 ||
+                json_integer_value(cap) > 100000)) {
+        free(out->instance);
+        return err_set(err, 400, "invalid-field", "'capacity' must be an integer from 1 to 100000");
+    }
+    out->capacity = cap ? (int)json_integer_value(cap) : 1;
+    if (parse_queues(json_object_get(body, "queues"), &out->queues, err) != 0) {
+        free(out->instance);
+        return -1;
+    }
+    json_t *running = json_object_get(body, "running");
+    if (running && !json_is_array(running)) {
+        free(out->instance);
+        strv_free(out->queues);
+        return err_set(err, 400, "invalid-field", "'running' must be an array of {id, attempt}");
+    }
+    out->running = running ? json_incref(running) : json_array();
+    return 0;
+}
+
+int parse_pull(json_t *body, PullMsg *out, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the pull must be a JSON object");
+    json_t *max = json_object_get(body, "max");
+    if (max && (!json_is_integer(max) || json_integer_value(max) < 1 ||
+                json_integer_value(max) > 10000))
+        return err_set(err, 400, "invalid-field", "'max' must be an integer from 1 to 10000");
+    out->max = max ? (int)json_integer_value(max) : 1;
+    json_t *wait = json_object_get(body, "wait");
+    if (wait && seconds_to_ms(wait, "wait", 3600 * 1000, true, &out->wait_ms, err) != 0)
+        return -1;
+    if (parse_instance(body, &out->instance, err) != 0)
+        return -1;
+    if (parse_queues(json_object_get(body, "queues"), &out->queues, err) != 0) {
+        free(out->instance);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_report(json_t *r, size_t i, Err *err)
+{
+    if (!json_is_object(r))
+        return err_set(err, 400, "invalid-body", "report %zu must be an object", i);
+    json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt"),
+           *outcome = json_object_get(r, "outcome");
+    if (!json_is_string(id) || !id_valid(json_string_value(id)))
+        return err_set(err, 400, "invalid-field", "report %zu: 'id' must be a work id", i);
+    if (!json_is_integer(att) || json_integer_value(att) < 1 ||
+        json_integer_value(att) > 1000000)
+        return err_set(err, 400, "invalid-field", "report %zu: 'attempt' must be a positive integer",
+                       i);
+    const char *o = json_string_value(outcome);
+    if (!o || (strcmp(o, "completed") != 0 && strcmp(o, "failed") != 0))
+        return err_set(err, 400, "invalid-field",
+                       "report %zu: 'outcome' must be \"completed\" or \"failed\"", i);
+    json_t *e = json_object_get(r, "error");
+    if (e && !json_is_string(e))
+        return err_set(err, 400, "invalid-field", "report %zu: 'error' must be a string", i);
+    json_t *retry = json_object_get(r, "retry");
+    if (retry && !json_is_boolean(retry))
+        return err_set(err, 400, "invalid-field", "report %zu: 'retry' must be true or false", i);
+    return 0;
+}
+
+int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err)
+{
+    *reports = NULL;
+    json_t *arr = json_is_object(body) ? json_object_get(body, "reports") : NULL;
+    if (!json_is_array(arr))
+        return err_set(err, 400, "invalid-body", "the body must be {\"reports\": [...]}");
+    if (json_array_size(arr) > max_batch)
+        return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
+                       json_array_size(arr), max_batch);
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r)
+    {
+        if (check_report(r, i, err) != 0)
+            return -1;
+    }
+    *reports = json_incref(arr);
+    return 0;
+}
+
+int parse_single_report(json_t *body, const char *work_id, const char *attempt,
+                        bool completed, json_t **reports, char **worker_id, Err *err)
+{
+    *reports = NULL;
+    *worker_id = NULL;
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the body must be a JSON object");
+    int64_t n;
+    if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
+        return err_set(err, 400, "invalid-path", "the attempt in the path must be a positive integer");
+    json_t *w = json_object_get(body, "worker_id");
+    if (w && (!json_is_string(w) || !id_valid(json_string_value(w))))
+        return err_set(err, 400, "invalid-field", "'worker_id' must be a worker id");
+    json_t *r = json_pack("{s:s, s:I, s:s}", "id", work_id, "attempt", (json_int_t)n, "outcome",
+                          completed ? "completed" : "failed");
+    if (completed) {
+        json_t *res = json_object_get(body, "result");
+        json_object_set(r, "result", res ? res : json_null());
+    } else {
+        json_t *e = json_object_get(body, "error"), *retry = json_object_get(body, "retry");
+        if (e)
+            json_object_set(r, "error", e);
+        if (retry)
+            json_object_set(r, "retry", retry);
+    }
+    if (check_report(r, 0, err) != 0) {
+        json_decref(r);
+        return -1;
+    }
+    *reports = json_pack("[o]", r);
+    *worker_id = xstrdup(w ? json_string_value(w) : "anonymous");
+    return 0;
+}
+
+int parse_seq(const char *s, int64_t *out, Err *err)
+{
+    if (!s || !*s || strlen(s) > 19)
+        return err_set(err, 400, "invalid-parameter", "'%.32s' is not a sequence number", s ? s : "");
+    for (const char *p = s; *p; p++)
+        if (!isdigit((unsigned char)*p))
+            return err_set(err, 400, "invalid-parameter", "'%.32s' is not a sequence number", s);
+    errno = 0;
+    long long v = strtoll(s, NULL, 10);
+    if (errno)
+        return err_set(err, 400, "invalid-parameter", "'%.32s' is out of range", s);
+    *out = v;
+    return 0;
+}
+
+int parse_wait(const char *s, int64_t max_ms, int64_t *out_ms, Err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < 0)
+        return err_set(err, 400, "invalid-parameter", "'wait' must be a number of seconds");
+    double ms = v * 1000;
+    *out_ms = ms > (double)max_ms ? max_ms : (int64_t)ms;
+    return 0;
+}

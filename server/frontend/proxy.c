@@ -1,0 +1,358 @@
+/* proxy: see proxy.h. One thread drives a curl multi handle; requests arrive
+ * through a mutex-guarded list and curl_multi_wakeup. */
+#include "proxy.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+typedef struct Fwd {
+    Req *req;
+    char *url_path; /* path?query */
+    char *body;
+    size_t body_len;
+    struct curl_slist *hdrs;
+    int64_t deadline, next_try;
+    int attempt;
+    CURL *easy;
+    SBuf resp;
+    char content_type[128];
+    char location[300];
+    int64_t retry_after;
+    char last_error[256];
+    struct Fwd *next;
+} Fwd;
+
+struct Proxy {
+    Server *srv;
+    CURLM *multi;
+    pthread_t thread;
+    atomic_bool stopping;
+    pthread_mutex_t lock;
+    Fwd *incoming;
+    Fwd *waiting; /* not in flight: waiting for next_try */
+    long in_flight;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+    sbuf_append(&((Fwd *)ud)->resp, p, size * n);
+    return size * n;
+}
+
+static void copy_header(char *dst, size_t dstlen, const char *v, size_t len)
+{
+    while (len && (*v == ' ')) {
+        v++;
+        len--;
+    }
+    while (len && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' '))
+        len--;
+    if (len >= dstlen)
+        len = dstlen - 1;
+    memcpy(dst, v, len);
+    dst[len] = '\0';
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+    Fwd *f = ud;
+    size_t len = size * n;
+    if (len > 13 && !strncasecmp(p, "Content-Type:", 13))
+        copy_header(f->content_type, sizeof f->content_type, p + 13, len - 13);
+    else if (len > 9 && !strncasecmp(p, "Location:", 9))
+        copy_header(f->location, sizeof f->location, p + 9, len - 9);
+    else if (len > 12 && !strncasecmp(p, "Retry-After:", 12))
+        f->retry_after = atoll(p + 12);
+    return len;
+}
+
+static void fwd_free(Fwd *f)
+{
+    if (f->easy)
+        curl_easy_cleanup(f->easy);
+    curl_slist_free_all(f->hdrs);
+    free(f->url_path);
+    free(f->body);
+    sbuf_free(&f->resp);
+    free(f);
+}
+
+static void answer(Proxy *p, Fwd *f, int status)
+{
+    Req *r = f->req;
+    if (f->location[0])
+        snprintf(r->location, sizeof r->location, "%s", f->location);
+    r->retry_after_s = f->retry_after;
+    char *ct = f->content_type[0] ? xstrdup(f->content_type) : NULL;
+    /* content_type must outlive the Req's answer: keep a static copy for the
+     * common types, else fall back to JSON. */
+    const char *type = "application/json";
+    if (ct && !strncasecmp(ct, "application/problem+json", 24))
+        type = "application/problem+json";
+    else if (ct && !strncasecmp(ct, "text/plain", 10))
+        type = "text/plain";
+    free(ct);
+    size_t len = f->resp.len;
+    req_finish_raw(r, status, len ? type : NULL, len ? sbuf_steal(&f->resp) : NULL, len);
+    (void)p;
+}
+
+static void fail_unreachable(Proxy *p, Fwd *f)
+{
+    atomic_fetch_add(&p->srv->metrics->proxy_failures, 1);
+    Err err;
+    err_set(&err, 503, "leader-unavailable",
+            "no leader answered within %lld ms (%s); retry later",
+            (long long)p->srv->cfg.proxy_deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
+    req_finish_problem(f->req, &err);
+}
+
+/* Starts one try of f against the leader, or schedules the next. */
+static void try_send(Proxy *p, Fwd *f, int64_t now)
+{
+    char leader[256];
+    server_leader(p->srv, leader, sizeof leader);
+    if (!leader[0]) {
+        snprintf(f->last_error, sizeof f->last_error, "no leader known");
+        atomic_store(&p->srv->leader.suspect, true);
+        f->next_try = now + 100;
+        f->next = p->waiting;
+        p->waiting = f;
+        return;
+    }
+    if (!f->easy)
+        f->easy = curl_easy_init();
+    CURL *e = f->easy;
+    curl_easy_reset(e);
+    sbuf_reset(&f->resp);
+    f->content_type[0] = f->location[0] = '\0';
+    f->retry_after = 0;
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", leader, f->url_path);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, f->req->method);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->hdrs);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     (long)(p->srv->cfg.pull_wait_max_ms + p->srv->cfg.proxy_deadline_ms + 5000));
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, f);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, f);
+    if (f->body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, f->body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)f->body_len);
+    }
+    curl_multi_add_handle(p->multi, e);
+    p->in_flight++;
+    f->attempt++;
+    if (f->attempt > 1)
+        atomic_fetch_add(&p->srv->metrics->proxy_retries, 1);
+}
+
+static void retry_or_fail(Proxy *p, Fwd *f, int64_t now)
+{
+    atomic_store(&p->srv->leader.suspect, true);
+    if (now >= f->deadline || atomic_load(&p->stopping)) {
+        fail_unreachable(p, f);
+        fwd_free(f);
+        return;
+    }
+    int64_t delay = 50LL << (f->attempt < 5 ? f->attempt : 5);
+    if (delay > 1000)
+        delay = 1000;
+    f->next_try = now + delay / 2 + (int64_t)(rand_unit() * (double)delay / 2);
+    f->next = p->waiting;
+    p->waiting = f;
+}
+
+/* A 503 that says "not the leader" (or a gateway error) is worth another try
+ * once the leader is known again; any other answer is the answer. */
+static bool retryable(Fwd *f, long status)
+{
+    if (status == 502 || status == 504)
+        return true;
+    return status == 503 && f->resp.data &&
+           (strstr(f->resp.data, "/not-leader") || strstr(f->resp.data, "/leader-unavailable"));
+}
+
+static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
+{
+    Fwd *f;
+    curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&f);
+    curl_multi_remove_handle(p->multi, e);
+    p->in_flight--;
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK || retryable(f, status)) {
+        snprintf(f->last_error, sizeof f->last_error, "%s",
+                 rc != CURLE_OK ? curl_easy_strerror(rc) : "the node was not the leader");
+        retry_or_fail(p, f, now);
+        return;
+    }
+    answer(p, f, (int)status);
+    fwd_free(f);
+}
+
+static void *proxy_main(void *arg)
+{
+    Proxy *p = arg;
+    for (;;) {
+        int64_t now = mono_ms();
+        pthread_mutex_lock(&p->lock);
+        if (atomic_load(&p->stopping) && !p->in_flight && !p->waiting && !p->incoming) {
+            pthread_mutex_unlock(&p->lock);
+            break;
+        }
+        Fwd *in = p->incoming;
+        p->incoming = NULL;
+        pthread_mutex_unlock(&p->lock);
+        while (in) {
+            Fwd *next = in->next;
+            in->deadline = now + p->srv->cfg.proxy_deadline_ms;
+            try_send(p, in, now);
+            in = next;
+        }
+        Fwd *w = p->waiting;
+        p->waiting = NULL;
+        int64_t next_wake = now + 1000;
+        while (w) {
+            Fwd *next = w->next;
+            if (atomic_load(&p->stopping)) {
+                fail_unreachable(p, w);
+                fwd_free(w);
+            } else if (w->next_try <= now) {
+                try_send(p, w, now);
+            } else {
+                if (w->next_try < next_wake)
+                    next_wake = w->next_try;
+                w->next = p->waiting;
+                p->waiting = w;
+            }
+            w = next;
+        }
+        int running;
+        curl_multi_perform(p->multi, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(p->multi, &left)))
+            if (msg->msg == CURLMSG_DONE)
+                on_done(p, msg->easy_handle, msg->data.result, mono_ms());
+        int timeout = (int)(next_wake - mono_ms());
+        if (p->waiting && timeout > 0)
+            ; /* wait for the earliest retry */
+        else if (p->waiting)
+            timeout = 0;
+        if (timeout < 0)
+            timeout = 0;
+        if (atomic_load(&p->stopping))
+            timeout = timeout > 50 ? 50 : timeout;
+        curl_multi_poll(p->multi, NULL, 0, timeout, NULL);
+    }
+    return NULL;
+}
+
+Proxy *proxy_start(Server *s, Err *err)
+{
+    Proxy *p = xcalloc(1, sizeof *p);
+    p->srv = s;
+    pthread_mutex_init(&p->lock, NULL);
+    p->multi = curl_multi_init();
+    curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, 256L);
+    if (pthread_create(&p->thread, NULL, proxy_main, p) != 0) {
+        curl_multi_cleanup(p->multi);
+        free(p);
+        err_set(err, 500, "internal", "cannot start the proxy thread");
+        return NULL;
+    }
+    return p;
+}
+
+void proxy_stop(Proxy *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->stopping, true);
+    pthread_mutex_unlock(&p->lock);
+    curl_multi_wakeup(p->multi);
+    pthread_join(p->thread, NULL);
+}
+
+void proxy_free(Proxy *p)
+{
+    if (!p)
+        return;
+    curl_multi_cleanup(p->multi);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+static void add_header(Fwd *f, Req *r, const char *name)
+{
+    const char *v = req_header(r, name);
+    if (!v)
+        return;
+    char line[1024];
+    snprintf(line, sizeof line, "%s: %s", name, v);
+    f->hdrs = curl_slist_append(f->hdrs, line);
+}
+
+void proxy_forward(Proxy *p, Req *r, char *body)
+{
+    Fwd *f = xcalloc(1, sizeof *f);
+    f->req = r;
+    sbuf_init(&f->resp);
+    /* Rebuild path?query from the connection's arguments. */
+    SBuf u;
+    sbuf_init(&u);
+    sbuf_puts(&u, r->path);
+    const char *keys[] = {"wait", "after", "work_id", "queue", NULL};
+    char sep = '?';
+    for (size_t i = 0; keys[i]; i++) {
+        const char *v = req_query(r, keys[i]);
+        if (!v)
+            continue;
+        char *esc = curl_easy_escape(NULL, v, 0);
+        sbuf_printf(&u, "%c%s=%s", sep, keys[i], esc);
+        curl_free(esc);
+        sep = '&';
+    }
+    f->url_path = sbuf_steal(&u);
+    if (body) {
+        f->body = body;
+        f->body_len = strlen(body);
+    } else if (r->body.len) {
+        f->body = xmalloc(r->body.len + 1);
+        memcpy(f->body, r->body.data, r->body.len + 1);
+        f->body_len = r->body.len;
+    }
+    add_header(f, r, "Content-Type");
+    add_header(f, r, "Authorization");
+    char fwd[200];
+    snprintf(fwd, sizeof fwd, "X-Workd-Forwarded: %s", p->srv->cfg.node_id);
+    f->hdrs = curl_slist_append(f->hdrs, fwd);
+    f->hdrs = curl_slist_append(f->hdrs, "Expect:");
+    atomic_fetch_add(&p->srv->metrics->proxied, 1);
+    pthread_mutex_lock(&p->lock);
+    if (atomic_load(&p->stopping)) {
+        pthread_mutex_unlock(&p->lock);
+        fail_unreachable(p, f);
+        fwd_free(f);
+        return;
+    }
+    f->next = p->incoming;
+    p->incoming = f;
+    pthread_mutex_unlock(&p->lock);
+    curl_multi_wakeup(p->multi);
+}

@@ -1,0 +1,471 @@
+/* sse: see sse.h. One mutex guards the ring, the subscribers and the waiters.
+ * A connection is resumed outside the mutex: a suspended connection cannot be
+ * closed by libmicrohttpd, so the subscriber stays valid until it is resumed. */
+#include "sse.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "journal.h"
+#include "log.h"
+#include "util.h"
+
+#define RING_CAP 8192
+#define CATCHUP_PAGE 500
+#define OUT_HIGH_WATER (64 * 1024)
+
+typedef struct Entry {
+    int64_t seq;
+    char *work_id;
+    char *queue;
+    char *frame;
+    size_t len;
+} Entry;
+
+typedef struct Sub {
+    Hub *hub;
+    struct MHD_Connection *conn;
+    char *work_id, *queue; /* filters, NULL: any */
+    int64_t cursor;        /* everything up to here was sent or skipped */
+    SBuf out;
+    size_t out_pos;
+    bool suspended, catching_up, closed, keepalive_due;
+    int64_t last_write_ms, retry_at_ms;
+    struct Sub *prev, *next;
+} Sub;
+
+typedef struct Waiter {
+    char *work_id;
+    int64_t after_seq, deadline;
+    void (*fn)(void *);
+    void *arg;
+    struct Waiter *next;
+} Waiter;
+
+struct Hub {
+    pthread_mutex_t lock;
+    DbPool *pool;
+    Metrics *metrics;
+    int64_t keepalive_ms, max_subs;
+    Entry ring[RING_CAP];
+    size_t head, len;      /* oldest entry at head */
+    int64_t covered_from;  /* every finished event with seq > this is in the ring... */
+    int64_t scanned_upto;  /* ...up to this seq */
+    Sub *subs;
+    int64_t nsubs;
+    Waiter *waiters;
+    bool stopping;
+};
+
+/* ---- lifetime ---- */
+
+Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_subscribers,
+             int64_t last_seq)
+{
+    Hub *h = xcalloc(1, sizeof *h);
+    pthread_mutex_init(&h->lock, NULL);
+    h->pool = pool;
+    h->metrics = metrics;
+    h->keepalive_ms = keepalive_ms;
+    h->max_subs = max_subscribers;
+    h->covered_from = h->scanned_upto = last_seq;
+    return h;
+}
+
+static void entry_clear(Entry *e)
+{
+    free(e->work_id);
+    free(e->queue);
+    free(e->frame);
+    memset(e, 0, sizeof *e);
+}
+
+/* Resumes the connections in list (collected under the lock), outside it. */
+static void resume_all(struct MHD_Connection **list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        MHD_resume_connection(list[i]);
+    free(list);
+}
+
+typedef struct Fire {
+    void (*fn)(void *);
+    void *arg;
+} Fire;
+
+static void fire_all(Fire *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i].fn(f[i].arg);
+    free(f);
+}
+
+void hub_shutdown(Hub *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->stopping = true;
+    size_t n = 0;
+    struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
+    for (Sub *s = h->subs; s; s = s->next)
+        if (s->suspended && !s->catching_up) {
+            s->suspended = false;
+            wake[n++] = s->conn;
+        }
+    size_t nf = 0;
+    for (Waiter *w = h->waiters; w; w = w->next)
+        nf++;
+    Fire *fires = xcalloc(nf + 1, sizeof *fires);
+    nf = 0;
+    while (h->waiters) {
+        Waiter *w = h->waiters;
+        h->waiters = w->next;
+        fires[nf++] = (Fire){w->fn, w->arg};
+        free(w->work_id);
+        free(w);
+    }
+    pthread_mutex_unlock(&h->lock);
+    resume_all(wake, n);
+    fire_all(fires, nf);
+}
+
+void hub_free(Hub *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; i < RING_CAP; i++)
+        entry_clear(&h->ring[i]);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+/* ---- frames ---- */
+
+static bool wants(const Sub *s, const char *work_id, const char *queue)
+{
+    return (!s->work_id || !strcmp(s->work_id, work_id)) && (!s->queue || !strcmp(s->queue, queue));
+}
+
+static char *frame_of(json_t *ev, size_t *len)
+{
+    char *data = json_dumps(ev, JSON_COMPACT);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_printf(&b, "id: %lld\nevent: %s\ndata: %s\n\n",
+                (long long)json_integer_value(json_object_get(ev, "seq")),
+                json_string_value(json_object_get(ev, "status")), data);
+    free(data);
+    *len = b.len;
+    return sbuf_steal(&b);
+}
+
+/* ---- feeding ---- */
+
+void hub_publish(Hub *h, json_t *ev)
+{
+    int64_t seq = json_integer_value(json_object_get(ev, "seq"));
+    const char *work_id = json_string_value(json_object_get(ev, "id"));
+    pthread_mutex_lock(&h->lock);
+    if (seq <= h->scanned_upto) {
+        pthread_mutex_unlock(&h->lock);
+        return; /* already have it */
+    }
+    if (h->len == RING_CAP) {
+        Entry *old = &h->ring[h->head];
+        h->covered_from = old->seq;
+        entry_clear(old);
+        h->head = (h->head + 1) % RING_CAP;
+        h->len--;
+    }
+    Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
+    e->seq = seq;
+    e->work_id = xstrdup(work_id);
+    e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
+    e->frame = frame_of(ev, &e->len);
+    h->len++;
+    h->scanned_upto = seq;
+
+    size_t n = 0;
+    struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
+    for (Sub *s = h->subs; s; s = s->next)
+        if (s->suspended && !s->catching_up && wants(s, e->work_id, e->queue)) {
+            s->suspended = false;
+            wake[n++] = s->conn;
+        }
+    size_t nf = 0;
+    Fire *fires = NULL;
+    for (Waiter **pw = &h->waiters; *pw;) {
+        Waiter *w = *pw;
+        if (!strcmp(w->work_id, work_id) && seq > w->after_seq) {
+            fires = xrealloc(fires, (nf + 1) * sizeof *fires);
+            fires[nf++] = (Fire){w->fn, w->arg};
+            *pw = w->next;
+            free(w->work_id);
+            free(w);
+        } else {
+            pw = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    resume_all(wake, n);
+    fire_all(fires, nf);
+}
+
+void hub_scanned(Hub *h, int64_t seq)
+{
+    pthread_mutex_lock(&h->lock);
+    if (seq > h->scanned_upto)
+        h->scanned_upto = seq;
+    pthread_mutex_unlock(&h->lock);
+}
+
+int64_t hub_scanned_upto(Hub *h)
+{
+    pthread_mutex_lock(&h->lock);
+    int64_t v = h->scanned_upto;
+    pthread_mutex_unlock(&h->lock);
+    return v;
+}
+
+void hub_tick(Hub *h, int64_t now)
+{
+    pthread_mutex_lock(&h->lock);
+    size_t n = 0;
+    struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
+    for (Sub *s = h->subs; s; s = s->next) {
+        if (!s->suspended || s->catching_up)
+            continue;
+        bool keepalive = now - s->last_write_ms >= h->keepalive_ms;
+        bool retry = s->retry_at_ms && now >= s->retry_at_ms;
+        if (keepalive || retry) {
+            s->keepalive_due = s->keepalive_due || keepalive;
+            s->suspended = false;
+            wake[n++] = s->conn;
+        }
+    }
+    size_t nf = 0;
+    Fire *fires = NULL;
+    for (Waiter **pw = &h->waiters; *pw;) {
+        Waiter *w = *pw;
+        if (w->deadline <= now) {
+            fires = xrealloc(fires, (nf + 1) * sizeof *fires);
+            fires[nf++] = (Fire){w->fn, w->arg};
+            *pw = w->next;
+            free(w->work_id);
+            free(w);
+        } else {
+            pw = &w->next;
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    resume_all(wake, n);
+    fire_all(fires, nf);
+}
+
+/* ---- subscribers ---- */
+
+static void catch_up(PGconn *conn, void *arg);
+
+/* Index of the first ring entry with seq > cursor (len if none). */
+static size_t ring_after(const Hub *h, int64_t cursor)
+{
+    size_t lo = 0, hi = h->len;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (h->ring[(h->head + mid) % RING_CAP].seq <= cursor)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Moves what the subscriber may send next into s->out (hub locked). Returns
+ * true if a catch-up read from the table must be started. */
+static bool fill(Hub *h, Sub *s, int64_t now)
+{
+    if (s->cursor < h->covered_from)
+        return true;
+    for (size_t i = ring_after(h, s->cursor); i < h->len && s->out.len < OUT_HIGH_WATER; i++) {
+        const Entry *e = &h->ring[(h->head + i) % RING_CAP];
+        if (wants(s, e->work_id, e->queue)) {
+            sbuf_append(&s->out, e->frame, e->len);
+            atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+        }
+        s->cursor = e->seq;
+    }
+    if (s->out.len < OUT_HIGH_WATER && h->scanned_upto > s->cursor)
+        s->cursor = h->scanned_upto;
+    if (s->keepalive_due && s->out.len == 0)
+        sbuf_puts(&s->out, ": keep-alive\n\n");
+    s->keepalive_due = false;
+    (void)now;
+    return false;
+}
+
+static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    Sub *s = cls;
+    Hub *h = s->hub;
+    bool start_catch_up = false;
+    pthread_mutex_lock(&h->lock);
+    if (s->out_pos == s->out.len) {
+        sbuf_reset(&s->out);
+        s->out_pos = 0;
+        if (h->stopping) {
+            pthread_mutex_unlock(&h->lock);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        int64_t now = mono_ms();
+        if (!s->catching_up && (!s->retry_at_ms || now >= s->retry_at_ms)) {
+            s->retry_at_ms = 0;
+            start_catch_up = fill(h, s, now);
+            if (start_catch_up)
+                s->catching_up = true;
+        }
+    }
+    size_t avail = s->out.len - s->out_pos;
+    if (avail == 0) {
+        s->suspended = true;
+        http_suspend_stream(s->conn);
+        pthread_mutex_unlock(&h->lock);
+        if (start_catch_up)
+            dbpool_submit(h->pool, catch_up, s);
+        return 0;
+    }
+    size_t n = avail < max ? avail : max;
+    memcpy(buf, s->out.data + s->out_pos, n);
+    s->out_pos += n;
+    s->last_write_ms = mono_ms();
+    pthread_mutex_unlock(&h->lock);
+    return (ssize_t)n;
+}
+
+/* Reads a page of finished events after the subscriber's cursor from the table
+ * (read-pool thread), then wakes the subscriber. */
+static void catch_up(PGconn *conn, void *arg)
+{
+    Sub *s = arg;
+    Hub *h = s->hub;
+    pthread_mutex_lock(&h->lock);
+    int64_t cursor = s->cursor, covered = h->covered_from;
+    pthread_mutex_unlock(&h->lock);
+    json_t *rows = json_array();
+    Err err = {0};
+    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, rows, &err) : -1;
+    pthread_mutex_lock(&h->lock);
+    if (n < 0) {
+        if (conn)
+            log_warn("results stream catch-up failed, retrying: %s", err.msg);
+        s->retry_at_ms = mono_ms() + 1000;
+    } else {
+        size_t i;
+        json_t *ev;
+        json_array_foreach(rows, i, ev)
+        {
+            int64_t seq = json_integer_value(json_object_get(ev, "seq"));
+            if (wants(s, json_string_value(json_object_get(ev, "id")),
+                      json_string_value(json_object_get(ev, "queue")))) {
+                size_t len;
+                char *f = frame_of(ev, &len);
+                sbuf_append(&s->out, f, len);
+                free(f);
+                atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+            }
+            s->cursor = seq;
+        }
+        /* A short page saw every finished event committed before it started,
+         * including all that the ring had already dropped. */
+        if (n < CATCHUP_PAGE && s->cursor < covered)
+            s->cursor = covered;
+    }
+    json_decref(rows);
+    s->catching_up = false;
+    bool wake = s->suspended;
+    s->suspended = false;
+    pthread_mutex_unlock(&h->lock);
+    if (wake)
+        MHD_resume_connection(s->conn);
+}
+
+static void sub_free(void *cls)
+{
+    Sub *s = cls;
+    Hub *h = s->hub;
+    pthread_mutex_lock(&h->lock);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        h->subs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    h->nsubs--;
+    atomic_fetch_sub(&h->metrics->sse_subscribers, 1);
+    pthread_mutex_unlock(&h->lock);
+    sbuf_free(&s->out);
+    free(s->work_id);
+    free(s->queue);
+    free(s);
+}
+
+struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
+                                   const char *work_id, const char *queue, Err *err)
+{
+    pthread_mutex_lock(&h->lock);
+    if (h->nsubs >= h->max_subs || h->stopping) {
+        pthread_mutex_unlock(&h->lock);
+        err_set(err, 503, "too-many-subscribers",
+                "this node serves its limit of %lld result streams; try another node or later",
+                (long long)h->max_subs);
+        return NULL;
+    }
+    Sub *s = xcalloc(1, sizeof *s);
+    s->hub = h;
+    s->conn = conn;
+    s->work_id = xstrdup(work_id);
+    s->queue = xstrdup(queue);
+    s->cursor = after >= 0 ? after : h->scanned_upto;
+    sbuf_init(&s->out);
+    /* The first bytes tell proxies and clients the stream is open. */
+    sbuf_puts(&s->out, ": workd results stream\nretry: 1000\n\n");
+    s->last_write_ms = mono_ms();
+    s->next = h->subs;
+    if (h->subs)
+        h->subs->prev = s;
+    h->subs = s;
+    h->nsubs++;
+    atomic_fetch_add(&h->metrics->sse_subscribers, 1);
+    pthread_mutex_unlock(&h->lock);
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sub_read, s, sub_free);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return r;
+}
+
+/* ---- waiters ---- */
+
+void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_ms,
+              void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&h->lock);
+    bool now = h->stopping;
+    for (size_t i = ring_after(h, after_seq); i < h->len && !now; i++)
+        now = !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
+    if (!now) {
+        Waiter *w = xcalloc(1, sizeof *w);
+        w->work_id = xstrdup(work_id);
+        w->after_seq = after_seq;
+        w->deadline = deadline_ms;
+        w->fn = fn;
+        w->arg = arg;
+        w->next = h->waiters;
+        h->waiters = w;
+        atomic_fetch_add(&h->metrics->get_waiters, 1);
+    }
+    pthread_mutex_unlock(&h->lock);
+    if (now)
+        fn(arg);
+}

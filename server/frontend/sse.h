@@ -1,0 +1,48 @@
+/* sse: the hub that fans finished work out to /results subscribers and to
+ * GET /work/{id}?wait long-polls. The listener feeds it events in seq order
+ * (hub_publish); subscribers that fell behind the in-memory ring catch up from
+ * the table through the read pool. Idle subscribers are suspended
+ * connections: they cost no CPU until an event or a keep-alive wakes them. */
+#ifndef WORKD_SSE_H
+#define WORKD_SSE_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dbpool.h"
+#include "err.h"
+#include "metrics.h"
+
+typedef struct Hub Hub;
+
+/* ---- lifetime ---- */
+Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_subscribers,
+             int64_t last_seq);
+/* Ends every stream and fires every waiter; call before stopping the daemon. */
+void hub_shutdown(Hub *h);
+void hub_free(Hub *h);
+
+/* ---- feeding (the listener thread) ---- */
+/* ev: {seq, id, queue, status, ...} from journal_finished_after; borrowed. */
+void hub_publish(Hub *h, json_t *ev);
+/* Everything up to seq has been read (no finished event is missing below it). */
+void hub_scanned(Hub *h, int64_t seq);
+int64_t hub_scanned_upto(Hub *h);
+/* Keep-alives, retries and waiter deadlines: call about once a second. */
+void hub_tick(Hub *h, int64_t now_ms);
+
+/* ---- subscribing (HTTP threads) ---- */
+/* A text/event-stream response for events after `after` (-1: from now on),
+ * optionally filtered. NULL with err (503) when the subscriber limit is reached. */
+struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
+                                   const char *work_id, const char *queue, Err *err);
+
+/* ---- waiting for one work item to finish ---- */
+/* Calls fn(arg) once, from some thread, as soon as work_id has a finished event
+ * after after_seq, or at deadline_ms, or at shutdown. */
+void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_ms,
+              void (*fn)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,268 @@
+/* workd-server: the front-end and WorkManager roles of workd. main() reads the
+ * configuration, applies migrations, starts the parts and waits for a signal. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "db.h"
+#include "dbpool.h"
+#include "http.h"
+#include "httpc.h"
+#include "journal.h"
+#include "listener.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics.h"
+#include "migrate.h"
+#include "proxy.h"
+#include "server.h"
+#include "sse.h"
+#include "util.h"
+
+int64_t server_leader(Server *s, char *out, size_t outlen)
+{
+    pthread_mutex_lock(&s->leader.lock);
+    snprintf(out, outlen, "%s", s->leader.url);
+    int64_t t = s->leader.term;
+    pthread_mutex_unlock(&s->leader.lock);
+    return t;
+}
+
+#define MS(x) (int64_t)(x)
+static ServerConfig C;
+static const OptSpec options[] = {
+    {"listen", OPT_STRING, &C.listen, "127.0.0.1:8080", "address and port to serve HTTP on (HOST:PORT)", 0, 0},
+    {"advertise-url", OPT_STRING, &C.advertise_url, "", "URL other nodes use to reach this one (default http://LISTEN)", 0, 0},
+    {"database-url", OPT_STRING, &C.database_url, "", "PostgreSQL connection URL (direct, not through a transaction pooler)", 0, 0},
+    {"roles", OPT_STRING, &C.roles, "frontend,manager", "roles of this node: frontend, manager, or both", 0, 0},
+    {"node-id", OPT_STRING, &C.node_id, "", "name of this node in logs and /cluster (default: host:port)", 0, 0},
+    {"log-level", OPT_STRING, &C.log_level, "info", "debug, info, warn or error", 0, 0},
+    {"log-format", OPT_STRING, &C.log_format, "text", "text or json", 0, 0},
+    {"http-threads", OPT_INT, &C.http_threads, "2", "HTTP event-loop threads", 1, 64},
+    {"max-connections", OPT_INT, &C.max_connections, "10000", "open HTTP connections at most", 16, 1000000},
+    {"max-body", OPT_INT, &C.max_body, "1048576", "largest request body in bytes (413 above)", 1024, 1LL << 30},
+    {"max-batch", OPT_INT, &C.max_batch, "1000", "most work items or reports in one request", 1, 100000},
+    {"max-json-depth", OPT_INT, &C.max_json_depth, "32", "deepest JSON nesting accepted in a body", 2, 1000},
+    {"connection-timeout", OPT_DURATION, &C.connection_timeout_ms, "30s", "idle HTTP connection timeout (slow clients are cut off)", 1000, MS(3600000)},
+    {"election-interval", OPT_DURATION, &C.election_interval_ms, "250ms", "how often a standby manager tries to become leader", 10, 60000},
+    {"heartbeat-interval", OPT_DURATION, &C.heartbeat_interval_ms, "2s", "heartbeat interval announced to workers", 100, 600000},
+    {"worker-timeout", OPT_DURATION, &C.worker_timeout_ms, "10s", "a worker silent this long is gone and its attempts are retried", 500, MS(3600000)},
+    {"lease-grace", OPT_DURATION, &C.lease_grace_ms, "10s", "an attempt times out at its job timeout plus this", 0, MS(3600000)},
+    {"max-open", OPT_INT, &C.max_open, "1000000", "open (unfinished) work items at most; past it, 429", 1, 100000000},
+    {"backoff-base", OPT_DURATION, &C.backoff_base_ms, "1s", "first retry delay (doubles per attempt, with jitter)", 0, MS(86400000)},
+    {"backoff-max", OPT_DURATION, &C.backoff_max_ms, "5m", "longest retry delay", 0, MS(86400000)},
+    {"pull-wait-max", OPT_DURATION, &C.pull_wait_max_ms, "30s", "longest long-poll of a worker's pull", 0, MS(600000)},
+    {"get-wait-max", OPT_DURATION, &C.get_wait_max_ms, "60s", "longest ?wait= of GET /work/{id}", 0, MS(600000)},
+    {"proxy-deadline", OPT_DURATION, &C.proxy_deadline_ms, "10s", "how long a node retries forwarding to the leader before 503", 100, MS(600000)},
+    {"sse-keepalive", OPT_DURATION, &C.sse_keepalive_ms, "15s", "comment line interval on idle result streams", 100, MS(600000)},
+    {"sse-max-subscribers", OPT_INT, &C.sse_max_subscribers, "10000", "result streams per node at most", 1, 1000000},
+    {"default-timeout", OPT_DURATION, &C.default_timeout_ms, "60s", "job timeout when a submission gives none", 1, MS(604800000)},
+    {"default-max-attempts", OPT_INT, &C.default_max_attempts, "3", "attempts when a submission gives none", 1, 1000},
+    {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1, 64},
+};
+#define NOPT (sizeof options / sizeof options[0])
+
+static const char synopsis[] =
+    "usage: workd-server [serve|migrate] [options]\n\n"
+    "  serve    run a server node (the default): the HTTP API (role frontend)\n"
+    "           and a WorkManager candidate (role manager)\n"
+    "  migrate  apply database migrations and exit";
+
+static int finish_config(ServerConfig *c, Err *err)
+{
+    if (!c->database_url[0])
+        return err_set(err, 400, "bad-config",
+                       "--database-url (WORKD_DATABASE_URL) is required, e.g. "
+                       "postgresql://user@127.0.0.1:5432/workd");
+    char **roles = strv_split(c->roles);
+    c->role_frontend = strv_contains(roles, "frontend");
+    c->role_manager = strv_contains(roles, "manager");
+    for (size_t i = 0; roles[i]; i++)
+        if (strcmp(roles[i], "frontend") && strcmp(roles[i], "manager")) {
+            strv_free(roles);
+            return err_set(err, 400, "bad-config", "--roles: unknown role '%s' (frontend, manager)",
+                           roles[i]);
+        }
+    strv_free(roles);
+    if (!c->role_frontend && !c->role_manager)
+        return err_set(err, 400, "bad-config", "--roles: give frontend, manager or both");
+    if (!strchr(c->listen, ':'))
+        return err_set(err, 400, "bad-config", "--listen: '%s' is not HOST:PORT", c->listen);
+    if (!c->advertise_url[0]) {
+        free(c->advertise_url);
+        size_t n = strlen(c->listen) + 16;
+        c->advertise_url = xmalloc(n);
+        snprintf(c->advertise_url, n, "http://%s", c->listen);
+    }
+    size_t n = strlen(c->advertise_url);
+    if (n && c->advertise_url[n - 1] == '/')
+        c->advertise_url[n - 1] = '\0';
+    if (strncmp(c->advertise_url, "http://", 7) && strncmp(c->advertise_url, "https://", 8))
+        return err_set(err, 400, "bad-config", "--advertise-url: '%s' is not an http(s) URL",
+                       c->advertise_url);
+    if (!c->node_id[0]) {
+        free(c->node_id);
+        c->node_id = xstrdup(c->listen);
+    }
+    if (strcmp(c->log_format, "text") && strcmp(c->log_format, "json"))
+        return err_set(err, 400, "bad-config", "--log-format: '%s' is not text or json",
+                       c->log_format);
+    LogLevel lvl;
+    if (log_level_parse(c->log_level, &lvl) != 0)
+        return err_set(err, 400, "bad-config", "--log-level: '%s' is not debug, info, warn or error",
+                       c->log_level);
+    if (c->backoff_max_ms < c->backoff_base_ms)
+        return err_set(err, 400, "bad-config", "--backoff-max must not be below --backoff-base");
+    char roles_txt[64];
+    snprintf(roles_txt, sizeof roles_txt, "%s%s%s", c->role_frontend ? "frontend" : "",
+             c->role_frontend && c->role_manager ? "+" : "", c->role_manager ? "manager" : "");
+    log_setup(c->node_id, roles_txt, lvl, !strcmp(c->log_format, "json"));
+    return 0;
+}
+
+static int serve(Server *s)
+{
+    Err err = {0};
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int applied;
+    int64_t backoff = 200;
+    /* The database may come up after us (compose, a restart): wait for it. */
+    while (migrate_run(s->cfg.database_url, &applied, &err) != 0) {
+        if (err.status != 503) {
+            log_error("migrations failed: %s", err.msg);
+            return 1;
+        }
+        log_warn("waiting for the database: %s", err.msg);
+        struct timespec ts = {.tv_sec = backoff / 1000, .tv_nsec = (backoff % 1000) * 1000000};
+        siginfo_t si;
+        if (sigtimedwait(&sigs, &si, &ts) > 0)
+            return 0;
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+    int64_t last_seq = 0;
+    PGconn *c = db_connect(s->cfg.database_url, "start", &err);
+    if (!c || journal_last_seq(c, &last_seq, &err) != 0) {
+        PQfinish(c);
+        log_error("cannot read the event log: %s", err.msg);
+        return 1;
+    }
+    PQfinish(c);
+
+    s->metrics = xcalloc(1, sizeof *s->metrics);
+    s->started_ms = wall_ms();
+    pthread_mutex_init(&s->leader.lock, NULL);
+    int rc = 1;
+    if (s->cfg.role_manager) {
+        ManagerConfig mc = {
+            .database_url = s->cfg.database_url,
+            .advertise_url = s->cfg.advertise_url,
+            .election_interval_ms = s->cfg.election_interval_ms,
+            .heartbeat_interval_ms = s->cfg.heartbeat_interval_ms,
+            .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
+            .ws = {.max_open = s->cfg.max_open,
+                   .lease_grace_ms = s->cfg.lease_grace_ms,
+                   .backoff_base_ms = s->cfg.backoff_base_ms,
+                   .backoff_max_ms = s->cfg.backoff_max_ms,
+                   .worker_timeout_ms = s->cfg.worker_timeout_ms},
+        };
+        if (!(s->mgr = manager_start(&mc, &err)))
+            goto out;
+    }
+    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)))
+        goto out;
+    s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
+                     last_seq);
+    if (!(s->proxy = proxy_start(s, &err)) || !(s->listener = listener_start(s, &err)))
+        goto out;
+    if (s->cfg.role_frontend && http_start(s, &err) != 0)
+        goto out;
+    log_info("workd-server listening on %s (advertised as %s)%s", s->cfg.listen,
+             s->cfg.advertise_url, s->cfg.role_frontend ? "" : " [manager only: no HTTP API]");
+
+    siginfo_t si;
+    while (sigwaitinfo(&sigs, &si) < 0 && errno == EINTR) {
+    }
+    log_info("received %s: stopping", strsignal(si.si_signo));
+    rc = 0;
+out:
+    if (rc)
+        log_error("cannot start: %s", err.msg);
+    /* Answer everything in flight, then stop serving, then free. */
+    manager_stop(s->mgr);
+    if (s->hub)
+        hub_shutdown(s->hub);
+    proxy_stop(s->proxy);
+    listener_stop(s->listener);
+    dbpool_stop(s->pool);
+    http_stop(s);
+    manager_free(s->mgr);
+    proxy_free(s->proxy);
+    dbpool_free(s->pool);
+    hub_free(s->hub);
+    free(s->metrics);
+    pthread_mutex_destroy(&s->leader.lock);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int first = 1;
+    const char *cmd = "serve";
+    if (argc > 1 && argv[1][0] != '-') {
+        cmd = argv[1];
+        first = 2;
+    }
+    if (strcmp(cmd, "serve") && strcmp(cmd, "migrate")) {
+        fprintf(stderr, "workd-server: unknown command '%s'\n\n%s\n", cmd, synopsis);
+        return 2;
+    }
+    Err err = {0};
+    int rest;
+    bool help;
+    if (config_parse(options, NOPT, argc, argv, first, &rest, &help, &err) != 0) {
+        fprintf(stderr, "workd-server: %s\n", err.msg);
+        config_free(options, NOPT);
+        return 2;
+    }
+    if (help) {
+        config_usage(stdout, synopsis, options, NOPT);
+        config_free(options, NOPT);
+        return 0;
+    }
+    if (rest < argc) {
+        fprintf(stderr, "workd-server: unexpected argument '%s' (see --help)\n", argv[rest]);
+        config_free(options, NOPT);
+        return 2;
+    }
+    if (finish_config(&C, &err) != 0) {
+        fprintf(stderr, "workd-server: %s\n", err.msg);
+        config_free(options, NOPT);
+        return 2;
+    }
+    httpc_global_init();
+    int rc;
+    if (!strcmp(cmd, "migrate")) {
+        int applied;
+        rc = migrate_run(C.database_url, &applied, &err) == 0 ? 0 : 1;
+        if (rc)
+            log_error("migrations failed: %s", err.msg);
+        else
+            log_info("database is at the latest schema (%d migration(s) applied now)", applied);
+    } else {
+        Server s = {.cfg = C};
+        rc = serve(&s);
+    }
+    httpc_global_cleanup();
+    config_free(options, NOPT);
+    return rc;
+}

@@ -1,0 +1,231 @@
+/* event: see event.h. */
+#include "event.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *type_names[] = {
+    [EV_TERM] = "term",         [EV_ACCEPTED] = "accepted", [EV_STARTED] = "started",
+    [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",   [EV_TIMED_OUT] = "timed_out",
+    [EV_DEAD] = "dead",         [EV_CANCELLED] = "cancelled",
+};
+
+const char *event_type_name(EventType t)
+{
+    if (t < EV_TERM || t > EV_CANCELLED)
+        return "unknown";
+    return type_names[t];
+}
+
+int event_type_parse(const char *name, EventType *out)
+{
+    for (int t = EV_TERM; t <= EV_CANCELLED; t++)
+        if (strcmp(type_names[t], name) == 0) {
+            *out = (EventType)t;
+            return 0;
+        }
+    return -1;
+}
+
+int event_is_final(EventType t)
+{
+    return t == EV_COMPLETED || t == EV_DEAD || t == EV_CANCELLED;
+}
+
+static void set_time(json_t *o, const char *key, int64_t ms)
+{
+    json_object_set_new(o, key, ms ? json_integer(ms) : json_null());
+}
+
+json_t *event_data_encode(const Event *e)
+{
+    json_t *o = json_object();
+    switch (e->type) {
+    case EV_TERM:
+        json_object_set_new(o, "term", json_integer(e->new_term));
+        json_object_set_new(o, "leader", json_string(e->leader_url ? e->leader_url : ""));
+        break;
+    case EV_ACCEPTED:
+        json_object_set_new(o, "queue", json_string(e->queue));
+        json_object_set_new(o, "priority", json_integer(e->priority));
+        json_object_set(o, "payload", e->payload ? e->payload : json_null());
+        set_time(o, "run_at", e->run_at);
+        json_object_set_new(o, "timeout_ms", json_integer(e->timeout_ms));
+        json_object_set_new(o, "max_attempts", json_integer(e->max_attempts));
+        break;
+    case EV_STARTED:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_object_set_new(o, "worker_id", json_string(e->worker_id ? e->worker_id : ""));
+        set_time(o, "deadline", e->deadline);
+        break;
+    case EV_COMPLETED:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_object_set(o, "result", e->result ? e->result : json_null());
+        break;
+    case EV_FAILED:
+    case EV_TIMED_OUT:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+        set_time(o, "retry_at", e->retry_at);
+        break;
+    case EV_DEAD:
+        json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+        break;
+    case EV_CANCELLED:
+        break;
+    }
+    return o;
+}
+
+static int get_int(json_t *d, const char *key, int64_t *out, int required, Err *err)
+{
+    json_t *v = json_object_get(d, key);
+    if (!v || json_is_null(v)) {
+        *out = 0;
+        return required ? err_set(err, 500, "bad-event", "event lacks '%s'", key) : 0;
+    }
+    if (!json_is_integer(v))
+        return err_set(err, 500, "bad-event", "event field '%s' is not an integer", key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static char *get_str(json_t *d, const char *key)
+{
+    const char *s = json_string_value(json_object_get(d, key));
+    return s ? xstrdup(s) : NULL;
+}
+
+int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int version,
+                 const char *work_id, json_t *data, Event *out, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (event_type_parse(type, &out->type) != 0)
+        return err_set(err, 500, "bad-event", "unknown event type '%s' at seq %lld", type,
+                       (long long)seq);
+    out->seq = seq;
+    out->term = term;
+    out->at = at;
+    out->version = version;
+    out->work_id = xstrdup(work_id);
+    int64_t v;
+    switch (out->type) {
+    case EV_TERM:
+        if (get_int(data, "term", &out->new_term, 1, err))
+            goto fail;
+        out->leader_url = get_str(data, "leader");
+        break;
+    case EV_ACCEPTED:
+        out->queue = get_str(data, "queue");
+        if (!out->queue) {
+            err_set(err, 500, "bad-event", "accepted event lacks 'queue'");
+            goto fail;
+        }
+        if (get_int(data, "priority", &v, 0, err))
+            goto fail;
+        out->priority = (int)v;
+        out->payload = json_incref(json_object_get(data, "payload"));
+        if (!out->payload)
+            out->payload = json_null();
+        if (get_int(data, "run_at", &out->run_at, 0, err) ||
+            get_int(data, "timeout_ms", &out->timeout_ms, 1, err) ||
+            get_int(data, "max_attempts", &v, 1, err))
+            goto fail;
+        out->max_attempts = (int)v;
+        break;
+    case EV_STARTED:
+        if (get_int(data, "attempt", &v, 1, err) ||
+            get_int(data, "deadline", &out->deadline, 1, err))
+            goto fail;
+        out->attempt = (int)v;
+        out->worker_id = get_str(data, "worker_id");
+        break;
+    case EV_COMPLETED:
+        if (get_int(data, "attempt", &v, 1, err))
+            goto fail;
+        out->attempt = (int)v;
+        out->result = json_incref(json_object_get(data, "result"));
+        if (!out->result)
+            out->result = json_null();
+        break;
+    case EV_FAILED:
+    case EV_TIMED_OUT:
+        if (get_int(data, "attempt", &v, 1, err) ||
+            get_int(data, "retry_at", &out->retry_at, 0, err))
+            goto fail;
+        out->attempt = (int)v;
+        out->error = get_str(data, "error");
+        break;
+    case EV_DEAD:
+        out->error = get_str(data, "error");
+        break;
+    case EV_CANCELLED:
+        break;
+    }
+    if (out->type != EV_TERM && !out->work_id) {
+        err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type,
+                (long long)seq);
+        goto fail;
+    }
+    return 0;
+fail:
+    event_clear(out);
+    return -1;
+}
+
+void event_clear(Event *e)
+{
+    free(e->work_id);
+    free(e->queue);
+    json_decref(e->payload);
+    free(e->worker_id);
+    json_decref(e->result);
+    free(e->error);
+    free(e->leader_url);
+    memset(e, 0, sizeof *e);
+}
+
+void event_copy(Event *dst, const Event *src)
+{
+    *dst = *src;
+    dst->work_id = xstrdup(src->work_id);
+    dst->queue = xstrdup(src->queue);
+    dst->payload = json_incref(src->payload);
+    dst->worker_id = xstrdup(src->worker_id);
+    dst->result = json_incref(src->result);
+    dst->error = xstrdup(src->error);
+    dst->leader_url = xstrdup(src->leader_url);
+}
+
+void eventlist_init(EventList *l)
+{
+    memset(l, 0, sizeof *l);
+}
+
+Event *eventlist_push(EventList *l)
+{
+    if (l->len == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->items = xrealloc(l->items, l->cap * sizeof *l->items);
+    }
+    Event *e = &l->items[l->len++];
+    memset(e, 0, sizeof *e);
+    e->version = EVENT_VERSION;
+    return e;
+}
+
+void eventlist_clear(EventList *l)
+{
+    for (size_t i = 0; i < l->len; i++)
+        event_clear(&l->items[i]);
+    l->len = 0;
+}
+
+void eventlist_free(EventList *l)
+{
+    eventlist_clear(l);
+    free(l->items);
+    eventlist_init(l);
+}

@@ -1,0 +1,687 @@
+/* workstate: see workstate.h. Open work sits in exactly one of three heaps:
+ * its queue's ready heap (priority, then acceptance), its queue's delayed heap
+ * (run_at), or the running heap (deadline). */
+#include "workstate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "heap.h"
+#include "hmap.h"
+#include "util.h"
+
+enum { IN_NONE = 0, IN_READY, IN_DELAYED, IN_RUNNING };
+
+typedef struct Queue {
+    char *name;
+    Heap ready;
+    Heap delayed;
+} Queue;
+
+struct WorkState {
+    WsConfig cfg;
+    HMap items;   /* id -> WorkItem */
+    HMap queues;  /* name -> Queue */
+    HMap workers; /* id -> Worker */
+    Heap running; /* by deadline */
+};
+
+/* ---- heaps ---- */
+
+static size_t *item_index(void *x)
+{
+    return &((WorkItem *)x)->heap_idx;
+}
+
+static bool ready_less(const void *a, const void *b)
+{
+    const WorkItem *x = a, *y = b;
+    if (x->priority != y->priority)
+        return x->priority > y->priority;
+    return x->accepted_seq < y->accepted_seq;
+}
+
+static bool delayed_less(const void *a, const void *b)
+{
+    const WorkItem *x = a, *y = b;
+    if (x->run_at != y->run_at)
+        return x->run_at < y->run_at;
+    return x->accepted_seq < y->accepted_seq;
+}
+
+static bool deadline_less(const void *a, const void *b)
+{
+    const WorkItem *x = a, *y = b;
+    if (x->deadline != y->deadline)
+        return x->deadline < y->deadline;
+    return x->accepted_seq < y->accepted_seq;
+}
+
+static Queue *queue_get(WorkState *ws, const char *name)
+{
+    Queue *q = hmap_get(&ws->queues, name);
+    if (!q) {
+        q = xcalloc(1, sizeof *q);
+        q->name = xstrdup(name);
+        heap_init(&q->ready, ready_less, item_index);
+        heap_init(&q->delayed, delayed_less, item_index);
+        hmap_put(&ws->queues, q->name, q);
+    }
+    return q;
+}
+
+static void unplace(WorkState *ws, WorkItem *it)
+{
+    Queue *q = hmap_get(&ws->queues, it->queue);
+    switch (it->where) {
+    case IN_READY:
+        heap_remove(&q->ready, it);
+        break;
+    case IN_DELAYED:
+        heap_remove(&q->delayed, it);
+        break;
+    case IN_RUNNING:
+        heap_remove(&ws->running, it);
+        break;
+    }
+    it->where = IN_NONE;
+}
+
+/* Puts a pending item where it belongs: delayed if it has a run_at, else ready.
+ * ws_advance moves delayed items whose time has come. */
+static void place_pending(WorkState *ws, WorkItem *it)
+{
+    Queue *q = queue_get(ws, it->queue);
+    it->status = WORK_PENDING;
+    if (it->run_at) {
+        heap_push(&q->delayed, it);
+        it->where = IN_DELAYED;
+    } else {
+        heap_push(&q->ready, it);
+        it->where = IN_READY;
+    }
+}
+
+static void item_free(WorkItem *it)
+{
+    free(it->id);
+    free(it->queue);
+    json_decref(it->payload);
+    free(it->worker_id);
+    free(it->last_error);
+    free(it);
+}
+
+static void worker_free(Worker *w)
+{
+    free(w->id);
+    free(w->instance);
+    strv_free(w->queues);
+    json_decref(w->running);
+    free(w);
+}
+
+/* ---- lifetime ---- */
+
+WorkState *ws_new(const WsConfig *cfg)
+{
+    WorkState *ws = xcalloc(1, sizeof *ws);
+    ws->cfg = *cfg;
+    hmap_init(&ws->items);
+    hmap_init(&ws->queues);
+    hmap_init(&ws->workers);
+    heap_init(&ws->running, deadline_less, item_index);
+    return ws;
+}
+
+void ws_free(WorkState *ws)
+{
+    if (!ws)
+        return;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);)
+        item_free(v);
+    for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
+        Queue *q = v;
+        heap_free(&q->ready);
+        heap_free(&q->delayed);
+        free(q->name);
+        free(q);
+    }
+    for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
+        worker_free(v);
+    hmap_free(&ws->items);
+    hmap_free(&ws->queues);
+    hmap_free(&ws->workers);
+    heap_free(&ws->running);
+    free(ws);
+}
+
+/* ---- helpers ---- */
+
+int64_t ws_backoff_ms(const WsConfig *cfg, const char *work_id, int attempt)
+{
+    int64_t d = cfg->backoff_base_ms;
+    for (int i = 1; i < attempt && d < cfg->backoff_max_ms; i++)
+        d *= 2;
+    if (d > cfg->backoff_max_ms)
+        d = cfg->backoff_max_ms;
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = work_id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    h = (h ^ (uint64_t)attempt) * 1099511628211ULL;
+    double jitter = 0.5 + 0.5 * (double)(h >> 11) / 9007199254740992.0;
+    return (int64_t)((double)d * jitter);
+}
+
+const char *ws_item_status(const WorkItem *it, int64_t now)
+{
+    if (it->status == WORK_RUNNING)
+        return "running";
+    return it->run_at > now ? "scheduled" : "pending";
+}
+
+static const KnownWork *find_known(const KnownWork *known, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(known[i].id, id) == 0)
+            return &known[i];
+    return NULL;
+}
+
+/* Appends the events that end the current attempt: failed/timed_out, then dead
+ * when no attempt is left or retry is refused. */
+static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type,
+                        const char *error, bool retry, int64_t now, EventList *out)
+{
+    bool again = retry && it->attempt < it->max_attempts;
+    Event *e = eventlist_push(out);
+    e->type = type;
+    e->at = now;
+    e->work_id = xstrdup(it->id);
+    e->attempt = it->attempt;
+    e->error = xstrdup(error);
+    e->retry_at = again ? now + ws_backoff_ms(&ws->cfg, it->id, it->attempt) : 0;
+    if (!again) {
+        Event *d = eventlist_push(out);
+        d->type = EV_DEAD;
+        d->at = now;
+        d->work_id = xstrdup(it->id);
+        d->error = xstrdup(error);
+    }
+}
+
+/* ---- deciding ---- */
+
+int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
+                     const KnownWork *known, size_t n_known, int64_t now, EventList *out,
+                     SubmitResult *results, Err *err)
+{
+    size_t first = out->len, created = 0;
+    HMap seen; /* ids accepted earlier in this same request */
+    hmap_init(&seen);
+    for (size_t i = 0; i < n; i++) {
+        const SubmitItem *s = &items[i];
+        const WorkItem *open = hmap_get(&ws->items, s->id);
+        const SubmitItem *twin = hmap_get(&seen, s->id);
+        const KnownWork *k = open || twin ? NULL : find_known(known, n_known, s->id);
+        json_t *existing = open ? open->payload : twin ? twin->payload : k ? k->payload : NULL;
+        if (open || twin || k) {
+            if (!json_equal(existing, s->payload)) {
+                err_set(err, 409, "conflict",
+                        "work '%s' already exists with a different payload; use another id",
+                        s->id);
+                goto refuse;
+            }
+            results[i].created = false;
+            results[i].status = open ? ws_item_status(open, now)
+                                : twin ? results[(const SubmitItem *)twin - items].status
+                                       : k->status;
+            continue;
+        }
+        if (ws->items.len + created + 1 > (size_t)ws->cfg.max_open) {
+            err_set(err, 429, "queue-full",
+                    "the queue holds %zu open work items, its limit; retry later",
+                    ws->items.len);
+            goto refuse;
+        }
+        Event *e = eventlist_push(out);
+        e->type = EV_ACCEPTED;
+        e->at = now;
+        e->work_id = xstrdup(s->id);
+        e->queue = xstrdup(s->queue);
+        e->priority = s->priority;
+        e->payload = json_incref(s->payload);
+        e->run_at = s->run_at > now ? s->run_at : 0;
+        e->timeout_ms = s->timeout_ms;
+        e->max_attempts = s->max_attempts;
+        results[i].created = true;
+        results[i].status = e->run_at ? "scheduled" : "pending";
+        hmap_put(&seen, s->id, (void *)s);
+        created++;
+    }
+    hmap_free(&seen);
+    return 0;
+refuse:
+    hmap_free(&seen);
+    while (out->len > first)
+        event_clear(&out->items[--out->len]);
+    return -1;
+}
+
+int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, EventList *out,
+                     Err *err)
+{
+    const WorkItem *it = hmap_get(&ws->items, work_id);
+    if (!it)
+        return err_set(err, 404, "not-found", "no open work '%s'", work_id);
+    if (it->status == WORK_RUNNING)
+        return err_set(err, 409, "not-cancellable",
+                       "work '%s' is running (attempt %d) and cannot be cancelled", work_id,
+                       it->attempt);
+    Event *e = eventlist_push(out);
+    e->type = EV_CANCELLED;
+    e->at = now;
+    e->work_id = xstrdup(work_id);
+    return 0;
+}
+
+void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known,
+                      int64_t now, EventList *out, ReportResult *res)
+{
+    res->accepted = false;
+    res->status = NULL;
+    const WorkItem *it = hmap_get(&ws->items, r->work_id);
+    if (!it) {
+        /* Finished already: a repeat of the report that finished it is
+         * acknowledged; anything else is about an attempt that lost. */
+        if (known && known->attempts == r->attempt &&
+            ((r->completed && !strcmp(known->status, "completed")) ||
+             (!r->completed && !strcmp(known->status, "dead")))) {
+            res->accepted = true;
+            res->status = known->status;
+        }
+        return;
+    }
+    if (it->status != WORK_RUNNING || it->attempt != r->attempt)
+        return;
+    if (r->completed) {
+        Event *e = eventlist_push(out);
+        e->type = EV_COMPLETED;
+        e->at = now;
+        e->work_id = xstrdup(it->id);
+        e->attempt = it->attempt;
+        e->worker_id = xstrdup(it->worker_id);
+        e->result = json_incref(r->result ? r->result : json_null());
+        res->status = "completed";
+    } else {
+        size_t before = out->len;
+        end_attempt(ws, it, EV_FAILED, r->error ? r->error : "failed", r->retry, now, out);
+        res->status = out->len - before == 2 ? "dead" : "scheduled";
+    }
+    res->accepted = true;
+}
+
+bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues,
+                     int64_t now, EventList *out)
+{
+    const WorkItem *best = NULL;
+    if (queues && queues[0]) {
+        for (size_t i = 0; queues[i]; i++) {
+            const Queue *q = hmap_get(&ws->queues, queues[i]);
+            const WorkItem *top = q ? heap_peek(&q->ready) : NULL;
+            if (top && (!best || ready_less(top, best)))
+                best = top;
+        }
+    } else {
+        const char *k;
+        void *v;
+        for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
+            const WorkItem *top = heap_peek(&((Queue *)v)->ready);
+            if (top && (!best || ready_less(top, best)))
+                best = top;
+        }
+    }
+    if (!best)
+        return false;
+    Event *e = eventlist_push(out);
+    e->type = EV_STARTED;
+    e->at = now;
+    e->work_id = xstrdup(best->id);
+    e->attempt = best->attempt + 1;
+    e->worker_id = xstrdup(worker_id);
+    e->deadline = now + best->timeout_ms + ws->cfg.lease_grace_ms;
+    return true;
+}
+
+static bool worker_expired(const WorkState *ws, const Worker *w, int64_t now)
+{
+    return w->last_seen + ws->cfg.worker_timeout_ms <= now;
+}
+
+void ws_decide_timers(const WorkState *ws, int64_t now, EventList *out)
+{
+    /* Every running item is visited only when something is due: the heap top
+     * tells whether any deadline passed; a silent worker is rare. */
+    bool any_worker_gone = false;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
+        if (worker_expired(ws, v, now))
+            any_worker_gone = true;
+    const WorkItem *top = heap_peek(&ws->running);
+    if (!any_worker_gone && (!top || top->deadline > now))
+        return;
+    for (size_t i = 0; i < ws->running.len; i++) {
+        const WorkItem *it = ws->running.items[i];
+        if (it->deadline <= now) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "attempt %d timed out: no result within %lld ms",
+                     it->attempt, (long long)(it->deadline - it->started_at));
+            end_attempt(ws, it, EV_TIMED_OUT, msg, true, now, out);
+            continue;
+        }
+        const Worker *w = hmap_get(&ws->workers, it->worker_id);
+        if (!w || worker_expired(ws, w, now)) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "worker %s lost: no heartbeat for %lld ms", it->worker_id,
+                     (long long)ws->cfg.worker_timeout_ms);
+            end_attempt(ws, it, EV_FAILED, msg, true, now, out);
+        }
+    }
+}
+
+/* ---- applying ---- */
+
+void ws_apply(WorkState *ws, const Event *e)
+{
+    WorkItem *it = e->work_id ? hmap_get(&ws->items, e->work_id) : NULL;
+    switch (e->type) {
+    case EV_TERM:
+        return;
+    case EV_ACCEPTED:
+        if (it)
+            return;
+        it = xcalloc(1, sizeof *it);
+        it->id = xstrdup(e->work_id);
+        it->queue = xstrdup(e->queue);
+        it->priority = e->priority;
+        it->payload = json_incref(e->payload);
+        it->run_at = e->run_at;
+        it->timeout_ms = e->timeout_ms;
+        it->max_attempts = e->max_attempts;
+        it->accepted_seq = e->seq;
+        it->created_at = e->at;
+        it->heap_idx = HEAP_NONE;
+        hmap_put(&ws->items, it->id, it);
+        place_pending(ws, it);
+        return;
+    case EV_STARTED:
+        if (!it || it->status != WORK_PENDING)
+            return;
+        unplace(ws, it);
+        it->status = WORK_RUNNING;
+        it->attempt = e->attempt;
+        free(it->worker_id);
+        it->worker_id = xstrdup(e->worker_id);
+        it->deadline = e->deadline;
+        it->started_at = e->at;
+        it->run_at = 0;
+        heap_push(&ws->running, it);
+        it->where = IN_RUNNING;
+        return;
+    case EV_FAILED:
+    case EV_TIMED_OUT:
+        if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
+            return;
+        unplace(ws, it);
+        free(it->last_error);
+        it->last_error = xstrdup(e->error);
+        free(it->worker_id);
+        it->worker_id = NULL;
+        it->deadline = 0;
+        it->status = WORK_PENDING;
+        if (e->retry_at) {
+            it->run_at = e->retry_at;
+            place_pending(ws, it);
+        }
+        /* else: a dead event follows in the same commit; the item waits in no heap */
+        return;
+    case EV_COMPLETED:
+        if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
+            return;
+        break;
+    case EV_DEAD:
+    case EV_CANCELLED:
+        if (!it)
+            return;
+        break;
+    }
+    /* Finished: forget it; the database keeps the record. */
+    unplace(ws, it);
+    hmap_del(&ws->items, it->id);
+    item_free(it);
+}
+
+void ws_advance(WorkState *ws, int64_t now)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
+        Queue *q = v;
+        WorkItem *it;
+        while ((it = heap_peek(&q->delayed)) && it->run_at <= now) {
+            heap_pop(&q->delayed);
+            it->run_at = 0;
+            heap_push(&q->ready, it);
+            it->where = IN_READY;
+        }
+    }
+    /* Forget silent workers once their attempts have been ended. */
+    for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
+        Worker *w = v;
+        if (!worker_expired(ws, w, now))
+            continue;
+        bool holds = false;
+        for (size_t j = 0; j < ws->running.len && !holds; j++)
+            holds = !strcmp(((WorkItem *)ws->running.items[j])->worker_id, w->id);
+        if (!holds) {
+            hmap_del(&ws->workers, w->id);
+            worker_free(w);
+            i = 0; /* the table was rearranged: start over (rare) */
+        }
+    }
+}
+
+int64_t ws_next_deadline(const WorkState *ws)
+{
+    int64_t t = INT64_MAX;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
+        const WorkItem *it = heap_peek(&((Queue *)v)->delayed);
+        if (it && it->run_at < t)
+            t = it->run_at;
+    }
+    const WorkItem *r = heap_peek(&ws->running);
+    if (r && r->deadline < t)
+        t = r->deadline;
+    for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
+        const Worker *w = v;
+        if (w->last_seen + ws->cfg.worker_timeout_ms < t)
+            t = w->last_seen + ws->cfg.worker_timeout_ms;
+    }
+    return t;
+}
+
+/* ---- the worker registry ---- */
+
+/* Fails every attempt held by worker_id (events to out). */
+static void fail_attempts_of(const WorkState *ws, const char *worker_id, const char *why,
+                             int64_t now, EventList *out)
+{
+    for (size_t i = 0; i < ws->running.len; i++) {
+        const WorkItem *it = ws->running.items[i];
+        if (!strcmp(it->worker_id, worker_id))
+            end_attempt(ws, it, EV_FAILED, why, true, now, out);
+    }
+}
+
+void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
+                    char *const *queues, json_t *running, int64_t now, EventList *out)
+{
+    Worker *w = hmap_get(&ws->workers, worker_id);
+    if (!w) {
+        w = xcalloc(1, sizeof *w);
+        w->id = xstrdup(worker_id);
+        hmap_put(&ws->workers, w->id, w);
+    } else if (instance && w->instance && strcmp(instance, w->instance) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "worker %s restarted: its previous instance is gone",
+                 worker_id);
+        fail_attempts_of(ws, worker_id, why, now, out);
+    }
+    if (instance && (!w->instance || strcmp(instance, w->instance) != 0)) {
+        free(w->instance);
+        w->instance = xstrdup(instance);
+    }
+    if (capacity > 0)
+        w->capacity = capacity;
+    if (queues) {
+        strv_free(w->queues);
+        size_t n = strv_len(queues);
+        w->queues = xcalloc(n + 1, sizeof *w->queues);
+        for (size_t i = 0; i < n; i++)
+            w->queues[i] = xstrdup(queues[i]);
+    }
+    if (running) {
+        json_decref(w->running);
+        w->running = json_incref(running);
+    }
+    w->last_seen = now;
+}
+
+void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out)
+{
+    Worker *w = hmap_del(&ws->workers, worker_id);
+    if (!w)
+        return;
+    char why[256];
+    snprintf(why, sizeof why, "worker %s left while running the attempt", worker_id);
+    fail_attempts_of(ws, worker_id, why, now, out);
+    worker_free(w);
+}
+
+const Worker *ws_worker_get(const WorkState *ws, const char *worker_id)
+{
+    return hmap_get(&ws->workers, worker_id);
+}
+
+const Worker *ws_worker_next(const WorkState *ws, size_t *pos)
+{
+    void *v;
+    return hmap_next(&ws->workers, pos, NULL, &v) ? v : NULL;
+}
+
+void ws_adopt_running_workers(WorkState *ws, int64_t now)
+{
+    for (size_t i = 0; i < ws->running.len; i++) {
+        const WorkItem *it = ws->running.items[i];
+        if (!hmap_get(&ws->workers, it->worker_id)) {
+            Worker *w = xcalloc(1, sizeof *w);
+            w->id = xstrdup(it->worker_id);
+            w->last_seen = now;
+            hmap_put(&ws->workers, w->id, w);
+        }
+    }
+}
+
+/* ---- reading ---- */
+
+const WorkItem *ws_get(const WorkState *ws, const char *work_id)
+{
+    return hmap_get(&ws->items, work_id);
+}
+
+size_t ws_open_count(const WorkState *ws)
+{
+    return ws->items.len;
+}
+
+json_t *ws_queue_stats(const WorkState *ws, int64_t now)
+{
+    json_t *out = json_object();
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);) {
+        const WorkItem *it = v;
+        json_t *q = json_object_get(out, it->queue);
+        if (!q) {
+            q = json_pack("{s:i, s:i, s:i}", "pending", 0, "scheduled", 0, "running", 0);
+            json_object_set_new(out, it->queue, q);
+        }
+        const char *st = ws_item_status(it, now);
+        json_object_set_new(q, st, json_integer(json_integer_value(json_object_get(q, st)) + 1));
+    }
+    return out;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    const WorkItem *x = *(WorkItem *const *)a, *y = *(WorkItem *const *)b;
+    return (x->accepted_seq > y->accepted_seq) - (x->accepted_seq < y->accepted_seq);
+}
+
+json_t *ws_dump(const WorkState *ws)
+{
+    size_t n = ws->items.len, j = 0;
+    WorkItem **all = xcalloc(n + 1, sizeof *all);
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);)
+        all[j++] = v;
+    qsort(all, n, sizeof *all, by_seq);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const WorkItem *it = all[i];
+        json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:i, s:O, s:I, s:I, s:i, s:I, s:s, s:i, s:s?, s:I, s:s?, "
+                           "s:i}",
+                           "id", it->id, "queue", it->queue, "priority", it->priority,
+                           "payload", it->payload, "run_at", (json_int_t)it->run_at,
+                           "timeout_ms", (json_int_t)it->timeout_ms, "max_attempts",
+                           it->max_attempts, "accepted_seq", (json_int_t)it->accepted_seq,
+                           "status", it->status == WORK_RUNNING ? "running" : "pending",
+                           "attempt", it->attempt, "worker_id", it->worker_id, "deadline",
+                           (json_int_t)it->deadline, "last_error", it->last_error, "where",
+                           it->where));
+    }
+    free(all);
+    return arr;
+}
+
+void ws_restore(WorkState *ws, const WorkItem *src)
+{
+    if (hmap_get(&ws->items, src->id))
+        return;
+    WorkItem *it = xcalloc(1, sizeof *it);
+    *it = *src;
+    it->id = xstrdup(src->id);
+    it->queue = xstrdup(src->queue);
+    it->payload = json_incref(src->payload);
+    it->worker_id = xstrdup(src->worker_id);
+    it->last_error = xstrdup(src->last_error);
+    it->heap_idx = HEAP_NONE;
+    it->where = IN_NONE;
+    hmap_put(&ws->items, it->id, it);
+    if (it->status == WORK_RUNNING) {
+        it->run_at = 0;
+        heap_push(&ws->running, it);
+        it->where = IN_RUNNING;
+        queue_get(ws, it->queue);
+    } else {
+        place_pending(ws, it);
+    }
+}

@@ -1,0 +1,189 @@
+/* workstate: the WorkManager's state, as a pure module. No I/O, no clock, no
+ * randomness: time comes in as `now`, and jitter is derived from the work id.
+ *
+ * It holds open work only (pending, scheduled, running) and the registry of
+ * live workers. Finished work lives in the database; what the manager knows of
+ * it is passed in as KnownWork.
+ *
+ * The rules: a ws_decide_* function reads the state and appends the events a
+ * command produces (or refuses it with an Err) without changing anything;
+ * ws_apply folds one event into the state. Replaying a log through ws_apply
+ * rebuilds the state. The worker registry is not event-sourced (as in the
+ * Pekko sample): it is rebuilt from heartbeats, and ws_worker_* change it. */
+#ifndef WORKD_WORKSTATE_H
+#define WORKD_WORKSTATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "event.h"
+
+typedef struct WsConfig {
+    int64_t max_open;          /* open work limit; past it submissions are refused */
+    int64_t lease_grace_ms;    /* attempt deadline = start + timeout + this */
+    int64_t backoff_base_ms;   /* first retry delay (before jitter) */
+    int64_t backoff_max_ms;    /* retry delay cap */
+    int64_t worker_timeout_ms; /* a worker silent this long is gone */
+} WsConfig;
+
+typedef enum { WORK_PENDING, WORK_RUNNING } WorkStatus;
+
+/* One open work item. Owned by the WorkState; pointers stay valid until the
+ * event that finishes the work is applied. */
+typedef struct WorkItem {
+    char *id;
+    char *queue;
+    int priority;
+    json_t *payload;
+    int64_t run_at; /* 0: ready now */
+    int64_t timeout_ms;
+    int max_attempts;
+    int64_t accepted_seq;
+    int64_t created_at;
+    WorkStatus status;
+    int attempt;      /* attempts started so far (the current one if running) */
+    char *worker_id;  /* running: who holds the attempt */
+    int64_t deadline; /* running: when the attempt times out */
+    int64_t started_at;
+    char *last_error;
+    /* private */
+    size_t heap_idx;
+    int where; /* which heap holds it */
+} WorkItem;
+
+typedef struct Worker {
+    char *id;
+    char *instance; /* NULL: learned from the log at recovery, not heard from yet */
+    int capacity;
+    char **queues;  /* NULL-terminated; empty: every queue */
+    int64_t last_seen;
+    json_t *running; /* the attempts it last said it runs (array), for display */
+} Worker;
+
+typedef struct WorkState WorkState;
+
+/* What the manager found in the database about an id that is not open. */
+typedef struct KnownWork {
+    const char *id;
+    const char *status; /* "completed", "dead", "cancelled" */
+    int attempts;
+    json_t *payload;    /* borrowed */
+} KnownWork;
+
+typedef struct SubmitItem {
+    char *id; /* always set: the front-end generates one when the client did not */
+    char *queue;
+    int priority;
+    json_t *payload;
+    int64_t run_at; /* 0: now */
+    int64_t timeout_ms;
+    int max_attempts;
+} SubmitItem;
+
+typedef struct SubmitResult {
+    bool created;       /* false: the id existed and this is the same work */
+    const char *status; /* static string: "pending", "scheduled", "running", "completed", ... */
+} SubmitResult;
+
+typedef struct Report {
+    const char *work_id;
+    int attempt;
+    const char *worker_id; /* may be NULL */
+    bool completed;        /* else failed */
+    json_t *result;        /* completed: borrowed */
+    const char *error;     /* failed */
+    bool retry;            /* failed: may it be retried */
+} Report;
+
+typedef struct ReportResult {
+    bool accepted;      /* recorded now, or was already: stop sending */
+    const char *status; /* the work's status after it, when accepted */
+} ReportResult;
+
+/* ---- lifetime ---- */
+WorkState *ws_new(const WsConfig *cfg);
+void ws_free(WorkState *ws);
+
+/* ---- deciding (pure: the state is not changed) ---- */
+
+/* Accepts n items atomically: either every item is accepted or exists already
+ * (results[i] says which), or nothing is and err says why: "conflict" (409,
+ * same id with another payload) or "queue-full" (429). known[] lists what the
+ * database holds for ids that are not open. */
+int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
+                     const KnownWork *known, size_t n_known, int64_t now, EventList *out,
+                     SubmitResult *results, Err *err) WARN_UNUSED;
+
+/* Cancels open work that has not started. Refusals: 404 "not-found" when the
+ * id is not open (the caller tells apart finished from unknown), 409
+ * "not-cancellable" when it runs. */
+int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, EventList *out,
+                     Err *err) WARN_UNUSED;
+
+/* A worker's completion or failure of an attempt. A report for an attempt that
+ * is not current is not accepted ("superseded"); the duplicate of a recorded
+ * completion is accepted with no event. known: the database row when the work
+ * is not open (may be NULL). */
+void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known,
+                      int64_t now, EventList *out, ReportResult *res);
+
+/* Hands at most one ready job from the worker's queues (all if queues is
+ * empty or NULL) to the worker: appends one started event and returns true, or
+ * returns false when nothing is ready. Call ws_advance() first. */
+bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues,
+                     int64_t now, EventList *out);
+
+/* Attempts whose deadline passed, and attempts of workers that went silent:
+ * appends their timed_out / failed (and dead) events. */
+void ws_decide_timers(const WorkState *ws, int64_t now, EventList *out);
+
+/* ---- applying ---- */
+/* Folds one committed event into the state. Events that do not fit (unknown
+ * id, stale attempt) are ignored, which is what replay of an old log needs. */
+void ws_apply(WorkState *ws, const Event *e);
+
+/* Makes scheduled work whose time has come ready, and forgets workers that are
+ * silent past the timeout and hold no attempt. Call before deciding. */
+void ws_advance(WorkState *ws, int64_t now);
+
+/* The earliest time at which ws_advance or ws_decide_timers would do
+ * something (INT64_MAX if never). Drives the manager's sleep. */
+int64_t ws_next_deadline(const WorkState *ws);
+
+/* ---- the worker registry ---- */
+/* Registers or refreshes a worker. If it comes back as another instance (the
+ * process restarted), the attempts the old instance held are failed: their
+ * events are appended to out (apply them after committing). queues and
+ * running are copied. */
+void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
+                    char *const *queues, json_t *running, int64_t now, EventList *out);
+/* Deregisters a worker; the attempts it still holds are failed (events to out). */
+void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out);
+const Worker *ws_worker_get(const WorkState *ws, const char *worker_id);
+/* Iteration over workers: for (size_t i = 0; (w = ws_worker_next(ws, &i));) */
+const Worker *ws_worker_next(const WorkState *ws, size_t *pos);
+/* After recovery: every worker named by a running attempt gets a placeholder
+ * that must heartbeat within the worker timeout from now. */
+void ws_adopt_running_workers(WorkState *ws, int64_t now);
+
+/* ---- reading ---- */
+const WorkItem *ws_get(const WorkState *ws, const char *work_id);
+size_t ws_open_count(const WorkState *ws);
+/* "pending", "scheduled" or "running" as seen at time now. */
+const char *ws_item_status(const WorkItem *it, int64_t now);
+/* Counts by queue: {"queue": {"pending": n, "scheduled": n, "running": n}}. New reference. */
+json_t *ws_queue_stats(const WorkState *ws, int64_t now);
+/* A canonical JSON image of the open work, for tests comparing states. */
+json_t *ws_dump(const WorkState *ws);
+
+/* Inserts an open item as the projection holds it (recovery). Takes copies. */
+void ws_restore(WorkState *ws, const WorkItem *item);
+
+/* Deterministic retry delay for the given attempt: exponential, capped, with
+ * jitter in [50%, 100%] derived from the id. */
+int64_t ws_backoff_ms(const WsConfig *cfg, const char *work_id, int attempt);
+
+#endif

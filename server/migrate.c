@@ -1,0 +1,78 @@
+/* migrate: see migrate.h. */
+#include "migrate.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "db.h"
+#include "log.h"
+
+static int exec_simple(PGconn *c, const char *sql, const char *what, Err *err)
+{
+    PGresult *r = PQexec(c, sql);
+    int rc = db_check(c, r, what, err);
+    PQclear(r);
+    return rc;
+}
+
+int migrate_run(const char *database_url, int *applied, Err *err)
+{
+    *applied = 0;
+    PGconn *c = db_connect(database_url, "migrate", err);
+    if (!c)
+        return -1;
+    int rc = -1;
+    char lock[128];
+    snprintf(lock, sizeof lock, "SELECT pg_advisory_lock(%d, %d)", DB_LOCK_CLASS, DB_LOCK_MIGRATE);
+    if (exec_simple(c, "SET client_min_messages = warning", "configuring", err) ||
+        exec_simple(c, lock, "taking the migration lock", err))
+        goto done;
+    if (exec_simple(c,
+                    "CREATE TABLE IF NOT EXISTS workd_migrations ("
+                    " version integer PRIMARY KEY, name text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())",
+                    "creating workd_migrations", err))
+        goto unlock;
+    for (size_t i = 0; i < workd_migrations_count; i++) {
+        const Migration *m = &workd_migrations[i];
+        char v[16];
+        snprintf(v, sizeof v, "%d", m->version);
+        const char *params[] = {v, m->name};
+        PGresult *r = db_exec(c, "SELECT 1 FROM workd_migrations WHERE version = $1::int", 1,
+                              params, "reading workd_migrations", err);
+        if (!r)
+            goto unlock;
+        bool done = PQntuples(r) > 0;
+        PQclear(r);
+        if (done)
+            continue;
+        if (exec_simple(c, "BEGIN", "BEGIN", err))
+            goto unlock;
+        char what[160];
+        snprintf(what, sizeof what, "applying migration %s", m->name);
+        if (exec_simple(c, m->sql, what, err)) {
+            PQclear(PQexec(c, "ROLLBACK"));
+            goto unlock;
+        }
+        r = db_exec(c, "INSERT INTO workd_migrations (version, name) VALUES ($1::int, $2)", 2,
+                    params, "recording the migration", err);
+        if (!r) {
+            PQclear(PQexec(c, "ROLLBACK"));
+            goto unlock;
+        }
+        PQclear(r);
+        if (exec_simple(c, "COMMIT", "COMMIT", err))
+            goto unlock;
+        log_info("applied migration %s", m->name);
+        (*applied)++;
+    }
+    rc = 0;
+unlock:
+    snprintf(lock, sizeof lock, "SELECT pg_advisory_unlock(%d, %d)", DB_LOCK_CLASS,
+             DB_LOCK_MIGRATE);
+    PQclear(PQexec(c, lock));
+done:
+    PQfinish(c);
+    return rc;
+}

@@ -327,6 +327,13 @@ static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     json_t *jobs = json_object_get(c->reply, "jobs");
     EventList tmp;
     eventlist_init(&tmp);
+    /* A waiting pull proves nothing about liveness (the worker may have died
+     * while it waited), so the worker may have been forgotten meanwhile: it is
+     * registered again when it is given work. */
+    if (!ws_worker_get(m->ws, c->worker_id)) {
+        ws_worker_seen(m->ws, c->worker_id, c->instance, c->max, c->queues, NULL, now, &tmp);
+        emit(m, &tmp, now);
+    }
     while ((int)json_array_size(jobs) < c->max &&
            ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
         char *id = xstrdup(tmp.items[0].work_id);
@@ -567,8 +574,7 @@ static void serve_waiters(Manager *m, int64_t now)
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
-        if (fill_pull(m, c, now) > 0 || c->deadline <= now ||
-            !ws_worker_get(m->ws, c->worker_id)) {
+        if (fill_pull(m, c, now) > 0 || c->deadline <= now) {
             queue_done(m, c);
         } else {
             if (keep_tail)

@@ -1,0 +1,108 @@
+"""workd-specific helpers for integration tests: the API calls tests make
+over and over, each checking its status and saying what went wrong."""
+
+import json
+import time
+
+from harness import http, wait_until
+
+JSON = {"Content-Type": "application/json"}
+
+
+def expect(resp, status, what):
+    """Assert resp.status == status, showing the body when it is not."""
+    assert resp.status == status, f"{what}: expected HTTP {status}, got {resp.status}: {resp.text[:500]}"
+    return resp
+
+
+def submit(url, item, headers=None, status=202):
+    r = http("POST", url + "/work", item, {**JSON, **(headers or {})})
+    return expect(r, status, f"POST /work {json.dumps(item)[:200]}").json()
+
+
+def get_work(url, work_id, wait=None):
+    q = f"?wait={wait}" if wait is not None else ""
+    r = http("GET", f"{url}/work/{work_id}{q}", timeout=(wait or 0) + 30)
+    return expect(r, 200, f"GET /work/{work_id}").json()
+
+
+def heartbeat(url, worker, capacity=1, instance="i1", queues=None, running=()):
+    body = {"instance": instance, "capacity": capacity, "running": list(running)}
+    if queues is not None:
+        body["queues"] = queues
+    r = http("PUT", f"{url}/workers/{worker}", body, JSON)
+    return expect(r, 200, f"heartbeat of {worker}").json()
+
+
+def pull(url, worker, max_jobs=1, wait=0, instance="i1", queues=None):
+    body = {"instance": instance, "max": max_jobs, "wait": wait}
+    if queues is not None:
+        body["queues"] = queues
+    r = http("POST", f"{url}/workers/{worker}/pull", body, JSON, timeout=wait + 30)
+    return expect(r, 200, f"pull by {worker}").json()["jobs"]
+
+
+def report(url, worker, reports):
+    r = http("POST", f"{url}/workers/{worker}/reports", {"reports": reports}, JSON)
+    return expect(r, 200, f"reports by {worker}").json()["results"]
+
+
+def complete(url, worker, job, result):
+    return report(url, worker, [{"id": job["id"], "attempt": job["attempt"],
+                                 "outcome": "completed", "result": result}])[0]
+
+
+def wait_status(url, work_id, status, timeout=20):
+    """Poll GET /work/{id} until its status is `status`; return the work."""
+    box = {}
+
+    def done():
+        box["w"] = get_work(url, work_id)
+        return box["w"]["status"] == status
+    wait_until(done, timeout, what=f"work {work_id} to be {status} (last: {box.get('w')})")
+    return box["w"]
+
+
+def events_of(cluster, types=None):
+    """Rows of the event table as dicts, oldest first."""
+    where = ""
+    if types:
+        where = "WHERE type IN (" + ",".join(f"'{t}'" for t in types) + ")"
+    out = cluster.psql("SELECT coalesce(json_agg(json_build_object('seq', seq, 'term', term, "
+                       "'type', type, 'work_id', work_id, 'data', data) ORDER BY seq), '[]') "
+                       f"FROM workd_events {where}")
+    return json.loads(out)
+
+
+def completions_by_id(cluster):
+    """{work_id: number of completed events} from the event log."""
+    rows = cluster.psql("SELECT work_id, count(*) FROM workd_events WHERE type = 'completed' "
+                        "GROUP BY work_id")
+    counts = {}
+    for line in rows.splitlines():
+        wid, n = line.split("|")
+        counts[wid] = int(n)
+    return counts
+
+
+def leader_of(urls):
+    """The URL among `urls` whose /readyz says it is the leader, or None."""
+    for u in urls:
+        try:
+            r = http("GET", u + "/readyz", timeout=2)
+            if r.status == 200 and r.json().get("is_leader"):
+                return u
+        except OSError:
+            pass
+    return None
+
+
+def wait_new_leader(urls, not_url=None, timeout=15):
+    box = {}
+
+    def found():
+        box["u"] = leader_of([u for u in urls if u != not_url])
+        return box["u"] is not None
+    t0 = time.monotonic()
+    wait_until(found, timeout, what="a leader to be elected")
+    return box["u"], time.monotonic() - t0

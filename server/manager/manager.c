@@ -327,17 +327,20 @@ static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     json_t *jobs = json_object_get(c->reply, "jobs");
     EventList tmp;
     eventlist_init(&tmp);
-    /* A waiting pull proves nothing about liveness (the worker may have died
-     * while it waited), so the worker may have been forgotten meanwhile: it is
-     * registered again when it is given work. */
-    if (!ws_worker_get(m->ws, c->worker_id)) {
-        ws_worker_seen(m->ws, c->worker_id, c->instance, c->max, c->queues, NULL, now, &tmp);
-        emit(m, &tmp, now);
-    }
+    bool seen = false;
     while ((int)json_array_size(jobs) < c->max &&
            ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
         char *id = xstrdup(tmp.items[0].work_id);
         emit(m, &tmp, now);
+        if (!seen) {
+            /* A waiting pull alone does not keep a worker alive (it may have
+             * died while it waited), but one that is handed work now counts as
+             * seen now: its new attempts get a full worker timeout. */
+            int cap = ws_worker_get(m->ws, c->worker_id) ? 0 : c->max;
+            ws_worker_seen(m->ws, c->worker_id, c->instance, cap, c->queues, NULL, now, &tmp);
+            emit(m, &tmp, now);
+            seen = true;
+        }
         json_array_append_new(jobs, job_json(ws_get(m->ws, id)));
         free(id);
     }

@@ -83,9 +83,10 @@ static int finish_config(ServerConfig *c, Err *err)
     c->role_manager = strv_contains(roles, "manager");
     for (size_t i = 0; roles[i]; i++)
         if (strcmp(roles[i], "frontend") && strcmp(roles[i], "manager")) {
+            err_set(err, 400, "bad-config", "--roles: unknown role '%s' (frontend, manager)",
+                    roles[i]);
             strv_free(roles);
-            return err_set(err, 400, "bad-config", "--roles: unknown role '%s' (frontend, manager)",
-                           roles[i]);
+            return -1;
         }
     strv_free(roles);
     if (!c->role_frontend && !c->role_manager)

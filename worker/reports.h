@@ -1,0 +1,67 @@
+/* reports: results waiting for the server's acknowledgement. A reporter thread
+ * sends them in batches to POST /workers/{id}/reports and keeps each one until
+ * the server accepts it (or answers that its attempt was superseded), retrying
+ * with capped backoff and jitter: a result is delivered at least once. */
+#ifndef WORKD_REPORTS_H
+#define WORKD_REPORTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "exec.h"
+#include "link.h"
+
+/* ---- the reporter ---- */
+
+/* Thread-safe: every function may be called from any thread. */
+typedef struct Reporter Reporter;
+
+/* url is the full reports URL and token the bearer token (may be NULL); both
+ * are copied. link is borrowed and must outlive the reporter. */
+Reporter *reporter_new(const char *url, const char *token, Link *link);
+/* Starts the sending thread. */
+int reporter_start(Reporter *r, Err *err) WARN_UNUSED;
+/* Queues the report of attempt (id, attempt) ending as o says: "completed" with
+ * o->result, or "failed" with o->error and o->retry. o stays the caller's. */
+void reporter_add(Reporter *r, const char *id, int64_t attempt, const ExecOutcome *o);
+/* Appends {"id": ..., "attempt": ...} to arr for every report not acknowledged yet. */
+void reporter_list(Reporter *r, json_t *arr);
+/* Number of reports not acknowledged yet. */
+size_t reporter_pending(Reporter *r);
+/* Waits until every report is acknowledged or timeout_ms passed; returns the
+ * number still unacknowledged. */
+size_t reporter_flush(Reporter *r, int64_t timeout_ms);
+/* Stops the thread, abandoning a request in flight, and logs every report that
+ * was never acknowledged. Idempotent. */
+void reporter_stop(Reporter *r);
+/* Stops it if needed and frees it. */
+void reporter_free(Reporter *r);
+
+/* ---- reading the server's answer (pure, for tests) ---- */
+
+typedef enum {
+    REPORT_ACCEPTED,   /* recorded (now or before): forget it */
+    REPORT_SUPERSEDED, /* the attempt is no longer current: drop it */
+    REPORT_RETRY,      /* anything else: send it again later */
+} ReportVerdict;
+
+typedef struct ReportKey {
+    const char *id;
+    int64_t attempt;
+} ReportKey;
+
+typedef struct ReportAnswer {
+    ReportVerdict verdict;
+    char reason[96]; /* for REPORT_RETRY: why, in words */
+} ReportAnswer;
+
+/* Reads the answer body to a batch of n reports sent in the order of keys into
+ * answers[n]. An entry that is missing, names another attempt or is refused for
+ * a reason other than "superseded" is REPORT_RETRY. Returns -1 (err says why)
+ * when body is not {"results": [...]}. */
+int reports_read_answer(const char *body, const ReportKey *keys, size_t n, ReportAnswer *answers,
+                        Err *err) WARN_UNUSED;
+
+#endif

@@ -1,0 +1,770 @@
+/* worker: see worker.h. Threads, each with its own HttpClient where it talks to
+ * the server: heartbeat (PUT /workers/{id}), pull (long-poll), reporter
+ * (reports.c), one executor per slot, and a stopper that carries out a stop.
+ *
+ * Locks: w->lock guards the slots' jobs and the fields marked below. Order:
+ * w->lock, then an ExecCtl's lock or the reporter's lock; never the reverse. */
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "demo.h"
+#include "exec.h"
+#include "httpc.h"
+#include "link.h"
+#include "log.h"
+#include "reports.h"
+#include "util.h"
+
+#define HEARTBEAT_DEFAULT_MS 2000 /* until the server says otherwise */
+#define HEARTBEAT_TIMEOUT_MS 5000
+#define PULL_SLACK_MS 15000    /* HTTP timeout of a pull beyond the wait asked for */
+#define EMPTY_PULL_MIN_MS 1000 /* an empty answer sooner than this: wait the rest */
+#define RETRY_AFTER_CAP_MS 60000
+#define FLUSH_TIMEOUT_MS 10000 /* graceful stop: how long to try delivering reports */
+#define DEREGISTER_TIMEOUT_MS 5000
+#define SLOT_STACK (1024 * 1024)
+
+typedef struct Job {
+    char *id;
+    int64_t attempt;
+    char *queue;
+    json_t *payload;    /* owned reference */
+    int64_t timeout_ms; /* <= 0: none */
+} Job;
+
+typedef struct Slot {
+    struct Worker *w;
+    pthread_t thread;
+    bool started;
+    pthread_cond_t cond; /* with w->lock: a job was handed over, or quit */
+    Job *job;            /* w->lock: the job this slot runs, NULL when idle */
+    bool quit;           /* w->lock */
+    ExecCtl ctl;
+    bool ctl_ready;
+} Slot;
+
+struct Worker {
+    /* Configuration, owned copies; read-only once threads run. */
+    WorkerConfig cfg;
+    char *server, *id, *token, *exec_cmd;
+    char **queues;
+    char instance[37];
+    char *url_worker, *url_pull, *url_reports;
+    char **env_base; /* our environment minus the worker's own WORKD_* settings */
+
+    Link link;
+    Reporter *reporter;
+    Slot *slots;
+    int nslots;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;    /* broadcast: a slot freed, registered, stop requested */
+    pthread_cond_t hb_cond; /* the heartbeat thread sleeps here */
+    int free_slots;         /* w->lock */
+    bool registered;        /* w->lock: a heartbeat succeeded */
+    bool stop_requested;    /* w->lock */
+    int64_t hb_interval_ms; /* w->lock */
+    atomic_bool pull_stop;  /* ends the pull thread and cancels its long-poll */
+    atomic_bool hb_stop;    /* ends the heartbeat thread */
+
+    pthread_t hb_thread, pull_thread, stop_thread;
+    bool hb_started, pull_started, stop_started;
+    int done_rd, done_wr;
+};
+
+/* ---- small helpers ---- */
+
+static char *url_join(const char *base, const char *a, const char *b, const char *c)
+{
+    SBuf s;
+    sbuf_init(&s);
+    sbuf_printf(&s, "%s%s%s%s", base, a, b ? b : "", c ? c : "");
+    return sbuf_steal(&s);
+}
+
+static void job_free(Job *j)
+{
+    if (!j)
+        return;
+    free(j->id);
+    free(j->queue);
+    json_decref(j->payload);
+    free(j);
+}
+
+/* Copies s into out (size n) on one line, cut with "..." past n-4 bytes, never
+ * in the middle of a UTF-8 character. For log lines. */
+static void abbreviate(const char *s, char *out, size_t n)
+{
+    size_t len = strlen(s), j = 0;
+    bool cut = len > n - 1;
+    size_t keep = cut ? n - 4 : len;
+    if (cut)
+        while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
+            keep--;
+    for (size_t i = 0; i < keep; i++)
+        out[j++] = (s[i] == '\n' || s[i] == '\r' || s[i] == '\t') ? ' ' : s[i];
+    if (cut) {
+        memcpy(out + j, "...", 3);
+        j += 3;
+    }
+    out[j] = '\0';
+}
+
+static json_t *queues_json(const Worker *w)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; w->queues[i]; i++)
+        json_array_append_new(a, json_string(w->queues[i]));
+    return a;
+}
+
+/* ---- heartbeat ---- */
+
+/* The body of PUT /workers/{id}. w->lock held. Running attempts include those
+ * whose report is not yet acknowledged, so that their leases stay alive. */
+static char *heartbeat_body(Worker *w)
+{
+    json_t *running = json_array();
+    for (int i = 0; i < w->nslots; i++) {
+        const Job *j = w->slots[i].job;
+        if (j)
+            json_array_append_new(
+                running, json_pack("{s:s, s:I}", "id", j->id, "attempt", (json_int_t)j->attempt));
+    }
+    size_t in_slots = json_array_size(running);
+    json_t *pending = json_array();
+    reporter_list(w->reporter, pending);
+    size_t k;
+    json_t *p;
+    json_array_foreach(pending, k, p)
+    {
+        bool dup = false;
+        for (size_t i = 0; i < in_slots && !dup; i++)
+            dup = json_equal(json_array_get(running, i), p);
+        if (!dup)
+            json_array_append(running, p);
+    }
+    json_decref(pending);
+    json_t *body = json_pack("{s:s, s:i, s:o}", "instance", w->instance, "capacity", w->nslots,
+                             "running", running);
+    if (w->queues[0])
+        json_object_set_new(body, "queues", queues_json(w));
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    return s;
+}
+
+/* Sends one heartbeat; returns when the next one is due, in ms from now. */
+static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Backoff *b,
+                              int64_t interval)
+{
+    HttpResp resp;
+    Err err;
+    err_clear(&err);
+    char why[600];
+    if (httpc_request(http, "PUT", w->url_worker, body, HEARTBEAT_TIMEOUT_MS, &resp, &err) != 0) {
+        if (atomic_load(&w->hb_stop))
+            return 0;
+        link_describe(NULL, &err, why, sizeof why);
+        link_unreachable(&w->link, LINK_HEARTBEAT, why);
+        int64_t d = backoff_next(b);
+        return d < interval ? d : interval;
+    }
+    if (resp.status != 200) {
+        link_describe(&resp, NULL, why, sizeof why);
+        link_refused(&w->link, LINK_HEARTBEAT, resp.status, why);
+        int64_t d = backoff_next(b);
+        if (resp.retry_after_ms > d)
+            d = resp.retry_after_ms;
+        httpc_resp_free(&resp);
+        return d < interval ? d : interval;
+    }
+    json_t *j = json_loads(resp.body, 0, NULL);
+    json_t *iv = json_object_get(j, "heartbeat_interval_ms");
+    if (json_is_integer(iv)) {
+        int64_t v = json_integer_value(iv);
+        interval = v < 100 ? 100 : v > 60000 ? 60000 : v;
+    }
+    json_decref(j);
+    httpc_resp_free(&resp);
+    link_ok(&w->link, LINK_HEARTBEAT);
+    backoff_reset(b);
+
+    pthread_mutex_lock(&w->lock);
+    w->hb_interval_ms = interval;
+    if (!w->registered) {
+        w->registered = true;
+        log_info("registered with %s as %s (capacity %d)", w->server, w->id, w->nslots);
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return interval;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    Worker *w = arg;
+    HttpClient *http = httpc_new(w->token);
+    httpc_set_cancel(http, &w->hb_stop);
+    Backoff b;
+    backoff_init(&b, 100, 5000);
+    int64_t next = mono_ms();
+    pthread_mutex_lock(&w->lock);
+    while (!atomic_load(&w->hb_stop)) {
+        if (mono_ms() < next) {
+            cond_wait_until(&w->hb_cond, &w->lock, next);
+            continue;
+        }
+        char *body = heartbeat_body(w);
+        int64_t interval = w->hb_interval_ms;
+        pthread_mutex_unlock(&w->lock);
+        int64_t delay = heartbeat_send(w, http, body, &b, interval);
+        free(body);
+        pthread_mutex_lock(&w->lock);
+        next = mono_ms() + delay;
+    }
+    pthread_mutex_unlock(&w->lock);
+    httpc_free(http);
+    return NULL;
+}
+
+/* ---- pull ---- */
+
+/* Reads one job of a pull answer; NULL (logged) if it cannot be run or reported. */
+static Job *job_parse(const json_t *o)
+{
+    const char *id = json_string_value(json_object_get(o, "id"));
+    json_t *att = json_object_get(o, "attempt");
+    if (!id || !id_valid(id) || !json_is_integer(att)) {
+        log_error("pull: ignoring a job without a valid id and attempt");
+        return NULL;
+    }
+    Job *j = xcalloc(1, sizeof *j);
+    j->id = xstrdup(id);
+    j->attempt = json_integer_value(att);
+    const char *q = json_string_value(json_object_get(o, "queue"));
+    j->queue = xstrdup(q ? q : "");
+    json_t *payload = json_object_get(o, "payload");
+    j->payload = payload ? json_incref(payload) : json_null();
+    json_t *t = json_object_get(o, "timeout_ms");
+    if (json_is_integer(t)) {
+        j->timeout_ms = json_integer_value(t);
+    } else {
+        /* No timeout given: the deadline is the next best bound. */
+        int64_t dl;
+        const char *d = json_string_value(json_object_get(o, "deadline"));
+        if (d && time_parse(d, &dl, NULL) == 0)
+            j->timeout_ms = dl - wall_ms() > 1 ? dl - wall_ms() : 1;
+    }
+    return j;
+}
+
+static void give_back(Worker *w, Job *j, const char *why)
+{
+    ExecOutcome o;
+    memset(&o, 0, sizeof o);
+    exec_outcome_fail(&o, true, "%s", why);
+    log_info("job %s attempt %lld given back: %s", j->id, (long long)j->attempt, why);
+    reporter_add(w->reporter, j->id, j->attempt, &o);
+    exec_outcome_free(&o);
+    job_free(j);
+}
+
+/* Hands the jobs of a pull answer to free slots; returns how many there were. */
+static size_t jobs_dispatch(Worker *w, json_t *jobs)
+{
+    size_t n = json_array_size(jobs);
+    for (size_t i = 0; i < n; i++) {
+        Job *j = job_parse(json_array_get(jobs, i));
+        if (!j)
+            continue;
+        pthread_mutex_lock(&w->lock);
+        Slot *s = NULL;
+        if (!atomic_load(&w->pull_stop))
+            for (int k = 0; k < w->nslots && !s; k++)
+                if (!w->slots[k].job && !w->slots[k].quit)
+                    s = &w->slots[k];
+        if (s) {
+            s->job = j;
+            w->free_slots--;
+            pthread_cond_signal(&s->cond);
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (!s)
+            give_back(w, j,
+                      atomic_load(&w->pull_stop) ? "worker stopping" : "worker has no free slot");
+    }
+    return n;
+}
+
+/* One pull; returns how long to wait before the next one. */
+static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
+{
+    json_t *req = json_pack("{s:s, s:i, s:I}", "instance", w->instance, "max", max, "wait",
+                            (json_int_t)((w->cfg.poll_wait_ms + 999) / 1000));
+    if (w->queues[0])
+        json_object_set_new(req, "queues", queues_json(w));
+    char *body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+
+    int64_t t0 = mono_ms(), delay = 0;
+    HttpResp resp;
+    Err err;
+    err_clear(&err);
+    char why[600];
+    int rc = httpc_request(http, "POST", w->url_pull, body, w->cfg.poll_wait_ms + PULL_SLACK_MS,
+                           &resp, &err);
+    free(body);
+    if (rc != 0) {
+        if (atomic_load(&w->pull_stop))
+            return 0;
+        link_describe(NULL, &err, why, sizeof why);
+        link_unreachable(&w->link, LINK_PULL, why);
+        return backoff_next(b);
+    }
+    json_t *ans = resp.status == 200 ? json_loads(resp.body, 0, NULL) : NULL;
+    json_t *jobs = json_object_get(ans, "jobs");
+    if (json_is_array(jobs)) {
+        link_ok(&w->link, LINK_PULL);
+        backoff_reset(b);
+        if (jobs_dispatch(w, jobs) == 0) {
+            /* The server waited for us; pull again, but never in a tight loop. */
+            int64_t took = mono_ms() - t0;
+            delay = took < EMPTY_PULL_MIN_MS ? EMPTY_PULL_MIN_MS - took : 0;
+        }
+    } else {
+        link_describe(&resp, NULL, why, sizeof why);
+        if (resp.status == 200)
+            snprintf(why, sizeof why, "HTTP 200 without a jobs array");
+        link_refused(&w->link, LINK_PULL, resp.status, why);
+        delay = backoff_next(b);
+        if (resp.retry_after_ms > delay)
+            delay =
+                resp.retry_after_ms < RETRY_AFTER_CAP_MS ? resp.retry_after_ms : RETRY_AFTER_CAP_MS;
+    }
+    json_decref(ans);
+    httpc_resp_free(&resp);
+    return delay;
+}
+
+static void *pull_main(void *arg)
+{
+    Worker *w = arg;
+    HttpClient *http = httpc_new(w->token);
+    httpc_set_cancel(http, &w->pull_stop);
+    Backoff b;
+    backoff_init(&b, 100, 5000);
+    pthread_mutex_lock(&w->lock);
+    while (!w->registered && !atomic_load(&w->pull_stop))
+        pthread_cond_wait(&w->cond, &w->lock);
+    while (!atomic_load(&w->pull_stop)) {
+        if (w->free_slots == 0) {
+            pthread_cond_wait(&w->cond, &w->lock);
+            continue;
+        }
+        int max = w->free_slots;
+        pthread_mutex_unlock(&w->lock);
+        int64_t delay = pull_once(w, http, max, &b);
+        pthread_mutex_lock(&w->lock);
+        int64_t until = mono_ms() + delay;
+        while (delay > 0 && !atomic_load(&w->pull_stop) && mono_ms() < until)
+            cond_wait_until(&w->cond, &w->lock, until);
+    }
+    pthread_mutex_unlock(&w->lock);
+    httpc_free(http);
+    return NULL;
+}
+
+/* ---- executors ---- */
+
+/* "NAME=value", to be freed by the caller. */
+static char *env_entry(const char *name, const char *value)
+{
+    SBuf s;
+    sbuf_init(&s);
+    sbuf_printf(&s, "%s=%s", name, value);
+    return sbuf_steal(&s);
+}
+
+static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
+{
+    char *input = json_dumps(j->payload, JSON_COMPACT | JSON_ENCODE_ANY);
+    SBuf in;
+    sbuf_init(&in);
+    sbuf_puts(&in, input ? input : "null");
+    sbuf_puts(&in, "\n");
+    free(input);
+    char attempt[32];
+    snprintf(attempt, sizeof attempt, "%lld", (long long)j->attempt);
+    char *add[] = {env_entry("WORKD_WORK_ID", j->id), env_entry("WORKD_ATTEMPT", attempt),
+                   env_entry("WORKD_QUEUE", j->queue), NULL};
+    char **env = exec_env_merge(w->env_base, add);
+    ExecSpec spec = {.cmd = w->exec_cmd,
+                     .input = in.data,
+                     .input_len = in.len,
+                     .env = env,
+                     .timeout_ms = j->timeout_ms,
+                     .kill_grace_ms = w->cfg.kill_grace_ms,
+                     .max_output = w->cfg.max_output};
+    Err err;
+    err_clear(&err);
+    if (exec_run(&spec, &s->ctl, o, &err) != 0)
+        log_error("job %s attempt %lld: %s", j->id, (long long)j->attempt, err.msg);
+    strv_free(env);
+    for (char **e = add; *e; e++)
+        free(*e);
+    sbuf_free(&in);
+}
+
+static void job_run(Worker *w, Slot *s, const Job *j)
+{
+    log_info("job %s attempt %lld started", j->id, (long long)j->attempt);
+    ExecOutcome o;
+    memset(&o, 0, sizeof o);
+    switch (w->cfg.kind) {
+    case WORK_EXEC:
+        job_run_exec(w, s, j, &o);
+        break;
+    case WORK_DEMO:
+        demo_run(j->payload, w->cfg.demo_delay_ms, &s->ctl, &o);
+        break;
+    case WORK_NOOP:
+        exec_outcome_ok(&o, json_null());
+        break;
+    }
+    char line[200];
+    if (o.ok) {
+        char *r = json_dumps(o.result, JSON_COMPACT | JSON_ENCODE_ANY);
+        abbreviate(r ? r : "?", line, 80);
+        free(r);
+        log_info("job %s attempt %lld completed: %s", j->id, (long long)j->attempt, line);
+    } else if (o.stopped) {
+        log_info("job %s attempt %lld given back: worker stopping", j->id, (long long)j->attempt);
+    } else {
+        abbreviate(o.error, line, sizeof line);
+        log_warn("job %s attempt %lld failed: %s", j->id, (long long)j->attempt, line);
+    }
+    reporter_add(w->reporter, j->id, j->attempt, &o);
+    exec_outcome_free(&o);
+}
+
+static void *slot_main(void *arg)
+{
+    Slot *s = arg;
+    Worker *w = s->w;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!s->job && !s->quit)
+            pthread_cond_wait(&s->cond, &w->lock);
+        if (!s->job)
+            break;
+        const Job *j = s->job; /* stays valid: only this thread frees it */
+        pthread_mutex_unlock(&w->lock);
+        job_run(w, s, j);
+        /* The report is queued before the slot shows free, so that a heartbeat
+         * always lists the attempt somewhere until it is acknowledged. */
+        pthread_mutex_lock(&w->lock);
+        job_free(s->job);
+        s->job = NULL;
+        w->free_slots++;
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* ---- stopping ---- */
+
+static void deregister(Worker *w)
+{
+    HttpClient *http = httpc_new(w->token);
+    HttpResp resp;
+    Err err;
+    err_clear(&err);
+    if (httpc_request(http, "DELETE", w->url_worker, NULL, DEREGISTER_TIMEOUT_MS, &resp, &err) !=
+        0) {
+        log_warn("could not deregister: %s", err.msg);
+    } else {
+        if (resp.status == 204 || resp.status == 200 || resp.status == 404) {
+            log_info("deregistered from %s", w->server);
+        } else {
+            char why[600];
+            link_describe(&resp, NULL, why, sizeof why);
+            log_warn("could not deregister: %s", why);
+        }
+        httpc_resp_free(&resp);
+    }
+    httpc_free(http);
+}
+
+/* Waits for running jobs, then stops what is left; w->lock held. */
+static void stop_jobs(Worker *w, int64_t deadline)
+{
+    int busy = w->nslots - w->free_slots;
+    if (busy > 0)
+        log_info("waiting up to %lldms for %d running job(s)",
+                 (long long)(deadline > mono_ms() ? deadline - mono_ms() : 0), busy);
+    while (w->free_slots < w->nslots && mono_ms() < deadline)
+        cond_wait_until(&w->cond, &w->lock, deadline);
+    busy = w->nslots - w->free_slots;
+    /* (cppcheck does not know that the wait above lets executors free slots) */
+    // cppcheck-suppress knownConditionTrueFalse
+    if (busy > 0) {
+        log_warn("grace period over: stopping and giving back %d job(s)", busy);
+        for (int i = 0; i < w->nslots; i++)
+            if (w->slots[i].job)
+                exec_ctl_stop(&w->slots[i].ctl, false);
+    }
+    while (w->free_slots < w->nslots)
+        pthread_cond_wait(&w->cond, &w->lock);
+}
+
+static void join_slots(Worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < w->nslots; i++) {
+        w->slots[i].quit = true;
+        pthread_cond_signal(&w->slots[i].cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+    for (int i = 0; i < w->nslots; i++)
+        if (w->slots[i].started) {
+            pthread_join(w->slots[i].thread, NULL);
+            w->slots[i].started = false;
+        }
+}
+
+static void join_control(Worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    atomic_store(&w->pull_stop, true);
+    atomic_store(&w->hb_stop, true);
+    pthread_cond_broadcast(&w->cond);
+    pthread_cond_broadcast(&w->hb_cond);
+    pthread_mutex_unlock(&w->lock);
+    if (w->pull_started)
+        pthread_join(w->pull_thread, NULL);
+    if (w->hb_started)
+        pthread_join(w->hb_thread, NULL);
+    w->pull_started = w->hb_started = false;
+}
+
+static void *stopper_main(void *arg)
+{
+    Worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop_requested)
+        pthread_cond_wait(&w->cond, &w->lock);
+    int64_t deadline = mono_ms() + w->cfg.grace_ms; /* from the request, not from here on */
+    log_info("stopping: no new work taken");
+    atomic_store(&w->pull_stop, true);
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    if (w->pull_started) {
+        pthread_join(w->pull_thread, NULL); /* gives back whatever its last pull got */
+        w->pull_started = false;
+    }
+
+    pthread_mutex_lock(&w->lock);
+    stop_jobs(w, deadline);
+    bool registered = w->registered;
+    pthread_mutex_unlock(&w->lock);
+    join_slots(w);
+
+    /* Heartbeats go on meanwhile: they keep the unacknowledged attempts' leases. */
+    size_t left = reporter_flush(w->reporter, FLUSH_TIMEOUT_MS);
+    if (left > 0)
+        log_warn("gave up delivering %zu report(s) after %dms", left, FLUSH_TIMEOUT_MS);
+    join_control(w);
+    if (registered)
+        deregister(w);
+    reporter_stop(w->reporter);
+    log_info("stopped");
+    char b = 1;
+    if (write(w->done_wr, &b, 1) < 0)
+        log_error("cannot signal the end of the stop: %s", strerror(errno));
+    return NULL;
+}
+
+void worker_stop(Worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->stop_requested = true;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int worker_done_fd(const Worker *w)
+{
+    return w->done_rd;
+}
+
+void worker_kill_jobs(Worker *w)
+{
+    for (int i = 0; i < w->nslots; i++)
+        if (w->slots[i].ctl_ready)
+            exec_ctl_stop(&w->slots[i].ctl, true);
+}
+
+void worker_join(Worker *w)
+{
+    if (w->stop_started) {
+        pthread_join(w->stop_thread, NULL);
+        w->stop_started = false;
+    }
+}
+
+/* ---- setting up ---- */
+
+Worker *worker_new(const WorkerConfig *cfg, Err *err)
+{
+    if (cfg->concurrency < 1) {
+        err_set(err, 400, "bad-config", "concurrency must be at least 1");
+        return NULL;
+    }
+    if (cfg->kind == WORK_EXEC && (!cfg->exec_cmd || !*cfg->exec_cmd)) {
+        err_set(err, 400, "bad-config", "--exec needs a command");
+        return NULL;
+    }
+    Worker *w = xcalloc(1, sizeof *w);
+    w->cfg = *cfg;
+    w->server = xstrdup(cfg->server);
+    w->id = xstrdup(cfg->id);
+    w->token = cfg->token && *cfg->token ? xstrdup(cfg->token) : NULL;
+    w->exec_cmd = xstrdup(cfg->exec_cmd);
+    size_t nq = strv_len(cfg->queues);
+    w->queues = xcalloc(nq + 1, sizeof *w->queues);
+    for (size_t i = 0; i < nq; i++)
+        w->queues[i] = xstrdup(cfg->queues[i]);
+    w->cfg.server = w->server;
+    w->cfg.id = w->id;
+    w->cfg.token = w->token;
+    w->cfg.exec_cmd = w->exec_cmd;
+    w->cfg.queues = w->queues;
+    id_generate(w->instance);
+    w->url_worker = url_join(w->server, "/workers/", w->id, NULL);
+    w->url_pull = url_join(w->server, "/workers/", w->id, "/pull");
+    w->url_reports = url_join(w->server, "/workers/", w->id, "/reports");
+
+    /* Jobs inherit our environment, but not the worker's own settings (the token). */
+    size_t ne = strv_len(environ), k = 0;
+    w->env_base = xcalloc(ne + 1, sizeof *w->env_base);
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "WORKD_", 6) != 0)
+            w->env_base[k++] = xstrdup(environ[i]);
+
+    link_init(&w->link);
+    w->reporter = reporter_new(w->url_reports, w->token, &w->link);
+    pthread_mutex_init(&w->lock, NULL);
+    cond_init_mono(&w->cond);
+    cond_init_mono(&w->hb_cond);
+    w->hb_interval_ms = HEARTBEAT_DEFAULT_MS;
+    atomic_init(&w->pull_stop, false);
+    atomic_init(&w->hb_stop, false);
+    w->done_rd = w->done_wr = -1;
+    w->nslots = cfg->concurrency;
+    w->free_slots = cfg->concurrency;
+    w->slots = xcalloc((size_t)w->nslots, sizeof *w->slots);
+    for (int i = 0; i < w->nslots; i++) {
+        w->slots[i].w = w;
+        pthread_cond_init(&w->slots[i].cond, NULL);
+    }
+    for (int i = 0; i < w->nslots; i++) {
+        if (exec_ctl_init(&w->slots[i].ctl, err) != 0)
+            goto fail;
+        w->slots[i].ctl_ready = true;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        err_set(err, 500, "internal", "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    w->done_rd = p[0];
+    w->done_wr = p[1];
+    return w;
+fail:
+    worker_free(w);
+    return NULL;
+}
+
+int worker_start(Worker *w, Err *err)
+{
+    int rc = 0;
+    const char *what = "";
+    if (reporter_start(w->reporter, err) != 0)
+        return -1;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, SLOT_STACK);
+    for (int i = 0; i < w->nslots && rc == 0; i++) {
+        what = "an executor";
+        rc = pthread_create(&w->slots[i].thread, &attr, slot_main, &w->slots[i]);
+        w->slots[i].started = rc == 0;
+    }
+    pthread_attr_destroy(&attr);
+    if (rc == 0) {
+        what = "the heartbeat";
+        rc = pthread_create(&w->hb_thread, NULL, heartbeat_main, w);
+        w->hb_started = rc == 0;
+    }
+    if (rc == 0) {
+        what = "the pull";
+        rc = pthread_create(&w->pull_thread, NULL, pull_main, w);
+        w->pull_started = rc == 0;
+    }
+    if (rc == 0) {
+        what = "the stopper";
+        rc = pthread_create(&w->stop_thread, NULL, stopper_main, w);
+        w->stop_started = rc == 0;
+    }
+    if (rc == 0)
+        return 0;
+    err_set(err, 500, "internal", "cannot start %s thread: %s", what, strerror(rc));
+    join_control(w);
+    join_slots(w);
+    reporter_stop(w->reporter);
+    return -1;
+}
+
+void worker_free(Worker *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < w->nslots; i++) {
+        job_free(w->slots[i].job);
+        pthread_cond_destroy(&w->slots[i].cond);
+        if (w->slots[i].ctl_ready)
+            exec_ctl_destroy(&w->slots[i].ctl);
+    }
+    free(w->slots);
+    reporter_free(w->reporter);
+    link_destroy(&w->link);
+    pthread_cond_destroy(&w->cond);
+    pthread_cond_destroy(&w->hb_cond);
+    pthread_mutex_destroy(&w->lock);
+    if (w->done_rd >= 0)
+        close(w->done_rd);
+    if (w->done_wr >= 0)
+        close(w->done_wr);
+    strv_free(w->env_base);
+    strv_free(w->queues);
+    free(w->url_worker);
+    free(w->url_pull);
+    free(w->url_reports);
+    free(w->server);
+    free(w->id);
+    free(w->token);
+    free(w->exec_cmd);
+    free(w);
+}

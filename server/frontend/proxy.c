@@ -108,6 +108,11 @@ static void fail_unreachable(Proxy *p, Fwd *f)
 {
     atomic_fetch_add(&p->srv->metrics->proxy_failures, 1);
     Err err;
+    if (atomic_load(&p->stopping)) {
+        err_set(&err, 503, "shutting-down", "this node is shutting down; retry on another node");
+        req_finish_problem(f->req, &err);
+        return;
+    }
     err_set(&err, 503, "leader-unavailable",
             "no leader answered within %lld ms (%s); retry later",
             (long long)p->srv->cfg.proxy_deadline_ms, f->last_error[0] ? f->last_error : "no leader known");

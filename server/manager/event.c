@@ -140,7 +140,12 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
             get_int(data, "deadline", &out->deadline, 1, err))
             goto fail;
         out->attempt = (int)v;
+        /* Required: a running attempt without a holder would crash the timers. */
         out->worker_id = get_str(data, "worker_id");
+        if (!out->worker_id) {
+            err_set(err, 500, "bad-event", "started event lacks 'worker_id'");
+            goto fail;
+        }
         break;
     case EV_COMPLETED:
         if (get_int(data, "attempt", &v, 1, err))

@@ -172,6 +172,14 @@ int64_t ws_backoff_ms(const WsConfig *cfg, const char *work_id, int attempt)
     for (const char *p = work_id; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ULL;
     h = (h ^ (uint64_t)attempt) * 1099511628211ULL;
+    /* FNV-1a leaves the high bits poorly mixed when ids differ only in their
+     * last characters (job-1, job-2, ...), so such a batch retried in lockstep:
+     * finish with a 64-bit mixer (MurmurHash3's fmix64) before taking them. */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
     double jitter = 0.5 + 0.5 * (double)(h >> 11) / 9007199254740992.0;
     return (int64_t)((double)d * jitter);
 }
@@ -313,7 +321,6 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
         e->at = now;
         e->work_id = xstrdup(it->id);
         e->attempt = it->attempt;
-        e->worker_id = xstrdup(it->worker_id);
         e->result = json_incref(r->result ? r->result : json_null());
         res->status = "completed";
     } else {
@@ -529,6 +536,40 @@ static void fail_attempts_of(const WorkState *ws, const char *worker_id, const c
     }
 }
 
+static bool lists_attempt(json_t *running, const char *work_id, int attempt)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(running, i, r)
+    {
+        const char *id = json_string_value(json_object_get(r, "id"));
+        if (id && !strcmp(id, work_id) && json_integer_value(json_object_get(r, "attempt")) == attempt)
+            return true;
+    }
+    return false;
+}
+
+/* An attempt the worker does not list although it was handed out a whole
+ * worker timeout ago never reached it (the answer to its pull was lost, e.g.
+ * with a leader that died right after committing the start): it is ended now
+ * rather than at its deadline. */
+static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *running,
+                           int64_t now, EventList *out)
+{
+    for (size_t i = 0; i < ws->running.len; i++) {
+        const WorkItem *it = ws->running.items[i];
+        if (strcmp(it->worker_id, worker_id) != 0 ||
+            now - it->started_at < ws->cfg.worker_timeout_ms ||
+            lists_attempt(running, it->id, it->attempt))
+            continue;
+        char why[256];
+        snprintf(why, sizeof why,
+                 "worker %s does not run attempt %d: the job never reached it", worker_id,
+                 it->attempt);
+        end_attempt(ws, it, EV_FAILED, why, true, now, out);
+    }
+}
+
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, json_t *running, int64_t now, EventList *out)
 {
@@ -559,6 +600,7 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
     if (running) {
         json_decref(w->running);
         w->running = json_incref(running);
+        fail_unclaimed(ws, worker_id, running, now, out);
     }
     w->last_seen = now;
 }

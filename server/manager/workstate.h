@@ -156,8 +156,10 @@ int64_t ws_next_deadline(const WorkState *ws);
 /* ---- the worker registry ---- */
 /* Registers or refreshes a worker. If it comes back as another instance (the
  * process restarted), the attempts the old instance held are failed: their
- * events are appended to out (apply them after committing). queues and
- * running are copied. */
+ * events are appended to out. When running (the attempts the worker says it
+ * runs) is given, attempts handed to it more than a worker timeout ago that it
+ * does not list are failed too (the job never reached it). queues and running
+ * are copied. */
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, json_t *running, int64_t now, EventList *out);
 /* Deregisters a worker; the attempts it still holds are failed (events to out). */

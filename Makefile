@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps build test test-asan run clean clean-data check-format format lint bench chaos
+.PHONY: all deps build test test-asan run clean clean-data check-format format lint lint-openapi bench chaos
 
 all: build
 
@@ -53,3 +53,8 @@ lint: build
 		--inline-suppr --suppress=missingIncludeSystem -D__GNUC__ \
 		-I common -I server -I server/manager -I server/frontend -I worker \
 		common server worker
+
+# The API contract: openapi.yaml through the OpenAPI linter pinned in
+# tools/openapi (installed there on first use).
+lint-openapi: deps
+	@scripts/lint-openapi

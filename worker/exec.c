@@ -1,5 +1,6 @@
 /* exec: see exec.h. A job is a child in its own process group, watched with one
- * poll() over its pipes, a pidfd for its exit and the ExecCtl's wake pipe. */
+ * poll() over its pipes, a pidfd for its exit and the ExecCtl's wake pipe. The
+ * guard, a process of its own, knows every job's process group while it runs. */
 #include "exec.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,6 +27,113 @@
 #define EOF_WAIT_MS 1000
 /* Without a pidfd, how often to look whether the child exited. */
 #define REAP_POLL_MS 50
+
+/* ---- the guard ---- */
+
+/* More jobs than the worker can run at once (--concurrency is at most 1024). */
+#define GUARD_GROUPS 4096
+
+/* Our end of the guard's socket (-1: no guard) and its pid. Set before threads
+ * start and cleared after they end, so read without a lock. */
+static int guard_fd = -1;
+static pid_t guard_pid = -1;
+
+/* The guard: reads records (int32 process group ids: positive when a job
+ * starts, negated once it is reaped) until the worker's end closes, which
+ * happens however the worker ends, then kills the groups still listed. */
+static _Noreturn void guard_main(int fd)
+{
+    static pid_t groups[GUARD_GROUPS];
+    size_t n = 0;
+    for (;;) {
+        int32_t rec;
+        ssize_t r = recv(fd, &rec, sizeof rec, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r != (ssize_t)sizeof rec)
+            break; /* 0: the worker is gone */
+        if (rec > 0 && n < GUARD_GROUPS) {
+            groups[n++] = rec;
+        } else if (rec < 0) {
+            for (size_t i = 0; i < n; i++)
+                if (groups[i] == -rec) {
+                    groups[i] = groups[--n];
+                    break;
+                }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        kill(-groups[i], SIGKILL);
+    _exit(0);
+}
+
+/* In the guard after fork (the worker has no threads yet). */
+static _Noreturn void guard_child(int fd)
+{
+    /* Only SIGKILL ends it: a terminal's ^C reaches the whole process group,
+     * and the jobs must stay guarded while the worker stops gracefully. */
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_NAME, "workd-guard");
+    if (fd != 3 && dup2(fd, 3) < 0)
+        _exit(1);
+    /* Hold nothing of the worker's: not its output (a pipe to a logger) either. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int i = 0; i < 3 && null >= 0; i++)
+        if (null != i)
+            dup2(null, i);
+    if (close_range(4, ~0U, 0) != 0)
+        for (int i = 4; i < 65536; i++)
+            close(i);
+    guard_main(3);
+}
+
+int exec_guard_start(Err *err)
+{
+    if (guard_fd >= 0)
+        return 0;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return err_set(err, 500, "internal", "cannot start the job guard: socketpair: %s",
+                       strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        guard_child(sv[1]);
+    }
+    int fork_errno = errno;
+    close(sv[1]);
+    if (pid < 0) {
+        close(sv[0]);
+        return err_set(err, 500, "internal", "cannot start the job guard: fork: %s",
+                       strerror(fork_errno));
+    }
+    guard_fd = sv[0];
+    guard_pid = pid;
+    return 0;
+}
+
+void exec_guard_stop(void)
+{
+    if (guard_fd < 0)
+        return;
+    close(guard_fd);
+    guard_fd = -1;
+    while (waitpid(guard_pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    guard_pid = -1;
+}
+
+/* Tells the guard that process group pgid runs a job (running) or was reaped. */
+static void guard_note(pid_t pgid, bool running)
+{
+    if (guard_fd < 0)
+        return;
+    int32_t rec = running ? (int32_t)pgid : -(int32_t)pgid;
+    while (send(guard_fd, &rec, sizeof rec, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+    }
+}
 
 /* ---- ExecCtl ---- */
 
@@ -374,6 +483,7 @@ static void child_try_reap(Child *ch, int64_t now)
         if (r < 0)
             ch->status = -1; /* someone else reaped it (SIGCHLD ignored?) */
         kill(-ch->pid, SIGKILL);
+        guard_note(ch->pid, false);
         ch->exited = true;
         ch->killed_by_ctl = ch->ctl && ch->ctl->level == 2;
         ch->eof_deadline = now + EOF_WAIT_MS;
@@ -559,6 +669,7 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     int fork_errno = errno;
     if (pid > 0) {
         setpgid(pid, pid); /* also done by the child: whichever runs first wins */
+        guard_note(pid, true);
         if (ctl)
             ctl->pgid = pid;
     }
@@ -621,6 +732,7 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
                 pthread_mutex_lock(&ctl->lock);
             while (waitpid(pid, &ch.status, 0) < 0 && errno == EINTR) {
             }
+            guard_note(pid, false);
             if (ctl) {
                 ctl->pgid = 0;
                 pthread_mutex_unlock(&ctl->lock);

@@ -66,10 +66,23 @@ typedef struct ExecOutcome {
     int64_t elapsed_ms;
 } ExecOutcome;
 
+/* ---- jobs do not outlive the worker ---- */
+
+/* Starts the guard: a small process that holds the other end of a socket and,
+ * when the worker dies in any way (even SIGKILL), kills the process group of
+ * every job still running. PR_SET_PDEATHSIG alone reaches only the shell the
+ * worker forks, not the commands that shell starts. Call it once, before any
+ * thread starts; without it exec_run works the same, minus that guarantee. */
+int exec_guard_start(Err *err) WARN_UNUSED;
+/* Ends the guard (it kills nothing that is no longer running) and reaps it.
+ * Only while no job runs. Idempotent. */
+void exec_guard_stop(void);
+
 /* Runs spec->cmd in a new process group and waits for it, enforcing the timeout
  * and output bound and obeying ctl (may be NULL). The child gets
  * PR_SET_PDEATHSIG(SIGKILL) tied to the calling thread, so the thread must not
- * exit while a job runs (executor threads are long-lived). When the command
+ * exit while a job runs (executor threads are long-lived), and its process
+ * group is known to the guard (if started) until it is reaped. When the command
  * exits, anything it left running in its process group is killed.
  *
  * Exit 0: stdout parsed as JSON, or taken as a JSON string (trailing newlines

@@ -79,6 +79,7 @@ struct Worker {
 
     pthread_t hb_thread, pull_thread, stop_thread;
     bool hb_started, pull_started, stop_started;
+    bool guarded; /* started the exec guard (exec.h) */
     int done_rd, done_wr;
 };
 
@@ -692,6 +693,12 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     }
     w->done_rd = p[0];
     w->done_wr = p[1];
+    /* Here, before any thread exists: it forks (exec.h). */
+    if (cfg->kind == WORK_EXEC) {
+        if (exec_guard_start(err) != 0)
+            goto fail;
+        w->guarded = true;
+    }
     return w;
 fail:
     worker_free(w);
@@ -741,6 +748,8 @@ void worker_free(Worker *w)
 {
     if (!w)
         return;
+    if (w->guarded)
+        exec_guard_stop();
     for (int i = 0; i < w->nslots; i++) {
         job_free(w->slots[i].job);
         pthread_cond_destroy(&w->slots[i].cond);

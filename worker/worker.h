@@ -37,7 +37,8 @@ typedef struct Worker Worker;
 /* ---- life cycle (call these from one thread, in this order) ---- */
 
 /* Copies cfg and prepares the worker; no thread runs yet. Reads the
- * environment (for the jobs' environment), so call it before threads start. */
+ * environment (for the jobs' environment) and, for WORK_EXEC, forks the job
+ * guard (exec_guard_start), so call it before threads start. */
 Worker *worker_new(const WorkerConfig *cfg, Err *err);
 /* Starts the threads: reporter, executor slots, heartbeat (which registers),
  * pull and the one that carries out a stop. On failure nothing is left running. */

@@ -58,6 +58,41 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
     return v;
 }
 
+/* Copies untrusted text into out (outlen bytes) for an error message: whole
+ * UTF-8 characters only, '?' for any other byte and for control characters.
+ * The message becomes a problem+json string, which must be valid UTF-8: a
+ * raw header byte or a multi-byte character cut by "%.64s" would not be. */
+static const char *quoted(const char *s, char *out, size_t outlen)
+{
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        size_t n = *p < 0x80 ? 1
+                   : *p >= 0xc2 && *p <= 0xdf ? 2
+                   : *p >= 0xe0 && *p <= 0xef ? 3
+                   : *p >= 0xf0 && *p <= 0xf4 ? 4
+                                              : 0;
+        for (size_t i = 1; i < n; i++)
+            if ((p[i] & 0xc0) != 0x80)
+                n = 0;
+        if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) ||
+            (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))) ||
+            (n == 1 && (*p < 0x20 || *p == 0x7f)))
+            n = 0;
+        size_t w = n ? n : 1;
+        if (o + w >= outlen)
+            break;
+        if (n)
+            memcpy(out + o, p, n);
+        else
+            out[o] = '?';
+        o += w;
+        p += w;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 bool queue_name_valid(const char *s)
 {
     size_t n = 0;
@@ -101,11 +136,12 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
         bool ok = false;
         for (size_t i = 0; known[i]; i++)
             ok = ok || !strcmp(key, known[i]);
+        char text[65];
         if (!ok)
             return err_set(err, 400, "unknown-field",
-                           "%s has an unknown field '%.64s' (known: payload, id, queue, "
+                           "%s has an unknown field '%s' (known: payload, id, queue, "
                            "priority, run_at, delay, timeout, max_attempts)",
-                           where, key);
+                           where, quoted(key, text, sizeof text));
     }
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
@@ -157,8 +193,12 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
         if (!json_is_string(run_at))
             return err_set(err, 400, "invalid-field",
                            "%s: 'run_at' must be an RFC 3339 time string", where);
-        if (time_parse(json_string_value(run_at), &it->run_at, err) != 0)
-            return -1;
+        char text[65];
+        if (time_parse(json_string_value(run_at), &it->run_at, NULL) != 0)
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'run_at' must be an RFC 3339 time such as "
+                           "2026-01-02T03:04:05Z, not '%s'",
+                           where, quoted(json_string_value(run_at), text, sizeof text));
         if (it->run_at - now > MAX_DELAY_MS)
             return err_set(err, 400, "invalid-field", "%s: 'run_at' is more than a year ahead",
                            where);
@@ -419,15 +459,18 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt,
 
 int parse_seq(const char *s, int64_t *out, Err *err)
 {
+    char q[33];
     if (!s || !*s || strlen(s) > 19)
-        return err_set(err, 400, "invalid-parameter", "'%.32s' is not a sequence number", s ? s : "");
+        return err_set(err, 400, "invalid-parameter", "'%s' is not a sequence number",
+                       quoted(s ? s : "", q, sizeof q));
     for (const char *p = s; *p; p++)
         if (!isdigit((unsigned char)*p))
-            return err_set(err, 400, "invalid-parameter", "'%.32s' is not a sequence number", s);
+            return err_set(err, 400, "invalid-parameter", "'%s' is not a sequence number",
+                           quoted(s, q, sizeof q));
     errno = 0;
     long long v = strtoll(s, NULL, 10);
     if (errno)
-        return err_set(err, 400, "invalid-parameter", "'%.32s' is out of range", s);
+        return err_set(err, 400, "invalid-parameter", "'%s' is out of range", s);
     *out = v;
     return 0;
 }

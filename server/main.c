@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "config.h"
 #include "db.h"
 #include "dbpool.h"
@@ -63,6 +64,8 @@ static const OptSpec options[] = {
     {"default-timeout", OPT_DURATION, &C.default_timeout_ms, "60s", "job timeout when a submission gives none", 1, MS(604800000)},
     {"default-max-attempts", OPT_INT, &C.default_max_attempts, "3", "attempts when a submission gives none", 1, 1000},
     {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1, 64},
+    {"tokens", OPT_STRING, &C.tokens, "", "bearer tokens as SCOPES:TOKEN words (scopes: client, worker, admin); none: the API is open", 0, 0},
+    {"tokens-file", OPT_STRING, &C.tokens_file, "", "file with one SCOPES:TOKEN per line ('#' comments)", 0, 0},
 };
 #define NOPT (sizeof options / sizeof options[0])
 
@@ -159,6 +162,16 @@ static int serve(Server *s)
     }
     PQfinish(c);
 
+    s->auth = auth_load(s->cfg.tokens, s->cfg.tokens_file, &err);
+    if (!s->auth) {
+        log_error("%s", err.msg);
+        return 2;
+    }
+    if (!auth_enabled(s->auth) && s->cfg.role_frontend)
+        log_warn("AUTHENTICATION IS OFF: no token is configured (--tokens, --tokens-file), so "
+                 "anyone who can reach %s can submit, run and cancel work", s->cfg.listen);
+    else if (s->cfg.role_frontend)
+        log_info("authentication on: %zu token(s) configured", auth_count(s->auth));
     s->metrics = xcalloc(1, sizeof *s->metrics);
     s->started_ms = wall_ms();
     pthread_mutex_init(&s->leader.lock, NULL);
@@ -211,6 +224,7 @@ out:
     dbpool_free(s->pool);
     hub_free(s->hub);
     free(s->metrics);
+    auth_free(s->auth);
     pthread_mutex_destroy(&s->leader.lock);
     return rc;
 }

@@ -37,6 +37,8 @@ typedef struct ServerConfig {
     int64_t default_timeout_ms;
     int64_t default_max_attempts;
     int64_t db_pool_size;
+    char *tokens;      /* "scopes:token ..." (WORKD_TOKENS) */
+    char *tokens_file; /* one "scopes:token" per line */
 } ServerConfig;
 
 /* What this node knows of the leader, kept by the listener; read by anyone. */
@@ -53,6 +55,7 @@ struct Proxy;
 struct DbPool;
 struct Metrics;
 struct MHD_Daemon;
+struct Auth;
 
 typedef struct Server {
     ServerConfig cfg;
@@ -63,6 +66,7 @@ typedef struct Server {
     struct DbPool *pool;
     struct Metrics *metrics;
     struct MHD_Daemon *mhd;
+    struct Auth *auth; /* bearer tokens; none configured: the API is open */
     LeaderInfo leader;
     atomic_bool db_ok; /* the listener's session is up */
     int64_t started_ms;

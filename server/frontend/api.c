@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "dbpool.h"
 #include "http.h"
 #include "journal.h"
@@ -485,21 +486,21 @@ static void h_index(Req *r, char *const *p)
 }
 
 const Route api_routes[] = {
-    {"POST", "/work", h_submit, "submit", true},
-    {"GET", "/work/:id", h_work_get, "work_get", false},
-    {"DELETE", "/work/:id", h_cancel, "work_cancel", false},
-    {"GET", "/work/:id/events", h_work_events, "work_events", false},
-    {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true},
-    {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true},
-    {"GET", "/results", h_results, "results", false},
-    {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true},
-    {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false},
-    {"POST", "/workers/:id/pull", h_pull, "worker_pull", true},
-    {"POST", "/workers/:id/reports", h_reports, "worker_reports", true},
-    {"GET", "/cluster", h_cluster, "cluster", false},
-    {"GET", "/healthz", h_healthz, "healthz", false},
-    {"GET", "/readyz", h_readyz, "readyz", false},
-    {"GET", "/metrics", h_metrics, "metrics", false},
-    {"GET", "/", h_index, "index", false},
+    {"POST", "/work", h_submit, "submit", true, SCOPE_CLIENT},
+    {"GET", "/work/:id", h_work_get, "work_get", false, SCOPE_CLIENT},
+    {"DELETE", "/work/:id", h_cancel, "work_cancel", false, SCOPE_ADMIN},
+    {"GET", "/work/:id/events", h_work_events, "work_events", false, SCOPE_CLIENT},
+    {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true, SCOPE_WORKER},
+    {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true, SCOPE_WORKER},
+    {"GET", "/results", h_results, "results", false, SCOPE_CLIENT},
+    {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true, SCOPE_WORKER},
+    {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER},
+    {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER},
+    {"POST", "/workers/:id/reports", h_reports, "worker_reports", true, SCOPE_WORKER},
+    {"GET", "/cluster", h_cluster, "cluster", false, SCOPE_ADMIN},
+    {"GET", "/healthz", h_healthz, "healthz", false, SCOPE_NONE},
+    {"GET", "/readyz", h_readyz, "readyz", false, SCOPE_NONE},
+    {"GET", "/metrics", h_metrics, "metrics", false, SCOPE_ADMIN},
+    {"GET", "/", h_index, "index", false, SCOPE_NONE},
 };
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

@@ -12,6 +12,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "auth.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -181,6 +182,15 @@ static void dispatch(Req *r)
         }
     }
     Err err = {0};
+    if (found && auth_check(r->srv->auth, found->scope,
+                            req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                            req_query(r, "access_token"), &err) != 0) {
+        if (err.status == 401)
+            snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
+        req_finish_problem(r, &err);
+        free(copy);
+        return;
+    }
     if (!found) {
         if (allow[0]) {
             snprintf(r->location, sizeof r->location, "%s", allow);
@@ -225,6 +235,8 @@ static enum MHD_Result queue_answer(Req *r)
     }
     if (r->status == 405 && r->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->location);
+    else if (r->status == 401 && r->location[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, r->location);
     else if (r->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, r->location);
     if (r->retry_after_s > 0) {

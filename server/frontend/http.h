@@ -72,6 +72,7 @@ typedef struct Route {
     Handler fn;
     const char *name;    /* for metrics */
     bool json_body;      /* requires a JSON body (415/400 otherwise) */
+    int scope;           /* SCOPE_* a bearer token needs (auth.h) */
 } Route;
 extern const Route api_routes[];
 extern const size_t api_routes_count;

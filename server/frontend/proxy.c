@@ -344,6 +344,12 @@ void proxy_forward(Proxy *p, Req *r, char *body)
     }
     add_header(f, r, "Content-Type");
     add_header(f, r, "Authorization");
+    const char *tok = req_query(r, "access_token");
+    if (tok && !req_header(r, "Authorization")) {
+        char line[600];
+        snprintf(line, sizeof line, "Authorization: Bearer %s", tok);
+        f->hdrs = curl_slist_append(f->hdrs, line);
+    }
     char fwd[200];
     snprintf(fwd, sizeof fwd, "X-Workd-Forwarded: %s", p->srv->cfg.node_id);
     f->hdrs = curl_slist_append(f->hdrs, fwd);

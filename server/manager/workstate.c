@@ -574,6 +574,7 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
                     char *const *queues, json_t *running, int64_t now, EventList *out)
 {
     Worker *w = hmap_get(&ws->workers, worker_id);
+    bool restarted = false;
     if (!w) {
         w = xcalloc(1, sizeof *w);
         w->id = xstrdup(worker_id);
@@ -583,6 +584,7 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
         snprintf(why, sizeof why, "worker %s restarted: its previous instance is gone",
                  worker_id);
         fail_attempts_of(ws, worker_id, why, now, out);
+        restarted = true;
     }
     if (instance && (!w->instance || strcmp(instance, w->instance) != 0)) {
         free(w->instance);
@@ -600,7 +602,9 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
     if (running) {
         json_decref(w->running);
         w->running = json_incref(running);
-        fail_unclaimed(ws, worker_id, running, now, out);
+        /* After a restart every attempt was failed above: not a second time. */
+        if (!restarted)
+            fail_unclaimed(ws, worker_id, running, now, out);
     }
     w->last_seen = now;
 }

@@ -32,6 +32,7 @@ def test_compose_file_is_valid():
     for service in ("postgres", "server-1", "server-2", "lb", "worker", "producer", "consumer"):
         assert f"  {service}:" in r.stdout, f"compose file lacks service {service}"
     assert "/usr/local/etc/haproxy/haproxy.cfg" in r.stdout
+    assert "WORKD_TOKENS" in r.stdout and "WORKD_TOKEN:" in r.stdout, "authentication must be on"
 
 
 def haproxy_env(bind, s1, s2):

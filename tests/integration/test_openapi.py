@@ -1,0 +1,773 @@
+"""openapi.yaml against the real server: every answer of a leader and a
+follower, good requests and bad, must be documented for its route (status,
+headers, content type) and its body must validate against the documented
+schema; the results stream's messages and data too. The other way round:
+every operation and every documented status must have been seen (except the
+few that cannot be provoked here), and the server's route table
+(server/frontend/api.c) must be exactly the operations of openapi.yaml.
+
+Needs python3-yaml and python3-jsonschema (Debian); a Python without them
+(a pyenv one first in PATH) re-runs this file with /usr/bin/python3."""
+
+import os
+import sys
+
+try:
+    import jsonschema
+    import yaml
+except ImportError:
+    if os.path.exists("/usr/bin/python3") and \
+            os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    raise
+
+import datetime  # noqa: E402
+from http.client import HTTPConnection  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
+import urllib.parse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from harness import (REPO_ROOT, Headers, Response, http, run_tests, wait_leader,  # noqa: E402
+                     wait_until)
+
+SPEC_FILE = REPO_ROOT / "openapi.yaml"
+API_C = REPO_ROOT / "server" / "frontend" / "api.c"
+JSON = {"Content-Type": "application/json"}
+HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+UNROUTED = "x-workd-unrouted-responses"
+MAX_BODY = 8192   # --max-body of the leader and the follower
+MAX_BATCH = 10    # --max-batch of the leader
+MAX_OPEN = 40     # --max-open of the leader
+# Documented statuses this test cannot provoke: PostgreSQL refusing a query.
+INFEASIBLE = {("GET", "/work/{id}", "500"), ("GET", "/work/{id}/events", "500")}
+
+
+# ------------------------------------------------------------------ the spec
+
+def _deref(node, root, chain=()):
+    """node with every local $ref replaced by (a copy of) its target."""
+    if isinstance(node, list):
+        return [_deref(v, root, chain) for v in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        ref = node["$ref"]
+        assert ref.startswith("#/"), f"only local $refs are supported: {ref}"
+        assert ref not in chain, f"$ref cycle: {' -> '.join(chain + (ref,))}"
+        target = root
+        for part in ref[2:].split("/"):
+            target = target[part.replace("~1", "/").replace("~0", "~")]
+        extra = {k: v for k, v in node.items() if k != "$ref"}
+        out = _deref(target, root, chain + (ref,))
+        if extra:  # sibling keywords of a $ref (3.1 allows them)
+            out = {**out, **_deref(extra, root, chain)} if not isinstance(out, bool) else out
+        return out
+    return {k: _deref(v, root, chain) for k, v in node.items()}
+
+
+def load_spec():
+    raw = yaml.safe_load(SPEC_FILE.read_text())
+    assert str(raw.get("openapi", "")).startswith("3.1"), "openapi.yaml must be OpenAPI 3.1"
+    return raw, _deref(raw, raw)
+
+
+def operations(spec):
+    """{(METHOD, template): operation} of the spec."""
+    ops = {}
+    for template, item in spec["paths"].items():
+        for method in HTTP_METHODS:
+            if method in item:
+                ops[(method.upper(), template)] = item[method]
+    return ops
+
+
+def norm_template(path):
+    """'/work/{id}' and '/work/:id' both become '/work/{}'."""
+    return re.sub(r"\{[^}/]+\}|:[A-Za-z_]+", "{}", path)
+
+
+def api_routes():
+    """(method, pattern, name, json_body) of every row of api_routes in api.c."""
+    src = API_C.read_text()
+    m = re.search(r"const Route api_routes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
+    assert m, "api_routes[] not found in server/frontend/api.c"
+    # {"METHOD", "/pattern", handler, "name", json_body[, more fields]}
+    row = (r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*"(\w+)"\s*,'
+           r'\s*(true|false)\s*(?:,[^{}]*)?\}')
+    rows = re.findall(row, m.group(1))
+    assert len(rows) == m.group(1).count("{"), "a row of api_routes[] was not understood"
+    return [(meth, pat, name, jb == "true") for meth, pat, name, jb in rows]
+
+
+def _rfc3339(value):
+    if not isinstance(value, str):
+        return True
+    rfc3339 = r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+    if not re.fullmatch(rfc3339, value):
+        return False
+    datetime.datetime.fromisoformat(re.sub(r"[Zz]$", "+00:00", value.replace("t", "T")))
+    return True
+
+
+FORMATS = jsonschema.FormatChecker(formats=())
+FORMATS.checks("date-time", raises=ValueError)(_rfc3339)
+
+
+def validate(instance, schema, what):
+    v = jsonschema.Draft202012Validator(schema, format_checker=FORMATS)
+    errors = sorted(v.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        def why(e):  # for oneOf/anyOf, the reason of the closest branch
+            while e.context:
+                e = jsonschema.exceptions.best_match(e.context)
+            return f"at {'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message[:300]}"
+        detail = "; ".join(why(e) for e in errors[:5])
+        raise AssertionError(f"{what}: body does not match the documented schema: {detail}\n"
+                             f"body: {json.dumps(instance)[:800]}")
+
+
+# ------------------------------------------------------------- the contract
+
+class Contract:
+    """Checks answers against the spec and remembers what was seen."""
+
+    def __init__(self):
+        self.raw, self.spec = load_spec()
+        self.ops = operations(self.spec)
+        self.templates = sorted({t for _, t in self.ops})
+        self.unrouted = self.spec[UNROUTED]
+        self.seen = {key: set() for key in self.ops}
+        self.unrouted_seen = set()
+
+    def template_of(self, path):
+        for t in self.templates:
+            rx = "^" + re.sub(r"\\\{[^}/]+\\\}", "[^/]+", re.escape(t)) + "$"
+            if re.match(rx, path):
+                return t
+        return None
+
+    def methods_of(self, template):
+        return {m for m, t in self.ops if t == template}
+
+    def check(self, method, url, resp, stream=False):
+        """Asserts resp is documented for method+url and valid; returns resp."""
+        path = urllib.parse.urlsplit(url).path or "/"
+        template = self.template_of(path)
+        status = str(resp.status)
+        what = f"{method} {path} -> {status}"
+        if template is None or (method, template) not in self.ops:
+            # Answered before reaching an operation.
+            want = {"404"} if template is None else {"405"}
+            assert status in want | {"413"}, \
+                f"{what}: undocumented (no operation; expected one of {sorted(want | {'413'})})"
+            if status == "405":
+                allow = {m.strip() for m in resp.headers.get("Allow", "").split(",") if m.strip()}
+                assert allow == self.methods_of(template), \
+                    f"{what}: Allow {allow} != documented methods {self.methods_of(template)}"
+            self.unrouted_seen.add(status)
+            self._check_response(self.unrouted[status], method, resp, what, stream)
+            return resp
+        op = self.ops[(method, template)]
+        assert status in op["responses"], \
+            f"{what}: status not documented for {method} {template} " \
+            f"(documented: {sorted(op['responses'])}); body {resp.body[:300]!r}"
+        self.seen[(method, template)].add(status)
+        self._check_response(op["responses"][status], method, resp, what, stream)
+        return resp
+
+    def _check_response(self, doc, method, resp, what, stream):
+        for name, h in (doc.get("headers") or {}).items():
+            value = resp.headers.get(name)
+            if value is None:
+                assert not h.get("required"), f"{what}: required header {name} is missing"
+                continue
+            schema = h.get("schema", {})
+            if schema.get("type") == "integer":
+                assert re.fullmatch(r"-?\d+", value), \
+                    f"{what}: header {name}: {value!r} is not an integer"
+                value = int(value)
+            validate(value, schema, f"{what} header {name}")
+        content = doc.get("content") or {}
+        ctype = resp.headers.get("Content-Type")
+        if not content:
+            assert not resp.body and ctype is None, \
+                f"{what}: documented without a body, got {ctype} {resp.body[:200]!r}"
+            return
+        assert ctype, f"{what}: no Content-Type (documented: {sorted(content)})"
+        key = ctype if ctype in content else ctype.split(";")[0].strip()
+        assert key in content, f"{what}: Content-Type {ctype!r} not documented ({sorted(content)})"
+        if stream or method == "HEAD":
+            return
+        base = key.split(";")[0].strip()
+        if base.endswith("json"):
+            try:
+                body = json.loads(resp.body)
+            except ValueError as e:
+                raise AssertionError(
+                    f"{what}: body is not JSON ({e}): {resp.body[:300]!r}") from None
+            validate(body, content[key]["schema"], what)
+        else:
+            validate(resp.body.decode("utf-8"), content[key]["schema"], what)
+
+    def coverage_gaps(self):
+        """Operations never called, and documented statuses never seen."""
+        gaps = []
+        for (method, template), statuses in sorted(self.seen.items()):
+            if not statuses:
+                gaps.append(f"{method} {template}: never exercised")
+                continue
+            for status in sorted(self.ops[(method, template)]["responses"]):
+                if status not in statuses and (method, template, status) not in INFEASIBLE:
+                    gaps.append(f"{method} {template}: documented {status} never seen")
+        for status in sorted(self.unrouted):
+            if status not in self.unrouted_seen:
+                gaps.append(f"{UNROUTED} {status}: never seen")
+        return gaps
+
+
+C = None  # the Contract of the running test
+
+
+def api(method, base, path, body=None, headers=None, expect=None, timeout=30):
+    """One request, checked against the contract; asserts the status if given."""
+    resp = http(method, base + path, body, headers, timeout=timeout)
+    C.check(method, base + path, resp)
+    if expect is not None:
+        assert resp.status == expect, \
+            f"{method} {path}: expected {expect}, got {resp.status}: {resp.text[:400]}"
+    return resp
+
+
+def problem(resp, kind):
+    """Asserts resp is the problem `kind`."""
+    got = resp.json().get("type", "")
+    assert got == f"https://workd.dev/problems/{kind}", \
+        f"expected problem {kind}, got {got}: {resp.text}"
+    return resp
+
+
+# -------------------------------------------------------------------- SSE
+
+class Stream:
+    """A raw text/event-stream reader that checks the framing line by line."""
+
+    def __init__(self, base, path, headers=None, timeout=10.0):
+        parts = urllib.parse.urlsplit(base)
+        self.url = base + path
+        self.conn = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        self.conn.request("GET", path, headers={"Accept": "text/event-stream", **(headers or {})})
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.messages, self.comments, self.retry = [], [], None
+
+    def check_open(self):
+        """Checks the answer's status and headers; a refusal is validated whole."""
+        headers = Headers(self.resp.getheaders())
+        if self.status != 200:
+            resp = Response(self.status, headers, self.resp.read())
+            C.check("GET", self.url, resp)
+            self.close()
+            return resp
+        C.check("GET", self.url, Response(200, headers, b""), stream=True)
+        assert headers.get("Content-Type") == "text/event-stream", headers
+        return None
+
+    def read_block(self):
+        """Reads one block (up to a blank line); records its comments, retry and message."""
+        fields, comments = [], []
+        while True:
+            raw = self.resp.readline()
+            assert raw, f"{self.url}: the stream ended"
+            assert raw.endswith(b"\n"), f"{self.url}: unterminated line {raw!r}"
+            line = raw.decode("utf-8").rstrip("\n")
+            assert not line.endswith("\r"), f"{self.url}: CR in {line!r}"
+            if line == "":
+                break
+            if line.startswith(":"):
+                comments.append(line[1:].strip())
+                continue
+            name, sep, value = line.partition(":")
+            assert sep and value.startswith(" "), f"{self.url}: malformed line {line!r}"
+            fields.append((name, value[1:]))
+        self.comments += comments
+        msg = {}
+        for name, value in fields:
+            assert name in ("id", "event", "data", "retry"), f"{self.url}: unknown field {name!r}"
+            assert name not in msg, \
+                f"{self.url}: field {name} twice in one message (multi-line data?)"
+            msg[name] = value
+        if "retry" in msg:
+            self.retry = int(msg.pop("retry"))
+        if msg:
+            self.messages.append(msg)
+        return comments, msg or None
+
+    def read_until(self, pred, timeout=10.0, what="condition"):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, \
+                f"{self.url}: no {what} after {timeout}s ({len(self.messages)} messages)"
+            self.read_block()
+
+    def drain(self, timeout=10.0):
+        """Reads until the stream is idle: two keep-alives with no message between."""
+        marker = None
+        deadline = time.monotonic() + timeout
+        while True:
+            assert time.monotonic() < deadline, f"{self.url}: never idle"
+            comments, _ = self.read_block()
+            if "keep-alive" in comments:
+                if marker == len(self.messages):
+                    return self.messages
+                marker = len(self.messages)
+
+    def refused(self):
+        """Asserts the stream was refused; returns the checked answer."""
+        resp = self.check_open()
+        assert resp is not None, f"{self.url}: expected a refusal, got a stream"
+        return resp
+
+    def close(self):
+        try:
+            if self.conn.sock:
+                self.conn.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.conn.close()
+
+
+def check_messages(stream):
+    """Every message of the stream against ResultMessage, its data against ResultEvent."""
+    op = C.ops[("GET", "/results")]
+    stream_schema = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
+    msg_schema = stream_schema["items"]
+    data_schema = msg_schema["properties"]["data"]["contentSchema"]
+    assert msg_schema["properties"]["data"].get("contentMediaType") == "application/json"
+    validate(stream.messages, stream_schema, f"{stream.url} messages")
+    out = []
+    for m in stream.messages:
+        data = json.loads(m["data"])
+        validate(data, data_schema, f"{stream.url} data of message {m['id']}")
+        assert m["id"] == str(data["seq"]), f"id {m['id']} must be the seq of {data}"
+        assert m["event"] == data["status"], f"event {m['event']} must be the status of {data}"
+        out.append(data)
+    seqs = [d["seq"] for d in out]
+    assert seqs == sorted(set(seqs)), f"{stream.url}: seqs not increasing: {seqs}"
+    return out
+
+
+# ------------------------------------------------------------------- tests
+
+def test_route_table_is_the_spec():
+    """api_routes[] in api.c and the operations of openapi.yaml are the same set."""
+    _, spec = load_spec()
+    ops = operations(spec)
+    by_norm = {(m, norm_template(t)): (t, op) for (m, t), op in ops.items()}
+    routes = api_routes()
+    assert len(routes) == len({(m, norm_template(p)) for m, p, _, _ in routes}), "duplicate routes"
+    missing = [f"{m} {p}" for m, p, _, _ in routes if (m, norm_template(p)) not in by_norm]
+    assert not missing, f"routes of api.c missing from openapi.yaml: {missing}"
+    routed = {(rm, norm_template(rp)) for rm, rp, _, _ in routes}
+    extra = sorted(f"{m} {t}" for (m, t) in ops if (m, norm_template(t)) not in routed)
+    assert not extra, f"operations of openapi.yaml that the server does not route: {extra}"
+    for method, pattern, name, json_body in routes:
+        template, op = by_norm[(method, norm_template(pattern))]
+        where = f"{method} {template}"
+        assert op.get("operationId") == name, \
+            f"{where}: operationId {op.get('operationId')!r} != route name {name!r} " \
+            "(the metrics label)"
+        declared = op.get("parameters", []) + spec["paths"][template].get("parameters", [])
+        params = [p["name"] for p in declared if p["in"] == "path"]
+        assert sorted(params) == sorted(re.findall(r"\{([^}]+)\}", template)), \
+            f"{where}: path parameters {params}"
+        body = op.get("requestBody")
+        if json_body:
+            assert body and body.get("required") and \
+                list(body["content"]) == ["application/json"], \
+                f"{where}: the server requires a JSON body: document it, required, as JSON"
+            assert "415" in op["responses"], f"{where}: a JSON-body route answers 415"
+        else:
+            assert body is None, f"{where}: the server reads no body"
+            assert "415" not in op["responses"], f"{where}: the server never answers 415 here"
+        assert "413" in op["responses"], \
+            f"{where}: every route answers 413 to a body over --max-body"
+
+
+def test_answers_match_the_spec(cluster):
+    global C
+    C = Contract()
+    leader_args = ["--max-body", str(MAX_BODY), "--max-batch", str(MAX_BATCH),
+                   "--max-open", str(MAX_OPEN), "--lease-grace", "0", "--backoff-base", "50ms",
+                   "--backoff-max", "100ms", "--sse-keepalive", "300ms", "--get-wait-max", "5s",
+                   "--pull-wait-max", "5s"]
+    s1 = cluster.start_server("s1", extra_args=leader_args)
+    wait_leader(s1.url)
+    s2 = cluster.start_server("s2", extra_args=["--max-body", str(MAX_BODY),
+                                                "--sse-max-subscribers", "1",
+                                                "--sse-keepalive", "300ms"])
+    wait_leader(s2.url)
+    L, F = s1.url, s2.url  # leader, follower
+    assert api("GET", L, "/readyz", expect=200).json()["is_leader"] is True
+    assert api("GET", F, "/readyz", expect=200).json()["is_leader"] is False
+
+    routing_and_transport(L, F)
+    work_submit_and_read(L, F)
+    worker_api(L, F)
+    results_stream(L, F)
+    limits_and_operations(L, F)
+
+    # Last: without PostgreSQL, reads and readiness answer 503.
+    cluster.pg_stop()
+    wait_until(lambda: api("GET", L, "/work/c1").status == 503, 20, what="GET /work 503")
+    problem(api("GET", L, "/work/c1", expect=503), "database-unavailable")
+    problem(api("GET", L, "/work/c1/events", expect=503), "database-unavailable")
+    for base in (L, F):
+        wait_until(lambda: api("GET", base, "/readyz").status == 503, 20, what="/readyz 503")
+        problem(api("GET", base, "/readyz", expect=503), "not-ready")
+
+    gaps = C.coverage_gaps()
+    assert not gaps, "openapi.yaml has parts this test never saw:\n  " + "\n  ".join(gaps)
+
+
+def sample_path(template):
+    return (template.replace("{id}", "probe").replace("{worker_id}", "probe-worker")
+            .replace("{attempt}", "1"))
+
+
+def routing_and_transport(L, F):
+    """404, 405 with Allow, 413 on every route, 415, 503 from a follower."""
+    api("GET", L, "/nope", expect=404)
+    # All defaults; no work exists yet, so this takes nothing.
+    assert api("POST", L, "/workers/w-any/pull", {}, JSON, expect=200).json() == {"jobs": []}
+    api("POST", L, "/work/a/b/c/d/e/f/g/h/i", expect=404)
+    for template in C.templates:
+        path = sample_path(template)
+        for method in ("GET", "PUT", "POST", "DELETE", "PATCH", "OPTIONS", "HEAD"):
+            if method not in C.methods_of(template):
+                r = api(method, L, path, expect=405)
+                if method != "HEAD":  # an answer to HEAD has no body
+                    problem(r, "method-not-allowed")
+    # A body over --max-body: refused from Content-Length before routing...
+    big = "x" * (MAX_BODY + 1)
+    for method, template in sorted(C.ops):
+        problem(api(method, L, sample_path(template), big, JSON, expect=413), "body-too-large")
+    api("GET", L, "/nope", big, expect=413)
+    # ...and while reading a chunked one.
+    chunks = (b"[" + b"1," * 100 + b"1]" for _ in range(int(MAX_BODY / 200) + 2))
+    problem(api("POST", F, "/work", chunks, JSON, expect=413), "body-too-large")
+    for method, template in sorted(C.ops):
+        if C.ops[(method, template)].get("requestBody"):
+            path = sample_path(template)
+            problem(api(method, L, path, "{}", expect=415), "unsupported-media-type")
+            problem(api(method, L, path, "{}", {"Content-Type": "text/plain"}, expect=415),
+                    "unsupported-media-type")
+    # A forwarded request that reaches a follower is not forwarded again.
+    fwd = {**JSON, "X-Workd-Forwarded": "test"}
+    leader_only = [("POST", "/work", {"payload": 1}), ("DELETE", "/work/probe", None),
+                   ("POST", "/work/probe/attempts/1/complete", {}),
+                   ("POST", "/work/probe/attempts/1/fail", {}),
+                   ("PUT", "/workers/probe-worker", {}), ("DELETE", "/workers/probe-worker", None),
+                   ("POST", "/workers/probe-worker/pull", {}),
+                   ("POST", "/workers/probe-worker/reports", {"reports": []}),
+                   ("GET", "/cluster", None)]
+    for method, path, body in leader_only:
+        problem(api(method, F, path, body, fwd, expect=503), "not-leader")
+
+
+def rfc3339_in(seconds):
+    t = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def work_submit_and_read(L, F):
+    api("GET", L, "/", expect=200)
+    api("GET", F, "/", expect=200)
+    api("GET", L, "/healthz", expect=200)
+    c1 = {"id": "c1", "payload": {"n": 1}, "queue": "q-main", "priority": 5, "timeout": 30,
+          "max_attempts": 2}
+    r = api("POST", L, "/work", c1, JSON, expect=202)
+    assert r.headers["Location"] == "/work/c1", r.headers
+    assert r.json() == {"id": "c1", "status": "pending", "created": True}, r.json()
+    again = api("POST", L, "/work", c1, JSON, expect=202).json()
+    assert again["created"] is False, again
+    k = api("POST", L, "/work", {"payload": None, "queue": "q-idem"},
+            {**JSON, "Idempotency-Key": "k1"}, expect=202)
+    assert k.json()["id"] == "k1" and k.headers["Location"] == "/work/k1", k.json()
+    gen = api("POST", L, "/work", {"payload": [1, "two"], "queue": "q-idem"}, JSON,
+              expect=202).json()
+    bulk = api("POST", L, "/work", [{"id": "b1", "payload": 1, "queue": "q-bulk"},
+                                     {"id": "b2", "payload": 2, "queue": "q-bulk", "delay": 3600}],
+               JSON, expect=202)
+    assert "Location" not in bulk.headers, bulk.headers
+    assert [i["status"] for i in bulk.json()["items"]] == ["pending", "scheduled"], bulk.json()
+    p = api("POST", F, "/work", {"id": "p1", "payload": "x", "queue": "q-proxy",
+                                 "run_at": rfc3339_in(3600)}, JSON, expect=202)
+    assert p.headers["Location"] == "/work/p1" and p.json()["status"] == "scheduled", p.json()
+    problem(api("POST", L, "/work", {"id": "c1", "payload": {"n": 2}}, JSON, expect=409),
+            "conflict")
+
+    bad = [
+        ("", "invalid-body"), ("{", "invalid-json"),
+        ('{"payload": 1, "payload": 2}', "invalid-json"),
+        ("[" * 40 + "]" * 40, "invalid-body"), ("5", "invalid-body"), ("[]", "invalid-body"),
+        ({"payload": 1, "colour": "red"}, "unknown-field"), ({"id": "x"}, "missing-field"),
+        ({"payload": 1, "id": "bad id"}, "invalid-field"),
+        ({"payload": 1, "queue": ""}, "invalid-field"),
+        ({"payload": 1, "priority": 1.5}, "invalid-field"),
+        ({"payload": 1, "priority": 1000001}, "invalid-field"),
+        ({"payload": 1, "run_at": rfc3339_in(60), "delay": 1}, "invalid-field"),
+        ({"payload": 1, "run_at": 12}, "invalid-field"),
+        ({"payload": 1, "run_at": "tomorrow"}, "invalid-field"),
+        ({"payload": 1, "run_at": rfc3339_in(400 * 86400)}, "invalid-field"),
+        ({"payload": 1, "delay": -1}, "invalid-field"),
+        ({"payload": 1, "timeout": 0}, "invalid-field"),
+        ({"payload": 1, "timeout": 604801}, "invalid-field"),
+        ({"payload": 1, "max_attempts": 0}, "invalid-field"),
+        ([{"payload": 1}, {"payload": 2, "queue": 7}], "invalid-field"),
+    ]
+    for body, kind in bad:
+        problem(api("POST", L, "/work", body, JSON, expect=400), kind)
+    problem(api("POST", L, "/work", {"payload": 1}, {**JSON, "Idempotency-Key": "bad key"},
+                expect=400), "invalid-header")
+    problem(api("POST", L, "/work", [{"payload": 1}], {**JSON, "Idempotency-Key": "k2"},
+                expect=400), "invalid-header")
+    problem(api("POST", L, "/work", {"payload": 1, "id": "x1"}, {**JSON, "Idempotency-Key": "x2"},
+                expect=400), "invalid-field")
+    problem(api("POST", L, "/work", [{"payload": i} for i in range(MAX_BATCH + 1)], JSON,
+                expect=413), "batch-too-large")
+
+    for wid, status in (("c1", "pending"), ("b2", "scheduled"), ("p1", "scheduled"),
+                        ("k1", "pending"), (gen["id"], "pending")):
+        assert api("GET", L, f"/work/{wid}", expect=200).json()["status"] == status
+    t0 = time.monotonic()
+    assert api("GET", F, "/work/k1?wait=0.3", expect=200).json()["status"] == "pending"
+    assert time.monotonic() - t0 >= 0.25, "?wait= should wait"
+    for q in ("?wait=soon", "?wait=-1"):
+        problem(api("GET", L, "/work/k1" + q, expect=400), "invalid-parameter")
+        problem(api("GET", L, "/work/k1/events" + q, expect=400), "invalid-parameter")
+    problem(api("GET", L, "/work/" + "x" * 129, expect=400), "invalid-path")
+    problem(api("GET", L, "/work/a%20b/events", expect=400), "invalid-path")
+    problem(api("GET", L, "/work/nope", expect=404), "not-found")
+    problem(api("GET", L, "/work/nope/events", expect=404), "not-found")
+
+    c = api("DELETE", L, "/work/b2", expect=200).json()
+    assert c == {"id": "b2", "status": "cancelled"}, c
+    api("DELETE", F, "/work/p1", expect=200)
+    problem(api("DELETE", L, "/work/b2", expect=409), "not-cancellable")
+    problem(api("DELETE", L, "/work/nope", expect=404), "not-found")
+    problem(api("DELETE", L, "/work/bad%20id", expect=400), "invalid-path")
+    assert api("GET", L, "/work/b2", expect=200).json()["status"] == "cancelled"
+
+
+def pull(base, worker, queue, max_jobs=1, wait=0, n=None):
+    jobs = api("POST", base, f"/workers/{worker}/pull",
+               {"instance": "i1", "max": max_jobs, "wait": wait, "queues": [queue]}, JSON,
+               expect=200, timeout=wait + 30).json()["jobs"]
+    if n is not None:
+        assert len(jobs) == n, f"pull by {worker} on {queue}: expected {n} jobs, got {jobs}"
+    return jobs
+
+
+def worker_api(L, F):
+    hb = api("PUT", L, "/workers/w-main", {"instance": "i1", "capacity": 4, "queues": ["q-main"],
+                                           "running": []}, JSON, expect=200).json()
+    assert hb["worker_timeout_ms"] == 10000, hb
+    api("PUT", F, "/workers/w-proxy", {"capacity": 1, "queues": None, "running": [{"id": "x"}]},
+        JSON, expect=200)
+    for body in ({"capacity": 0}, {"capacity": "2"}, {"queues": "q-main"},
+                 {"queues": ["bad queue"]}, {"instance": ""}, {"running": {}}):
+        problem(api("PUT", L, "/workers/w-main", body, JSON, expect=400), "invalid-field")
+    problem(api("PUT", L, "/workers/w-main", [], JSON, expect=400), "invalid-body")
+    problem(api("PUT", L, "/workers/w-main", "{x}", JSON, expect=400), "invalid-json")
+    problem(api("PUT", L, "/workers/bad%20worker", {}, JSON, expect=400), "invalid-path")
+
+    # Complete through the single-report form; repeats are acknowledged.
+    job = pull(L, "w-main", "q-main", max_jobs=1, n=1)[0]
+    assert job["id"] == "c1" and job["attempt"] == 1, job
+    assert api("GET", L, "/work/c1", expect=200).json()["status"] == "running"
+    problem(api("DELETE", L, "/work/c1", expect=409), "not-cancellable")
+    body = {"worker_id": "w-main", "result": {"ok": True}}
+    r = api("POST", L, "/work/c1/attempts/1/complete", body, JSON, expect=200).json()
+    assert r == {"id": "c1", "attempt": 1, "accepted": True, "status": "completed"}, r
+    api("POST", F, "/work/c1/attempts/1/complete", body, JSON, expect=200)
+    problem(api("POST", L, "/work/c1/attempts/2/complete", body, JSON, expect=409),
+            "attempt-superseded")
+    for path, b, kind in (("/work/c1/attempts/0/complete", {}, "invalid-path"),
+                          ("/work/c1/attempts/x/fail", {}, "invalid-path"),
+                          ("/work/c%201/attempts/1/fail", {}, "invalid-path"),
+                          ("/work/c1/attempts/1/complete", [], "invalid-body"),
+                          ("/work/c1/attempts/1/complete", "nope", "invalid-json"),
+                          ("/work/c1/attempts/1/complete", {"worker_id": 5}, "invalid-field"),
+                          ("/work/c1/attempts/1/fail", {"error": 5}, "invalid-field"),
+                          ("/work/c1/attempts/1/fail", {"retry": "no"}, "invalid-field")):
+        problem(api("POST", L, path, b, JSON, expect=400), kind)
+    resub = api("POST", L, "/work", {"id": "c1", "payload": {"n": 1}, "queue": "q-main",
+                                     "priority": 5}, JSON, expect=202).json()
+    assert resub == {"id": "c1", "status": "completed", "created": False}, resub
+
+    # Fail, retry, fail again: dead; then a failure without retry, and a timeout.
+    api("POST", L, "/work", [{"id": "f1", "payload": 1, "queue": "q-main", "max_attempts": 2},
+                             {"id": "d1", "payload": 2, "queue": "q-main"},
+                             {"id": "t1", "payload": 3, "queue": "q-main", "timeout": 0.2,
+                              "max_attempts": 1},
+                             {"id": "r1", "payload": 4, "queue": "q-main"}], JSON, expect=202)
+    jobs = {j["id"]: j for j in pull(L, "w-main", "q-main", max_jobs=4, n=4)}
+    r = api("POST", L, "/work/f1/attempts/1/fail", {"error": "boom"}, JSON, expect=200).json()
+    assert r["status"] == "scheduled", r
+    problem(api("POST", L, "/work/f1/attempts/1/fail", {"error": "boom"}, JSON, expect=409),
+            "attempt-superseded")
+    r = api("POST", F, "/work/d1/attempts/1/fail", {"worker_id": "w-main", "retry": False}, JSON,
+            expect=200).json()
+    assert r["status"] == "dead", r
+    retry = pull(L, "w-main", "q-main", wait=3, n=1)[0]
+    assert retry["id"] == "f1" and retry["attempt"] == 2, retry
+    reports = {"reports": [
+        {"id": "f1", "attempt": 2, "outcome": "failed", "error": "boom again", "retry": True},
+        {"id": "r1", "attempt": 1, "outcome": "completed", "result": [1, 2]},
+        {"id": "nope", "attempt": 1, "outcome": "completed"},
+        {"id": "c1", "attempt": 1, "outcome": "completed", "result": {"ok": True}}]}
+    res = api("POST", L, "/workers/w-main/reports", reports, JSON, expect=200).json()["results"]
+    assert [(x["accepted"], x.get("status") or x.get("reason")) for x in res] == \
+        [(True, "dead"), (True, "completed"), (False, "superseded"), (True, "completed")], res
+    res = api("POST", F, "/workers/w-main/reports", {"reports": reports["reports"][:1]}, JSON,
+              expect=200).json()["results"]
+    assert res[0]["accepted"] is True and res[0]["status"] == "dead", res
+    assert jobs["t1"]["timeout_ms"] == 200, jobs["t1"]
+    wait_until(lambda: api("GET", L, "/work/t1", expect=200).json()["status"] == "dead", 10,
+               what="t1 to time out")
+    for body in ({}, {"reports": {}}, [], {"reports": [5]}):
+        problem(api("POST", L, "/workers/w-main/reports", body, JSON, expect=400), "invalid-body")
+    for one in ({"id": "f1", "attempt": 0, "outcome": "failed"},
+                {"id": "f1", "attempt": 1, "outcome": "done"},
+                {"id": "f1", "attempt": 1, "outcome": "failed", "error": 1},
+                {"id": "f1", "attempt": 1, "outcome": "failed", "retry": 1},
+                {"attempt": 1, "outcome": "failed"}):
+        problem(api("POST", L, "/workers/w-main/reports", {"reports": [one]}, JSON, expect=400),
+                "invalid-field")
+    problem(api("POST", L, "/workers/bad%20w/reports", {"reports": []}, JSON, expect=400),
+            "invalid-path")
+    many = {"reports": [{"id": "f1", "attempt": 1, "outcome": "failed"}] * (MAX_BATCH + 1)}
+    problem(api("POST", L, "/workers/w-main/reports", many, JSON, expect=413), "batch-too-large")
+
+    # The history of each kind of event.
+    types = {}
+    for wid in ("c1", "f1", "d1", "t1", "b2"):
+        history = api("GET", L, f"/work/{wid}/events", expect=200).json()["events"]
+        types[wid] = [e["type"] for e in history]
+    assert types == {"c1": ["accepted", "started", "completed"],
+                     "f1": ["accepted", "started", "failed", "started", "failed", "dead"],
+                     "d1": ["accepted", "started", "failed", "dead"],
+                     "t1": ["accepted", "started", "timed_out", "dead"],
+                     "b2": ["accepted", "cancelled"]}, types
+    api("GET", F, "/work/f1/events", expect=200)
+    for wid in ("c1", "f1", "d1", "t1", "r1"):
+        api("GET", F, f"/work/{wid}", expect=200)
+
+    # Pulls: empty after a wait, through the follower, bad bodies.
+    t0 = time.monotonic()
+    pull(L, "w-idle", "q-empty", wait=0.3, n=0)
+    assert time.monotonic() - t0 >= 0.25, "an empty pull should wait"
+    pull(F, "w-idle", "q-empty", n=0)
+    for body, kind in (({"max": 0}, "invalid-field"), ({"max": 10001}, "invalid-field"),
+                       ({"wait": -1}, "invalid-field"), ({"wait": "1"}, "invalid-field"),
+                       ({"queues": [1]}, "invalid-field"), ({"instance": "a b"}, "invalid-field"),
+                       ("[]", "invalid-body"), ("", "invalid-body")):
+        problem(api("POST", L, "/workers/w-idle/pull", body, JSON, expect=400), kind)
+    problem(api("POST", L, "/workers/" + "w" * 129 + "/pull", {}, JSON, expect=400), "invalid-path")
+
+    cl = api("GET", F, "/cluster", expect=200).json()
+    workers = {w["id"]: w for w in cl["workers"]}
+    assert workers["w-idle"]["running"] is None, cl
+    assert workers["w-proxy"]["running"] == [{"id": "x"}], cl
+    api("GET", L, "/cluster", expect=200)
+    api("DELETE", L, "/workers/w-proxy", expect=204)
+    api("DELETE", F, "/workers/w-unknown", expect=204)
+    problem(api("DELETE", L, "/workers/bad%20w", expect=400), "invalid-path")
+
+
+def results_stream(L, F):
+    finished = {"c1": "completed", "r1": "completed", "f1": "dead", "d1": "dead", "t1": "dead",
+                "b2": "cancelled", "p1": "cancelled"}
+    s = Stream(L, "/results?after=0")
+    assert s.check_open() is None
+    s.read_block()
+    assert s.comments[:1] == ["workd results stream"] and s.retry == 1000, (s.comments, s.retry)
+    s.drain()
+    data = check_messages(s)
+    got = {d["id"]: d["status"] for d in data}
+    assert {k: got.get(k) for k in finished} == finished, got
+    first = s.messages[0]["id"]
+    # Live: a cancellation shows up on the open stream.
+    api("POST", L, "/work", {"id": "live", "payload": 1, "delay": 60, "queue": "q-live"}, JSON,
+        expect=202)
+    api("DELETE", L, "/work/live", expect=200)
+    s.read_until(lambda: s.messages and json.loads(s.messages[-1]["data"])["id"] == "live",
+                 what="the live event")
+    check_messages(s)
+    s.close()
+
+    # Last-Event-ID resumes after it, and wins over ?after=.
+    r = Stream(F, "/results?after=0", {"Last-Event-ID": first})
+    assert r.check_open() is None
+    r.drain()
+    resumed = check_messages(r)
+    assert resumed and resumed[0]["seq"] > int(first) and \
+        [d["id"] for d in resumed] == [d["id"] for d in data[1:]] + ["live"], resumed
+    # A follower serves one stream here (--sse-max-subscribers 1).
+    busy = Stream(F, "/results")
+    problem(busy.refused(), "too-many-subscribers")
+    r.close()
+
+    for path, kind in (("/results?work_id=c1&after=0", "c1"),
+                       ("/results?queue=q-main&after=0", "q")):
+        f = Stream(L, path)
+        assert f.check_open() is None
+        f.drain()
+        d = check_messages(f)
+        assert d and all(x["id"] == "c1" if kind == "c1" else x["queue"] == "q-main" for x in d), d
+        f.close()
+    for path, headers in (("/results?after=x", None), ("/results?after=-1", None),
+                          ("/results", {"Last-Event-ID": "1e3"}),
+                          ("/results?after=99999999999999999999", None),
+                          ("/results?work_id=a%20b", None), ("/results?queue=" + "q" * 65, None)):
+        problem(Stream(L, path, headers).refused(), "invalid-parameter")
+
+
+def limits_and_operations(L, F):
+    # Fill the leader up to --max-open: 429, and nothing of that request is created.
+    def fill(base, ids):
+        items = [{"id": i, "payload": 0, "queue": "q-fill"} for i in ids]
+        return api("POST", base, "/work", items if len(items) > 1 else items[0], JSON).status
+    created, n = [], 0
+    while True:
+        ids = [f"fill-{n}-{j}" for j in range(MAX_BATCH)]
+        if fill(L, ids) == 429:
+            break
+        created += ids
+        n += 1
+        assert n <= MAX_OPEN // MAX_BATCH, \
+            f"no 429 with {len(created)} open (--max-open {MAX_OPEN})"
+    problem(api("GET", L, f"/work/{ids[0]}", expect=404), "not-found")
+    for k in range(MAX_BATCH + 1):
+        if fill(L, [f"fill-s{k}"]) == 429:
+            break
+        created.append(f"fill-s{k}")
+    problem(api("POST", F, "/work", {"id": "fill-f", "payload": 0}, JSON, expect=429), "queue-full")
+    for wid in created:
+        api("DELETE", L, f"/work/{wid}", expect=200)
+
+    m = api("GET", L, "/metrics", expect=200).text
+    routes = set(re.findall(r'route="([^"]+)"', m))
+    op_ids = {op["operationId"] for op in C.ops.values()}
+    assert routes and routes <= op_ids, \
+        f"metrics route labels that are no operationId: {routes - op_ids}"
+    api("GET", F, "/metrics", expect=200)
+    api("GET", F, "/healthz", expect=200)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

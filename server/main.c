@@ -175,6 +175,7 @@ static int serve(Server *s)
     s->metrics = xcalloc(1, sizeof *s->metrics);
     s->started_ms = wall_ms();
     pthread_mutex_init(&s->leader.lock, NULL);
+    pthread_mutex_init(&s->stats_lock, NULL);
     int rc = 1;
     if (s->cfg.role_manager) {
         ManagerConfig mc = {
@@ -226,6 +227,8 @@ out:
     free(s->metrics);
     auth_free(s->auth);
     pthread_mutex_destroy(&s->leader.lock);
+    pthread_mutex_destroy(&s->stats_lock);
+    json_decref(s->finished_counts);
     return rc;
 }
 

@@ -69,6 +69,11 @@ typedef struct Server {
     struct Auth *auth; /* bearer tokens; none configured: the API is open */
     LeaderInfo leader;
     atomic_bool db_ok; /* the listener's session is up */
+    /* Finished-work counts are a scan of the history: computed at most every
+     * few seconds, whoever asks (read-pool threads). */
+    pthread_mutex_t stats_lock;
+    json_t *finished_counts;
+    int64_t finished_counts_ms;
     int64_t started_ms;
 } Server;
 

@@ -67,8 +67,14 @@ static void cmd_reply(Req *r)
     case MC_REPORTS:
         if (r->single_report) {
             json_t *res = json_array_get(json_object_get(c->reply, "results"), 0);
+            const char *reason = json_string_value(json_object_get(res, "reason"));
             if (json_is_true(json_object_get(res, "accepted"))) {
                 req_finish_json(r, 200, json_incref(res));
+            } else if (reason && !strcmp(reason, "not-found")) {
+                char msg[200];
+                snprintf(msg, sizeof msg, "no work with id '%s'",
+                         json_string_value(json_object_get(res, "id")));
+                problem(r, 404, "not-found", msg);
             } else {
                 char msg[300];
                 snprintf(msg, sizeof msg,
@@ -218,7 +224,7 @@ static void start_get(Req *r, const char *id, bool events)
     t->r = r;
     t->id = xstrdup(id);
     t->events = events;
-    const char *wait = req_query(r, "wait");
+    const char *wait = events ? NULL : req_query(r, "wait");
     Err err = {0};
     if (wait && parse_wait(wait, r->srv->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) {
         free(t->id);
@@ -245,6 +251,15 @@ static void h_cancel(Req *r, char *const *p)
     if (!check_id(r, p[0], "work id"))
         return;
     MgrCmd *c = mgrcmd_new(MC_CANCEL);
+    c->work_id = xstrdup(p[0]);
+    to_leader(r, c, NULL);
+}
+
+static void h_retry(Req *r, char *const *p)
+{
+    if (!check_id(r, p[0], "work id"))
+        return;
+    MgrCmd *c = mgrcmd_new(MC_RETRY);
     c->work_id = xstrdup(p[0]);
     to_leader(r, c, NULL);
 }
@@ -276,6 +291,144 @@ static void h_complete(Req *r, char *const *p)
 static void h_fail(Req *r, char *const *p)
 {
     single_report(r, p, false);
+}
+
+typedef struct ListTask {
+    Req *r;
+    char *status, *queue;
+    int64_t before;
+    int limit;
+} ListTask;
+
+static void list_task(PGconn *conn, void *arg)
+{
+    ListTask *t = arg;
+    Err err = {0};
+    json_t *o = conn ? journal_work_list(conn, t->status, t->queue, t->before, t->limit, &err)
+                     : NULL;
+    if (!o) {
+        if (!conn)
+            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
+        req_finish_problem(t->r, &err);
+    } else {
+        req_finish_json(t->r, 200, o);
+    }
+    free(t->status);
+    free(t->queue);
+    free(t);
+}
+
+static void h_work_list(Req *r, char *const *p)
+{
+    static const char *statuses[] = {"pending", "scheduled", "running", "completed",
+                                     "dead",    "cancelled", NULL};
+    const char *status = req_query(r, "status"), *queue = req_query(r, "queue");
+    const char *before = req_query(r, "before"), *limit = req_query(r, "limit");
+    Err err = {0};
+    bool ok = !status;
+    for (size_t i = 0; statuses[i] && !ok; i++)
+        ok = !strcmp(status, statuses[i]);
+    if (!ok) {
+        problem(r, 400, "invalid-parameter",
+                "'status' must be one of pending, scheduled, running, completed, dead, cancelled");
+        return;
+    }
+    if (queue && !queue_name_valid(queue)) {
+        problem(r, 400, "invalid-parameter", "'queue' is not a valid queue name");
+        return;
+    }
+    int64_t b = 0, l = 50;
+    if ((before && parse_seq(before, &b, &err) != 0) || (limit && parse_seq(limit, &l, &err) != 0)) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    if (l < 1 || l > 500) {
+        problem(r, 400, "invalid-parameter", "'limit' must be from 1 to 500");
+        return;
+    }
+    ListTask *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->status = xstrdup(status);
+    t->queue = xstrdup(queue);
+    t->before = b;
+    t->limit = (int)l;
+    req_park(r);
+    dbpool_submit(r->srv->pool, list_task, t);
+}
+
+#define FINISHED_COUNTS_MS 5000
+
+static void queues_task(PGconn *conn, void *arg)
+{
+    Req *r = arg;
+    Server *s = r->srv;
+    Err err = {0};
+    json_t *open = conn ? journal_open_counts(conn, &err) : NULL;
+    if (!open) {
+        if (!conn)
+            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
+        req_finish_problem(r, &err);
+        return;
+    }
+    pthread_mutex_lock(&s->stats_lock);
+    if (!s->finished_counts || mono_ms() - s->finished_counts_ms > FINISHED_COUNTS_MS) {
+        json_t *fc = journal_finished_counts(conn, &err);
+        if (fc) {
+            json_decref(s->finished_counts);
+            s->finished_counts = fc;
+            s->finished_counts_ms = mono_ms();
+        }
+    }
+    json_t *finished = json_incref(s->finished_counts);
+    pthread_mutex_unlock(&s->stats_lock);
+    if (!finished) {
+        json_decref(open);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_t *rates = hub_throughput(s->hub, wall_ms());
+    json_t *names = json_object(), *queues = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach(open, k, v) json_object_set_new(names, k, json_true());
+    json_object_foreach(finished, k, v) json_object_set_new(names, k, json_true());
+    json_object_foreach(json_object_get(rates, "queues"), k, v)
+        json_object_set_new(names, k, json_true());
+    json_object_foreach(names, k, v)
+    {
+        json_t *o = json_object_get(open, k), *f = json_object_get(finished, k);
+        json_t *q = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "pending",
+                              (json_int_t)json_integer_value(json_object_get(o, "pending")),
+                              "scheduled",
+                              (json_int_t)json_integer_value(json_object_get(o, "scheduled")),
+                              "running", (json_int_t)json_integer_value(json_object_get(o, "running")),
+                              "completed",
+                              (json_int_t)json_integer_value(json_object_get(f, "completed")),
+                              "dead", (json_int_t)json_integer_value(json_object_get(f, "dead")),
+                              "cancelled",
+                              (json_int_t)json_integer_value(json_object_get(f, "cancelled")),
+                              "oldest_pending_at",
+                              json_object_get(o, "oldest_pending_at")
+                                  ? json_object_get(o, "oldest_pending_at")
+                                  : json_null());
+        json_t *rate = json_object_get(json_object_get(rates, "queues"), k);
+        json_object_set(q, "throughput", rate ? rate : json_null());
+        json_array_append_new(queues, q);
+    }
+    req_finish_json(r, 200,
+                    json_pack("{s:o, s:O, s:i}", "queues", queues, "bucket_seconds",
+                              json_object_get(rates, "bucket_seconds"), "finished_counts_age_s",
+                              FINISHED_COUNTS_MS / 1000));
+    json_decref(names);
+    json_decref(open);
+    json_decref(finished);
+    json_decref(rates);
+}
+
+static void h_queues(Req *r, char *const *p)
+{
+    req_park(r);
+    dbpool_submit(r->srv->pool, queues_task, r);
 }
 
 /* ---- results ---- */
@@ -419,13 +572,18 @@ static void h_metrics(Req *r, char *const *p)
     sbuf_init(&b);
     sbuf_puts(&b, "# HELP workd_http_requests_total HTTP requests answered, by route and status class.\n"
                   "# TYPE workd_http_requests_total counter\n");
-    for (size_t i = 0; i < api_routes_count; i++)
+    /* Requests that matched no route (404, 405, early 413) count as "unmatched". */
+    for (size_t i = 0; i < METRICS_ROUTES; i++) {
+        if (i >= api_routes_count && i != METRICS_ROUTES - 1)
+            continue;
+        const char *name = i < api_routes_count ? api_routes[i].name : "unmatched";
         for (int c = 1; c <= 5; c++) {
             long long v = atomic_load(&m->status[i][c]);
             if (v)
                 sbuf_printf(&b, "workd_http_requests_total{route=\"%s\",code=\"%dxx\"} %lld\n",
-                            api_routes[i].name, c, v);
+                            name, c, v);
         }
+    }
     sbuf_puts(&b, "# HELP workd_http_request_duration_seconds Time to answer, by route.\n"
                   "# TYPE workd_http_request_duration_seconds histogram\n");
     for (size_t i = 0; i < api_routes_count; i++) {
@@ -487,9 +645,12 @@ static void h_index(Req *r, char *const *p)
 
 const Route api_routes[] = {
     {"POST", "/work", h_submit, "submit", true, SCOPE_CLIENT},
+    {"GET", "/work", h_work_list, "work_list", false, SCOPE_CLIENT},
+    {"GET", "/queues", h_queues, "queues", false, SCOPE_CLIENT},
     {"GET", "/work/:id", h_work_get, "work_get", false, SCOPE_CLIENT},
     {"DELETE", "/work/:id", h_cancel, "work_cancel", false, SCOPE_ADMIN},
     {"GET", "/work/:id/events", h_work_events, "work_events", false, SCOPE_CLIENT},
+    {"POST", "/work/:id/retry", h_retry, "work_retry", false, SCOPE_ADMIN},
     {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true, SCOPE_WORKER},
     {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true, SCOPE_WORKER},
     {"GET", "/results", h_results, "results", false, SCOPE_CLIENT},

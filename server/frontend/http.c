@@ -198,8 +198,7 @@ static void dispatch(Req *r)
                     r->method, r->path, allow);
             r->status = 405;
         } else {
-            err_set(&err, 404, "no-route", "there is no %s on this server (see /openapi.yaml)",
-                    r->path);
+            err_set(&err, 404, "no-route", "there is no %s on this server", r->path);
         }
         req_finish_problem(r, &err);
         free(copy);
@@ -207,7 +206,7 @@ static void dispatch(Req *r)
     }
     if (r->body_too_large) {
         err_set(&err, 413, "body-too-large", "the request body is over the limit of %lld bytes",
-                (long long)r->srv->cfg.max_body);
+                (long long)r->body_limit);
         req_finish_problem(r, &err);
     } else if (found->json_body && !is_json(req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE))) {
         err_set(&err, 415, "unsupported-media-type",
@@ -267,14 +266,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->start_us = now_us();
         sbuf_init(&r->body);
         *con_cls = r;
+        /* A node forwards submissions with their ids and defaults filled in,
+         * which makes them larger than what the client sent. */
+        r->body_limit = s->cfg.max_body;
+        if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Workd-Forwarded"))
+            r->body_limit *= 4;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoll(cl, NULL, 10) > s->cfg.max_body) {
+        if (cl && strtoll(cl, NULL, 10) > r->body_limit) {
             /* Refuse before reading a byte of it. */
             Err err;
             err_set(&err, 413, "body-too-large",
                     "the request body is %s bytes; the limit is %lld", cl,
-                    (long long)s->cfg.max_body);
+                    (long long)r->body_limit);
             req_finish_problem(r, &err);
             return queue_answer(r);
         }
@@ -282,7 +286,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         if (!r->body_too_large) {
-            if (r->body.len + *upload_data_size > (size_t)s->cfg.max_body) {
+            if (r->body.len + *upload_data_size > (size_t)r->body_limit) {
                 r->body_too_large = true;
                 sbuf_free(&r->body);
             } else {

@@ -21,6 +21,7 @@ struct Req {
     char *path;  /* without the query */
     int route;   /* index into the route table, for metrics */
     SBuf body;
+    int64_t body_limit;
     bool body_too_large;
     int64_t start_us;
     /* The answer, set before the connection is resumed. */

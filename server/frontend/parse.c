@@ -121,28 +121,40 @@ static int seconds_to_ms(json_t *v, const char *field, int64_t max_ms, bool allo
     return 0;
 }
 
+/* Refuses a field of object o that is not in known (NULL-terminated), naming
+ * it and listing the known ones, so that a typo is an error, not a default. */
+static int check_fields(json_t *o, const char *const *known, const char *where, Err *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; known[i] && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        if (ok)
+            continue;
+        char list[256] = "", text[65];
+        for (size_t i = 0; known[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     known[i]);
+        return err_set(err, 400, "unknown-field", "%s has an unknown field '%s' (known: %s)",
+                       where, quoted(key, text, sizeof text), list);
+    }
+    return 0;
+}
+
 static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
                       const ParseLimits *lim, SubmitItem *it, Err *err)
 {
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
                        where);
-    const char *key;
-    json_t *v;
-    json_object_foreach(o, key, v)
-    {
-        static const char *known[] = {"payload", "id",      "queue",       "priority", "run_at",
-                                      "delay",   "timeout", "max_attempts", NULL};
-        bool ok = false;
-        for (size_t i = 0; known[i]; i++)
-            ok = ok || !strcmp(key, known[i]);
-        char text[65];
-        if (!ok)
-            return err_set(err, 400, "unknown-field",
-                           "%s has an unknown field '%s' (known: payload, id, queue, "
-                           "priority, run_at, delay, timeout, max_attempts)",
-                           where, quoted(key, text, sizeof text));
-    }
+    static const char *const known[] = {"payload", "id",      "queue",        "priority",
+                                        "run_at",  "delay",   "timeout",      "max_attempts",
+                                        NULL};
+    if (check_fields(o, known, where, err) != 0)
+        return -1;
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
         return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
@@ -331,9 +343,11 @@ static int parse_instance(json_t *body, char **out, Err *err)
 int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
 {
     memset(out, 0, sizeof *out);
+    static const char *const known[] = {"instance", "capacity", "queues", "running", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the heartbeat must be a JSON object");
-    if (parse_instance(body, &out->instance, err) != 0)
+    if (check_fields(body, known, "the heartbeat", err) != 0 ||
+        parse_instance(body, &out->instance, err) != 0)
         return -1;
     json_t *cap = json_object_get(body, "capacity");
     if (cap && (!json_is_integer(cap) || json_integer_value(cap) < 1 ||
@@ -346,21 +360,36 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
         free(out->instance);
         return -1;
     }
+    /* Absent means "not said" (no reconciliation), not "runs nothing". */
     json_t *running = json_object_get(body, "running");
-    if (running && !json_is_array(running)) {
+    bool ok = !running || (json_is_array(running) && json_array_size(running) <= 100000);
+    size_t i;
+    json_t *r;
+    json_array_foreach(running, i, r)
+    {
+        json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt");
+        ok = ok && json_is_object(r) && json_object_size(r) == 2 && json_is_string(id) &&
+             id_valid(json_string_value(id)) && json_is_integer(att) &&
+             json_integer_value(att) >= 1;
+    }
+    if (!ok) {
         free(out->instance);
         strv_free(out->queues);
-        return err_set(err, 400, "invalid-field", "'running' must be an array of {id, attempt}");
+        return err_set(err, 400, "invalid-field",
+                       "'running' must be an array of {\"id\": WORK_ID, \"attempt\": N}");
     }
-    out->running = running ? json_incref(running) : json_array();
+    out->running = running ? json_incref(running) : NULL;
     return 0;
 }
 
 int parse_pull(json_t *body, PullMsg *out, Err *err)
 {
     memset(out, 0, sizeof *out);
+    static const char *const known[] = {"instance", "max", "wait", "queues", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the pull must be a JSON object");
+    if (check_fields(body, known, "the pull", err) != 0)
+        return -1;
     json_t *max = json_object_get(body, "max");
     if (max && (!json_is_integer(max) || json_integer_value(max) < 1 ||
                 json_integer_value(max) > 10000))
@@ -380,8 +409,14 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
 
 static int check_report(json_t *r, size_t i, Err *err)
 {
+    static const char *const known[] = {"id", "attempt", "outcome", "result", "error", "retry",
+                                        NULL};
     if (!json_is_object(r))
         return err_set(err, 400, "invalid-body", "report %zu must be an object", i);
+    char where[32];
+    snprintf(where, sizeof where, "report %zu", i);
+    if (check_fields(r, known, where, err) != 0)
+        return -1;
     json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt"),
            *outcome = json_object_get(r, "outcome");
     if (!json_is_string(id) || !id_valid(json_string_value(id)))
@@ -406,9 +441,12 @@ static int check_report(json_t *r, size_t i, Err *err)
 int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err)
 {
     *reports = NULL;
+    static const char *const known[] = {"reports", NULL};
     json_t *arr = json_is_object(body) ? json_object_get(body, "reports") : NULL;
     if (!json_is_array(arr))
         return err_set(err, 400, "invalid-body", "the body must be {\"reports\": [...]}");
+    if (check_fields(body, known, "the body", err) != 0)
+        return -1;
     if (json_array_size(arr) > max_batch)
         return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
                        json_array_size(arr), max_batch);
@@ -428,8 +466,12 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt,
 {
     *reports = NULL;
     *worker_id = NULL;
+    static const char *const known_done[] = {"worker_id", "result", NULL};
+    static const char *const known_fail[] = {"worker_id", "error", "retry", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
+    if (check_fields(body, completed ? known_done : known_fail, "the report", err) != 0)
+        return -1;
     int64_t n;
     if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
         return err_set(err, 400, "invalid-path", "the attempt in the path must be a positive integer");

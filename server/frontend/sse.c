@@ -44,8 +44,17 @@ typedef struct Waiter {
     struct Waiter *next;
 } Waiter;
 
+/* Finished events per 10-second bucket, for one queue. */
+typedef struct Rate {
+    char *queue;
+    int64_t bucket[HUB_RATE_BUCKETS]; /* which bucket (ms / HUB_RATE_BUCKET_MS) slot i holds */
+    int count[3][HUB_RATE_BUCKETS];   /* completed, dead, cancelled */
+    struct Rate *next;
+} Rate;
+
 struct Hub {
     pthread_mutex_t lock;
+    Rate *rates;
     DbPool *pool;
     Metrics *metrics;
     int64_t keepalive_ms, max_subs;
@@ -134,6 +143,12 @@ void hub_free(Hub *h)
 {
     if (!h)
         return;
+    while (h->rates) {
+        Rate *r = h->rates;
+        h->rates = r->next;
+        free(r->queue);
+        free(r);
+    }
     for (size_t i = 0; i < RING_CAP; i++)
         entry_clear(&h->ring[i]);
     pthread_mutex_destroy(&h->lock);
@@ -158,6 +173,52 @@ static char *frame_of(json_t *ev, size_t *len)
     free(data);
     *len = b.len;
     return sbuf_steal(&b);
+}
+
+/* ---- throughput ---- */
+
+static void count_rate(Hub *h, const char *queue, const char *status, int64_t now)
+{
+    int kind = !strcmp(status, "completed") ? 0 : !strcmp(status, "dead") ? 1 : 2;
+    Rate *r = h->rates;
+    while (r && strcmp(r->queue, queue) != 0)
+        r = r->next;
+    if (!r) {
+        r = xcalloc(1, sizeof *r);
+        r->queue = xstrdup(queue);
+        r->next = h->rates;
+        h->rates = r;
+    }
+    int64_t b = now / HUB_RATE_BUCKET_MS;
+    int slot = (int)(b % HUB_RATE_BUCKETS);
+    if (r->bucket[slot] != b) {
+        r->bucket[slot] = b;
+        for (int k = 0; k < 3; k++)
+            r->count[k][slot] = 0;
+    }
+    r->count[kind][slot]++;
+}
+
+json_t *hub_throughput(Hub *h, int64_t now)
+{
+    json_t *queues = json_object();
+    int64_t last = now / HUB_RATE_BUCKET_MS;
+    static const char *kinds[] = {"completed", "dead", "cancelled"};
+    pthread_mutex_lock(&h->lock);
+    for (Rate *r = h->rates; r; r = r->next) {
+        json_t *q = json_object();
+        for (int k = 0; k < 3; k++) {
+            json_t *arr = json_array();
+            for (int64_t b = last - HUB_RATE_BUCKETS + 1; b <= last; b++) {
+                int slot = (int)(b % HUB_RATE_BUCKETS);
+                json_array_append_new(arr, json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
+            }
+            json_object_set_new(q, kinds[k], arr);
+        }
+        json_object_set_new(queues, r->queue, q);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return json_pack("{s:i, s:o}", "bucket_seconds", HUB_RATE_BUCKET_MS / 1000, "queues", queues);
 }
 
 /* ---- feeding ---- */
@@ -185,6 +246,7 @@ void hub_publish(Hub *h, json_t *ev)
     e->frame = frame_of(ev, &e->len);
     h->len++;
     h->scanned_upto = seq;
+    count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);

@@ -39,6 +39,14 @@ void hub_tick(Hub *h, int64_t now_ms);
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
                                    const char *work_id, const char *queue, Err *err);
 
+/* ---- throughput ---- */
+#define HUB_RATE_BUCKETS 60   /* ... of */
+#define HUB_RATE_BUCKET_MS 10000 /* each: the last ten minutes */
+/* Finished work seen by this node per queue and 10-second bucket, oldest first:
+ * {"bucket_seconds": 10, "queues": {q: {"completed": [...], "dead": [...],
+ * "cancelled": [...]}}} (a new reference). */
+json_t *hub_throughput(Hub *h, int64_t now_ms);
+
 /* ---- waiting for one work item to finish ---- */
 /* Calls fn(arg) once, from some thread, as soon as work_id has a finished event
  * after after_seq, or at deadline_ms, or at shutdown. */

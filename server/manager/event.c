@@ -9,19 +9,19 @@
 static const char *type_names[] = {
     [EV_TERM] = "term",         [EV_ACCEPTED] = "accepted", [EV_STARTED] = "started",
     [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",   [EV_TIMED_OUT] = "timed_out",
-    [EV_DEAD] = "dead",         [EV_CANCELLED] = "cancelled",
+    [EV_DEAD] = "dead",         [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
 };
 
 const char *event_type_name(EventType t)
 {
-    if (t < EV_TERM || t > EV_CANCELLED)
+    if (t < EV_TERM || t > EV_RETRIED)
         return "unknown";
     return type_names[t];
 }
 
 int event_type_parse(const char *name, EventType *out)
 {
-    for (int t = EV_TERM; t <= EV_CANCELLED; t++)
+    for (int t = EV_TERM; t <= EV_RETRIED; t++)
         if (strcmp(type_names[t], name) == 0) {
             *out = (EventType)t;
             return 0;
@@ -47,6 +47,10 @@ json_t *event_data_encode(const Event *e)
         json_object_set_new(o, "term", json_integer(e->new_term));
         json_object_set_new(o, "leader", json_string(e->leader_url ? e->leader_url : ""));
         break;
+    case EV_RETRIED:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        /* a retried event carries what accepted carried */
+        __attribute__((fallthrough));
     case EV_ACCEPTED:
         json_object_set_new(o, "queue", json_string(e->queue));
         json_object_set_new(o, "priority", json_integer(e->priority));
@@ -117,6 +121,12 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
             goto fail;
         out->leader_url = get_str(data, "leader");
         break;
+    case EV_RETRIED:
+        if (get_int(data, "attempt", &v, 1, err))
+            goto fail;
+        out->attempt = (int)v;
+        /* a retried event carries what accepted carried */
+        __attribute__((fallthrough));
     case EV_ACCEPTED:
         out->queue = get_str(data, "queue");
         if (!out->queue) {

@@ -21,6 +21,8 @@ typedef enum {
     EV_TIMED_OUT, /* the current attempt's deadline passed: retry_at (0: no retry) */
     EV_DEAD,      /* no attempt left (or retry refused): final error */
     EV_CANCELLED, /* cancelled before it started */
+    EV_RETRIED,   /* dead work reopened by an operator: everything to rebuild it, one
+                     more attempt (max_attempts) */
 } EventType;
 
 /* One event. Strings and JSON values are owned by the event (event_clear frees

@@ -137,8 +137,8 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     sbuf_puts(&arr, "}");
     const char *params[] = {arr.data};
     out->res = db_exec(c,
-                       "SELECT id, status, attempts, payload::text FROM workd_work"
-                       " WHERE id = ANY($1::text[])",
+                       "SELECT id, status, attempts, payload::text, queue, priority,"
+                       " timeout_ms, max_attempts FROM workd_work WHERE id = ANY($1::text[])",
                        1, params, "looking up work ids", err);
     sbuf_free(&arr);
     if (!out->res)
@@ -151,6 +151,10 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
         k->status = db_str(out->res, i, 1);
         k->attempts = (int)db_int(out->res, i, 2);
         k->payload = json_loads(db_str(out->res, i, 3), JSON_DECODE_ANY, NULL);
+        k->queue = db_str(out->res, i, 4);
+        k->priority = (int)db_int(out->res, i, 5);
+        k->timeout_ms = db_int(out->res, i, 6);
+        k->max_attempts = (int)db_int(out->res, i, 7);
     }
     return 0;
 }
@@ -293,6 +297,76 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
     }
     PQclear(r);
     return n;
+}
+
+json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                          int limit, Err *err)
+{
+    char b[24], l[16];
+    snprintf(b, sizeof b, "%lld", (long long)before);
+    snprintf(l, sizeof l, "%d", limit);
+    const char *params[] = {status, queue, b, l};
+    PGresult *r = db_exec(
+        c,
+        "SELECT id, queue, priority, CASE WHEN status = 'pending' AND run_at > now()"
+        " THEN 'scheduled' ELSE status END, attempts, max_attempts, " MS("created_at") ","
+        " " MS("finished_at") ", worker_id, last_error, accepted_seq"
+        " FROM workd_work"
+        " WHERE ($1::text IS NULL OR status = CASE $1 WHEN 'scheduled' THEN 'pending' ELSE $1 END)"
+        "   AND ($1::text IS DISTINCT FROM 'scheduled' OR run_at > now())"
+        "   AND ($1::text IS DISTINCT FROM 'pending' OR run_at IS NULL OR run_at <= now())"
+        "   AND ($2::text IS NULL OR queue = $2)"
+        "   AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        " ORDER BY accepted_seq DESC LIMIT $4::int",
+        4, params, "listing work", err);
+    if (!r)
+        return NULL;
+    json_t *items = json_array();
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(db_str(r, i, 0)));
+        json_object_set_new(o, "queue", json_string(db_str(r, i, 1)));
+        json_object_set_new(o, "priority", json_integer(db_int(r, i, 2)));
+        json_object_set_new(o, "status", json_string(db_str(r, i, 3)));
+        json_object_set_new(o, "attempts", json_integer(db_int(r, i, 4)));
+        json_object_set_new(o, "max_attempts", json_integer(db_int(r, i, 5)));
+        set_time_field(o, "created_at", r, i, 6);
+        set_time_field(o, "finished_at", r, i, 7);
+        const char *w = db_str(r, i, 8), *le = db_str(r, i, 9);
+        json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
+        json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
+        json_array_append_new(items, o);
+    }
+    json_t *next = n == limit && n > 0 ? json_integer(db_int(r, n - 1, 10)) : json_null();
+    PQclear(r);
+    return json_pack("{s:o, s:o}", "items", items, "next_before", next);
+}
+
+json_t *journal_open_counts(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(
+        c,
+        "SELECT queue,"
+        " count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())),"
+        " count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
+        " count(*) FILTER (WHERE status = 'running'),"
+        " " MS("min(created_at) FILTER (WHERE status = 'pending'"
+               " AND (run_at IS NULL OR run_at <= now()))")
+        " FROM workd_work WHERE status IN ('pending', 'running') GROUP BY queue",
+        0, NULL, "counting open work", err);
+    if (!r)
+        return NULL;
+    json_t *o = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *q = json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 1),
+                              "scheduled", (json_int_t)db_int(r, i, 2), "running",
+                              (json_int_t)db_int(r, i, 3));
+        set_time_field(q, "oldest_pending_at", r, i, 4);
+        json_object_set_new(o, db_str(r, i, 0), q);
+    }
+    PQclear(r);
+    return o;
 }
 
 int journal_last_seq(PGconn *c, int64_t *seq, Err *err)

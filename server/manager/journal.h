@@ -51,6 +51,16 @@ json_t *journal_work_events(PGconn *c, const char *id, Err *err);
  * out (a JSON array). Returns the number appended, or -1. */
 int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err *err);
 
+/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
+ * are told apart by run_at) and queue (NULL: any), before accepted seq
+ * `before` (0: from the newest), at most limit: {"items": [...], "next_before": N|null}. */
+json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                          int limit, Err *err);
+
+/* Open work by queue from the projection: {queue: {pending, scheduled, running,
+ * oldest_pending_at}} (a new reference). Cost follows the open work. */
+json_t *journal_open_counts(PGconn *c, Err *err);
+
 /* The highest seq in the table (0 if empty). */
 int journal_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
 

@@ -400,6 +400,21 @@ static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     eventlist_free(&tmp);
 }
 
+static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (ws_decide_retry(m->ws, c->work_id, known_find(known, c->work_id), now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        log_info("work %s retried by an operator", c->work_id);
+        emit(m, &tmp, now);
+        cmd_ok(c, 200, json_pack("{s:s, s:s}", "id", c->work_id, "status", "pending"));
+    }
+    eventlist_free(&tmp);
+}
+
 static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     json_t *results = json_array();
@@ -422,12 +437,15 @@ static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
         ws_decide_report(m->ws, &r, ws_get(m->ws, r.work_id) ? NULL : known_find(known, r.work_id),
                          now, &tmp, &res);
         emit(m, &tmp, now);
+        const WorkItem *after = res.accepted ? ws_get(m->ws, r.work_id) : NULL;
+        if (after)
+            res.status = ws_item_status(after, now);
         json_t *o = json_pack("{s:s, s:i, s:b}", "id", r.work_id, "attempt", r.attempt,
                               "accepted", res.accepted);
         if (res.accepted)
             json_object_set_new(o, "status", json_string(res.status));
         else
-            json_object_set_new(o, "reason", json_string("superseded"));
+            json_object_set_new(o, "reason", json_string(res.reason));
         json_array_append_new(results, o);
     }
     eventlist_free(&tmp);
@@ -498,6 +516,9 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
     case MC_REPORTS:
         handle_reports(m, c, known, now);
         break;
+    case MC_RETRY:
+        handle_retry(m, c, known, now);
+        break;
     case MC_PULL:
         handle_pull(m, c, now);
         eventlist_free(&tmp);
@@ -541,7 +562,7 @@ static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
                         ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
                     ids[n++] = c->items[i].id;
                 }
-        } else if (c->type == MC_CANCEL) {
+        } else if (c->type == MC_CANCEL || c->type == MC_RETRY) {
             one[k++] = c->work_id;
         } else if (c->type == MC_REPORTS) {
             json_array_foreach(c->reports, i, rep)
@@ -661,9 +682,14 @@ static void lead_round(Manager *m)
     EventList tmp;
     eventlist_init(&tmp);
     ws_decide_timers(m->ws, now, &tmp);
-    for (size_t i = 0; i < tmp.len; i++)
-        log_info("work %s attempt %d %s: %s", tmp.items[i].work_id, tmp.items[i].attempt,
-                 event_type_name(tmp.items[i].type), tmp.items[i].error ? tmp.items[i].error : "");
+    for (size_t i = 0; i < tmp.len; i++) {
+        const Event *e = &tmp.items[i];
+        if (e->type == EV_DEAD)
+            log_info("work %s is dead: %s", e->work_id, e->error ? e->error : "");
+        else
+            log_info("work %s attempt %d %s: %s", e->work_id, e->attempt,
+                     event_type_name(e->type), e->error ? e->error : "");
+    }
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     ws_advance(m->ws, now);

@@ -26,6 +26,7 @@ typedef struct ManagerConfig {
 typedef enum {
     MC_SUBMIT,     /* items -> {"items": [{id, status, created}]} */
     MC_CANCEL,     /* work_id -> {id, status} */
+    MC_RETRY,      /* work_id (dead) -> {id, status} */
     MC_REPORTS,    /* worker_id, reports (JSON array) -> {"results": [...]} */
     MC_PULL,       /* worker_id, instance, queues, max, wait_ms -> {"jobs": [...]} */
     MC_HEARTBEAT,  /* worker_id, instance, capacity, queues, running -> intervals */

@@ -296,21 +296,61 @@ int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, Even
     return 0;
 }
 
+int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known,
+                    int64_t now, EventList *out, Err *err)
+{
+    const WorkItem *it = hmap_get(&ws->items, work_id);
+    if (it)
+        return err_set(err, 409, "not-retryable",
+                       "work '%s' is %s; only dead work can be retried", work_id,
+                       ws_item_status(it, now));
+    if (!known)
+        return err_set(err, 404, "not-found", "no work with id '%s'", work_id);
+    if (strcmp(known->status, "dead") != 0)
+        return err_set(err, 409, "not-retryable",
+                       "work '%s' is %s; only dead work can be retried", work_id, known->status);
+    if (ws->items.len + 1 > (size_t)ws->cfg.max_open)
+        return err_set(err, 429, "queue-full",
+                       "the queue holds %zu open work items, its limit; retry later",
+                       ws->items.len);
+    Event *e = eventlist_push(out);
+    e->type = EV_RETRIED;
+    e->at = now;
+    e->work_id = xstrdup(work_id);
+    e->queue = xstrdup(known->queue);
+    e->priority = known->priority;
+    e->payload = json_incref(known->payload);
+    e->timeout_ms = known->timeout_ms;
+    e->attempt = known->attempts;
+    e->max_attempts = known->attempts + 1;
+    return 0;
+}
+
 void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known,
                       int64_t now, EventList *out, ReportResult *res)
 {
     res->accepted = false;
     res->status = NULL;
+    res->reason = "superseded";
     const WorkItem *it = hmap_get(&ws->items, r->work_id);
     if (!it) {
         /* Finished already: a repeat of the report that finished it is
          * acknowledged; anything else is about an attempt that lost. */
-        if (known && known->attempts == r->attempt &&
-            ((r->completed && !strcmp(known->status, "completed")) ||
-             (!r->completed && !strcmp(known->status, "dead")))) {
+        if (!known) {
+            res->reason = "not-found";
+        } else if (known->attempts == r->attempt &&
+                   ((r->completed && !strcmp(known->status, "completed")) ||
+                    (!r->completed && !strcmp(known->status, "dead")))) {
             res->accepted = true;
             res->status = known->status;
         }
+        return;
+    }
+    if (!r->completed && it->status == WORK_PENDING && it->attempt == r->attempt) {
+        /* The attempt has ended already (this very failure, reported again, or
+         * a timeout): nothing to record, and nothing to send again. */
+        res->accepted = true;
+        res->status = ws_item_status(it, now);
         return;
     }
     if (it->status != WORK_RUNNING || it->attempt != r->attempt)
@@ -409,9 +449,11 @@ void ws_apply(WorkState *ws, const Event *e)
     case EV_TERM:
         return;
     case EV_ACCEPTED:
+    case EV_RETRIED:
         if (it)
             return;
         it = xcalloc(1, sizeof *it);
+        it->attempt = e->type == EV_RETRIED ? e->attempt : 0;
         it->id = xstrdup(e->work_id);
         it->queue = xstrdup(e->queue);
         it->priority = e->priority;

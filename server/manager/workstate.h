@@ -71,6 +71,11 @@ typedef struct KnownWork {
     const char *status; /* "completed", "dead", "cancelled" */
     int attempts;
     json_t *payload;    /* borrowed */
+    /* what it takes to reopen it (ws_decide_retry) */
+    const char *queue;
+    int priority;
+    int64_t timeout_ms;
+    int max_attempts;
 } KnownWork;
 
 typedef struct SubmitItem {
@@ -101,6 +106,7 @@ typedef struct Report {
 typedef struct ReportResult {
     bool accepted;      /* recorded now, or was already: stop sending */
     const char *status; /* the work's status after it, when accepted */
+    const char *reason; /* when not accepted: "superseded" or "not-found" */
 } ReportResult;
 
 /* ---- lifetime ---- */
@@ -122,6 +128,12 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
  * "not-cancellable" when it runs. */
 int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, EventList *out,
                      Err *err) WARN_UNUSED;
+
+/* Reopens dead work for one more attempt (an operator's retry). Refusals: 404
+ * when the id is unknown (known is NULL), 409 when it is not dead, 429 when
+ * the queue is full. */
+int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known,
+                    int64_t now, EventList *out, Err *err) WARN_UNUSED;
 
 /* A worker's completion or failure of an attempt. A report for an attempt that
  * is not current is not accepted ("superseded"); the duplicate of a recorded

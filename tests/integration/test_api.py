@@ -282,5 +282,60 @@ def test_health_cluster_metrics(cluster):
         assert name in m, f"/metrics lacks {name}"
 
 
+def test_retry_dead_work(cluster):
+    s = server(cluster)
+    work_id = submit(s.url, {"payload": 1, "max_attempts": 1})["id"]
+    job = pull(s.url, "w1")[0]
+    report(s.url, "w1", [{"id": work_id, "attempt": 1, "outcome": "failed", "error": "bad"}])
+    assert get_work(s.url, work_id)["status"] == "dead"
+    expect(http("POST", f"{s.url}/work/{work_id}/retry"), 200, "retry dead work")
+    w = get_work(s.url, work_id)
+    assert w["status"] == "pending" and w["max_attempts"] == 2, w
+    again = pull(s.url, "w1")[0]
+    assert again["id"] == work_id and again["attempt"] == 2, again
+    late = complete(s.url, "w1", job, "stale")
+    assert late["accepted"] is False, "the dead attempt cannot complete the retried work"
+    assert complete(s.url, "w1", again, "fixed")["accepted"] is True
+    assert get_work(s.url, work_id)["result"] == "fixed"
+    types = [e["type"] for e in events_of(cluster) if e["work_id"] == work_id]
+    assert types == ["accepted", "started", "failed", "dead", "retried", "started", "completed"], types
+    expect(http("POST", f"{s.url}/work/{work_id}/retry"), 409, "retry of completed work")
+    expect(http("POST", f"{s.url}/work/nope/retry"), 404, "retry of unknown work")
+    # A new leader recovers retried work like any other.
+    other = submit(s.url, {"payload": 2, "max_attempts": 1})["id"]
+    pull(s.url, "w1")
+    report(s.url, "w1", [{"id": other, "attempt": 1, "outcome": "failed", "error": "x"}])
+    expect(http("POST", f"{s.url}/work/{other}/retry"), 200, "retry")
+    s.kill()
+    s2 = cluster.start_server("s2")
+    wait_leader(s2.url)
+    j = pull(s2.url, "w2", wait=5)
+    assert [x["id"] for x in j] == [other] and j[0]["attempt"] == 2, j
+
+
+def test_list_and_queue_stats(cluster):
+    s = server(cluster)
+    for i in range(5):
+        submit(s.url, {"id": f"q{i}", "payload": i, "queue": "mail" if i % 2 else "default"})
+    submit(s.url, {"id": "later", "payload": 0, "delay": 60})
+    for j in pull(s.url, "w1", max_jobs=2, queues=["default"]):
+        complete(s.url, "w1", j, "ok")
+    page = expect(http("GET", s.url + "/work?limit=4"), 200, "list").json()
+    assert [i["id"] for i in page["items"]] == ["later", "q4", "q3", "q2"], page
+    rest = expect(http("GET", f"{s.url}/work?limit=4&before={page['next_before']}"), 200,
+                  "next page").json()
+    assert [i["id"] for i in rest["items"]] == ["q1", "q0"] and rest["next_before"] is None, rest
+    sched = http("GET", s.url + "/work?status=scheduled").json()["items"]
+    assert [i["id"] for i in sched] == ["later"], sched
+    mail = http("GET", s.url + "/work?queue=mail&status=pending").json()["items"]
+    assert sorted(i["id"] for i in mail) == ["q1", "q3"], mail
+    expect(http("GET", s.url + "/work?status=lost"), 400, "bad status filter")
+    stats = {q["queue"]: q for q in expect(http("GET", s.url + "/queues"), 200, "queues").json()["queues"]}
+    assert stats["default"]["completed"] == 2 and stats["default"]["scheduled"] == 1, stats
+    assert stats["default"]["pending"] == 1 and stats["mail"]["pending"] == 2, stats
+    assert stats["mail"]["oldest_pending_at"], stats
+    assert sum(stats["default"]["throughput"]["completed"]) == 2, stats["default"]
+
+
 if __name__ == "__main__":
     run_tests(globals())

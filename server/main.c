@@ -173,6 +173,7 @@ static int serve(Server *s)
     else if (s->cfg.role_frontend)
         log_info("authentication on: %zu token(s) configured", auth_count(s->auth));
     s->metrics = xcalloc(1, sizeof *s->metrics);
+    metrics_init(s->metrics);
     s->started_ms = wall_ms();
     pthread_mutex_init(&s->leader.lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);

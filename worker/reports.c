@@ -148,8 +148,11 @@ int reports_read_answer(const char *body, const ReportKey *keys, size_t n, Repor
             snprintf(a->reason, sizeof a->reason, "entry %zu of the answer has no accepted", i);
         else if (json_is_true(acc))
             a->verdict = REPORT_ACCEPTED;
-        else if (reason && strcmp(reason, "superseded") == 0)
+        else if (reason && (!strcmp(reason, "superseded") || !strcmp(reason, "not-found"))) {
+            /* Final refusals: the attempt lost, or the work does not exist. */
             a->verdict = REPORT_SUPERSEDED;
+            snprintf(a->reason, sizeof a->reason, "%s", reason);
+        }
         else
             snprintf(a->reason, sizeof a->reason, "refused: %.80s", reason ? reason : "no reason");
     }
@@ -286,8 +289,10 @@ static void *reporter_main(void *arg)
                 continue;
             }
             if (answers[i].verdict == REPORT_SUPERSEDED)
-                log_warn("job %s attempt %lld: result dropped: the attempt was superseded",
-                         keys[i].id, (long long)keys[i].attempt);
+                log_warn("job %s attempt %lld: result dropped: %s", keys[i].id,
+                         (long long)keys[i].attempt,
+                         !strcmp(answers[i].reason, "not-found") ? "the work does not exist"
+                                                                 : "the attempt was superseded");
             else
                 log_debug("job %s attempt %lld: report acknowledged", keys[i].id,
                           (long long)keys[i].attempt);

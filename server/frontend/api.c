@@ -14,6 +14,7 @@
 #include "parse.h"
 #include "proxy.h"
 #include "sse.h"
+#include "static.h"
 #include "util.h"
 
 /* ---- helpers ---- */
@@ -104,6 +105,11 @@ static void cmd_done(MgrCmd *c, void *ud)
     req_resume(r);
 }
 
+static bool cmd_alive(void *ud)
+{
+    return req_alive(ud);
+}
+
 /* Sends c to the leader: the local manager if this node leads, else through the
  * proxy with forward_body (or the request's own body when NULL). */
 static void to_leader(Req *r, MgrCmd *c, char *forward_body)
@@ -112,6 +118,7 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
     if (s->mgr && manager_is_leader(s->mgr)) {
         free(forward_body);
         c->done = cmd_done;
+        c->alive = cmd_alive;
         c->ud = r;
         r->cmd = c;
         req_park(r);
@@ -635,14 +642,6 @@ static void h_metrics(Req *r, char *const *p)
     req_finish_raw(r, 200, "text/plain; version=0.0.4", sbuf_steal(&b), len);
 }
 
-static void h_index(Req *r, char *const *p)
-{
-    req_finish_json(r, 200,
-                    json_pack("{s:s, s:s, s:[s,s,s,s,s]}", "name", "workd", "node",
-                              r->srv->cfg.node_id, "see", "POST /work", "GET /work/{id}",
-                              "GET /results", "GET /cluster", "/metrics"));
-}
-
 const Route api_routes[] = {
     {"POST", "/work", h_submit, "submit", true, SCOPE_CLIENT},
     {"GET", "/work", h_work_list, "work_list", false, SCOPE_CLIENT},
@@ -662,6 +661,7 @@ const Route api_routes[] = {
     {"GET", "/healthz", h_healthz, "healthz", false, SCOPE_NONE},
     {"GET", "/readyz", h_readyz, "readyz", false, SCOPE_NONE},
     {"GET", "/metrics", h_metrics, "metrics", false, SCOPE_ADMIN},
-    {"GET", "/", h_index, "index", false, SCOPE_NONE},
+    {"GET", "/", static_index, "index", false, SCOPE_NONE},
+    {"GET", "/dashboard/:file", static_asset, "dashboard_asset", false, SCOPE_NONE},
 };
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

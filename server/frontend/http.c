@@ -4,6 +4,8 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -48,6 +50,19 @@ void req_finish_raw(Req *r, int status, const char *content_type, char *body, si
         r->parked = false;
         MHD_resume_connection(r->conn);
     }
+}
+
+/* Whether the client of a parked request is still connected: a peek at its
+ * socket sees the end of the stream once it has closed. */
+bool req_alive(Req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return true;
+    char c;
+    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
 }
 
 void req_resume(Req *r)

@@ -59,6 +59,9 @@ void req_finish_raw(Req *r, int status, const char *content_type, char *body, si
 /* Resumes a parked request whose on_resume will compute the answer. */
 void req_resume(Req *r);
 
+/* Whether the client of a parked request is still connected (any thread). */
+bool req_alive(Req *r);
+
 /* ---- request data (HTTP thread only, while the handler runs) ---- */
 const char *req_header(Req *r, const char *name);
 const char *req_query(Req *r, const char *name);

@@ -27,6 +27,7 @@ typedef struct Fwd {
     int64_t retry_after;
     char last_error[256];
     struct Fwd *next;
+    struct Fwd *fly_prev, *fly_next; /* in Proxy.flying while in flight */
 } Fwd;
 
 struct Proxy {
@@ -37,8 +38,32 @@ struct Proxy {
     pthread_mutex_t lock;
     Fwd *incoming;
     Fwd *waiting; /* not in flight: waiting for next_try */
+    Fwd *flying;  /* in flight */
     long in_flight;
+    int64_t next_alive_check;
 };
+
+static void fly_add(Proxy *p, Fwd *f)
+{
+    f->fly_prev = NULL;
+    f->fly_next = p->flying;
+    if (p->flying)
+        p->flying->fly_prev = f;
+    p->flying = f;
+    p->in_flight++;
+}
+
+static void fly_remove(Proxy *p, Fwd *f)
+{
+    if (f->fly_prev)
+        f->fly_prev->fly_next = f->fly_next;
+    else
+        p->flying = f->fly_next;
+    if (f->fly_next)
+        f->fly_next->fly_prev = f->fly_prev;
+    f->fly_prev = f->fly_next = NULL;
+    p->in_flight--;
+}
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
@@ -159,7 +184,7 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)f->body_len);
     }
     curl_multi_add_handle(p->multi, e);
-    p->in_flight++;
+    fly_add(p, f);
     f->attempt++;
     if (f->attempt > 1)
         atomic_fetch_add(&p->srv->metrics->proxy_retries, 1);
@@ -196,7 +221,7 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
     Fwd *f;
     curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&f);
     curl_multi_remove_handle(p->multi, e);
-    p->in_flight--;
+    fly_remove(p, f);
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     if (rc != CURLE_OK || retryable(f, status)) {
@@ -207,6 +232,27 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
     }
     answer(p, f, (int)status);
     fwd_free(f);
+}
+
+/* A forward whose client has gone (a long-poll of a worker that died) is
+ * abandoned, so that the leader sees its connection close and does not hand
+ * work to nobody. Checked about once a second. */
+static void drop_abandoned(Proxy *p, int64_t now)
+{
+    if (now < p->next_alive_check)
+        return;
+    p->next_alive_check = now + 1000;
+    for (Fwd *f = p->flying, *next; f; f = next) {
+        next = f->fly_next;
+        if (req_alive(f->req))
+            continue;
+        curl_multi_remove_handle(p->multi, f->easy);
+        fly_remove(p, f);
+        Err err;
+        err_set(&err, 503, "client-gone", "the client closed the connection");
+        req_finish_problem(f->req, &err);
+        fwd_free(f);
+    }
 }
 
 static void *proxy_main(void *arg)
@@ -246,6 +292,7 @@ static void *proxy_main(void *arg)
             }
             w = next;
         }
+        drop_abandoned(p, now);
         int running;
         curl_multi_perform(p->multi, &running);
         CURLMsg *msg;

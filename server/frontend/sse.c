@@ -525,7 +525,7 @@ void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_m
         w->arg = arg;
         w->next = h->waiters;
         h->waiters = w;
-        atomic_fetch_add(&h->metrics->get_waiters, 1);
+        atomic_fetch_add(&h->metrics->get_waits, 1);
     }
     pthread_mutex_unlock(&h->lock);
     if (now)

@@ -502,6 +502,26 @@ static json_t *cluster_json(Manager *m, int64_t now)
                      ws_queue_stats(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws));
 }
 
+/* Answers (empty) the waiting pulls of a worker that left. */
+static void drop_waiters_of(Manager *m, const char *worker_id)
+{
+    MgrCmd *keep = NULL, **tail = &keep;
+    for (MgrCmd *c = m->waiters, *next; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        if (!strcmp(c->worker_id, worker_id)) {
+            queue_done(m, c);
+        } else {
+            *tail = c;
+            tail = &c->next;
+        }
+    }
+    m->waiters = keep;
+    m->waiters_tail = NULL;
+    for (MgrCmd *c = keep; c; c = c->next)
+        m->waiters_tail = c;
+}
+
 static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     EventList tmp;
@@ -534,6 +554,8 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
     case MC_DEREGISTER:
         ws_worker_forget(m->ws, c->worker_id, now, &tmp);
         emit(m, &tmp, now);
+        drop_waiters_of(m, c->worker_id);
+        log_info("worker %s deregistered", c->worker_id);
         cmd_ok(c, 204, NULL);
         break;
     case MC_CLUSTER:
@@ -598,7 +620,10 @@ static void serve_waiters(Manager *m, int64_t now)
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
-        if (fill_pull(m, c, now) > 0 || c->deadline <= now) {
+        /* A pull whose client has gone (a killed or stopping worker) must not
+         * be handed work: the jobs would wait for their deadline. */
+        bool gone = c->alive && !c->alive(c->ud);
+        if (gone || fill_pull(m, c, now) > 0 || c->deadline <= now) {
             queue_done(m, c);
         } else {
             if (keep_tail)

@@ -59,6 +59,9 @@ typedef struct MgrCmd {
     /* completion */
     void (*done)(struct MgrCmd *cmd, void *ud);
     void *ud;
+    /* For a waiting pull: whether its client is still connected (may be NULL).
+     * Called from the manager thread while the request is parked. */
+    bool (*alive)(void *ud);
     /* private to the manager */
     struct MgrCmd *next;
     int64_t deadline;

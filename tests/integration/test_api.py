@@ -8,8 +8,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import (JSON, complete, events_of, expect, get_work, heartbeat, pull,  # noqa: E402
-                   report, submit, wait_status)
+from workd import (JSON, abandoned_pull, complete, events_of, expect, get_work,  # noqa: E402
+                   heartbeat, pull, report, submit, wait_status)
 
 
 def server(cluster, *args):
@@ -280,6 +280,20 @@ def test_health_cluster_metrics(cluster):
     for name in ("workd_http_requests_total", "workd_leader_term", "workd_commit_batches_total",
                  "workd_sse_subscribers", "workd_open_work"):
         assert name in m, f"/metrics lacks {name}"
+
+
+def test_abandoned_pull_gets_no_work(cluster):
+    s = server(cluster)
+    heartbeat(s.url, "ghost")
+    abandoned_pull(s.url, "ghost")
+    expect(http("DELETE", s.url + "/workers/ghost"), 204, "deregister")
+    abandoned_pull(s.url, "ghost2")
+    work_id = submit(s.url, {"payload": 1})["id"]
+    time.sleep(0.5)
+    w = get_work(s.url, work_id)
+    assert w["status"] == "pending", f"work went to a pull whose client had gone: {w}"
+    workers = [x["id"] for x in http("GET", s.url + "/cluster").json()["workers"]]
+    assert "ghost" not in workers, workers
 
 
 def test_retry_dead_work(cluster):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import (JSON, complete, completions_by_id, events_of, expect, get_work,  # noqa: E402
-                   heartbeat, leader_of, pull, submit, wait_new_leader)
+from workd import (JSON, abandoned_pull, complete, completions_by_id, events_of,  # noqa: E402
+                   expect, get_work, heartbeat, leader_of, pull, submit, wait_new_leader)
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "2s", "--lease-grace", "1s",
         "--backoff-base", "50ms", "--backoff-max", "200ms"]
@@ -128,6 +128,17 @@ def test_fenced_leader_appends_nothing(cluster):
     wait_until(lambda: http("GET", leader.url + "/readyz").json().get("is_leader") is False, 10,
                what="the old leader to step down")
     assert "stepping down" in leader.log_text(), "the old leader should log that it stepped down"
+
+
+def test_abandoned_forwarded_pull_gets_no_work(cluster):
+    leader, standby = two_servers(cluster)
+    abandoned_pull(standby.url, "ghost")
+    # The standby notices within about a second and drops its forward.
+    time.sleep(1.5)
+    work_id = submit(standby.url, {"payload": 1})["id"]
+    time.sleep(0.5)
+    w = get_work(standby.url, work_id)
+    assert w["status"] == "pending", f"work went to a forwarded pull whose client had gone: {w}"
 
 
 def test_results_stream_on_any_node(cluster):

@@ -106,3 +106,18 @@ def wait_new_leader(urls, not_url=None, timeout=15):
     t0 = time.monotonic()
     wait_until(found, timeout, what="a leader to be elected")
     return box["u"], time.monotonic() - t0
+
+
+def abandoned_pull(url, worker, wait=20):
+    """Opens a long-poll pull for `worker` and closes the connection without
+    reading the answer, as a worker that dies while waiting does."""
+    import socket
+    from urllib.parse import urlparse
+    u = urlparse(url)
+    body = json.dumps({"instance": "i1", "max": 1, "wait": wait}).encode()
+    s = socket.create_connection((u.hostname, u.port))
+    s.sendall(f"POST /workers/{worker}/pull HTTP/1.1\r\nHost: x\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+              + body)
+    time.sleep(0.3)  # let the server park it
+    s.close()

@@ -1,0 +1,538 @@
+/* ws_testlib: what the WorkState and event tests share. A CHECK that says in
+ * words what went wrong, JSON helpers for messages, a tiny stand-in for the
+ * manager that stamps and applies decided events as server/manager/manager.c
+ * emit() does, and a C mirror of the workd_project() trigger of
+ * migrations/0001_init.sql, so recovery (journal_recover + ws_restore) can be
+ * tested without a database. Header-only: everything is static inline, so a
+ * test uses what it needs without unused-function warnings. */
+#ifndef WORKD_WS_TESTLIB_H
+#define WORKD_WS_TESTLIB_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "event.h"
+#include "hmap.h"
+#include "util.h"
+#include "workstate.h"
+
+/* Fails the test with a sentence when cond is false. */
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            fail_msg(__VA_ARGS__);                                                                 \
+    } while (0)
+
+/* 2026-01-01T00:00:00Z: tests never run at time 0, where 0 means "none". */
+#define T0 INT64_C(1767225600000)
+
+/* ---- JSON for messages ---- */
+
+/* Compact text with sorted keys (caller frees); "(null)" for NULL. */
+static inline char *jtext(const json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+    return s ? s : xstrdup("(null)");
+}
+
+static inline char *jtext_trunc(const json_t *j, size_t max)
+{
+    char *s = jtext(j);
+    if (strlen(s) > max)
+        strcpy(s + max - 3, "...");
+    return s;
+}
+
+/* NULL when want and got are equal JSON, else a sentence saying how they
+ * differ (caller frees). For two arrays of objects (ws_dump images) it names
+ * the first item and key that differ. */
+static inline char *json_diff(const char *what, json_t *want, json_t *got)
+{
+    if (json_equal(want, got))
+        return NULL;
+    SBuf b;
+    sbuf_init(&b);
+    char *sa = NULL, *sb = NULL;
+    if (json_is_array(want) && json_is_array(got)) {
+        size_t n = json_array_size(want) < json_array_size(got) ? json_array_size(want)
+                                                                : json_array_size(got);
+        for (size_t i = 0; i < n && !sa; i++) {
+            json_t *a = json_array_get(want, i), *g = json_array_get(got, i), *v;
+            if (json_equal(a, g))
+                continue;
+            const char *key = NULL;
+            if (json_is_object(a) && json_is_object(g)) {
+                json_object_foreach(a, key, v)
+                {
+                    if (!json_equal(v, json_object_get(g, key)))
+                        break;
+                }
+                if (!key) {
+                    json_object_foreach(g, key, v)
+                    {
+                        if (!json_object_get(a, key))
+                            break;
+                    }
+                }
+            }
+            sa = jtext_trunc(a, 600);
+            sb = jtext_trunc(g, 600);
+            sbuf_printf(&b, "%s: item %zu differs (first at '%s'):\n  expected %s\n  actual   %s",
+                        what, i, key ? key : "?", sa, sb);
+        }
+    }
+    if (!sa) {
+        sa = jtext_trunc(want, 1500);
+        sb = jtext_trunc(got, 1500);
+        sbuf_printf(&b, "%s differs:\n  expected %s\n  actual   %s", what, sa, sb);
+    }
+    free(sa);
+    free(sb);
+    return sbuf_steal(&b);
+}
+
+/* Fails unless want and got are equal JSON, saying how they differ. */
+static inline void check_json_equal(const char *what, json_t *want, json_t *got)
+{
+    char *d = json_diff(what, want, got);
+    if (d)
+        fail_msg("%s", d);
+}
+
+/* Parses JSON text written by the test itself (a typo is the test's bug). */
+static inline json_t *J(const char *text)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
+    CHECK(j != NULL, "the test's own JSON '%s' does not parse: %s", text, je.text);
+    return j;
+}
+
+/* ---- events ---- */
+
+/* "accepted started ..." for the events of l from index first on (caller frees). */
+static inline char *event_types(const EventList *l, size_t first)
+{
+    SBuf b;
+    sbuf_init(&b);
+    for (size_t i = first; i < l->len; i++)
+        sbuf_printf(&b, "%s%s", i > first ? " " : "", event_type_name(l->items[i].type));
+    return sbuf_steal(&b);
+}
+
+/* Fails unless the events of l from first on have exactly the given types. */
+static inline void check_event_types(const char *what, const EventList *l, size_t first,
+                                     const char *want)
+{
+    char *got = event_types(l, first);
+    CHECK(!strcmp(got, want), "%s: expected the events [%s] but got [%s]", what, want, got);
+    free(got);
+}
+
+static inline bool str_eq(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+/* NULL counts as JSON null: the encoding writes null for a missing value. */
+static inline bool json_eq_null(json_t *a, json_t *b)
+{
+    return json_equal(a ? a : json_null(), b ? b : json_null());
+}
+
+/* NULL when a and b are the same event field by field, else the fields that
+ * differ, as "field: a != b;" (caller frees). */
+static inline char *event_diff(const Event *a, const Event *b)
+{
+    SBuf m;
+    sbuf_init(&m);
+#define EVD_INT(f)                                                                                 \
+    if (a->f != b->f)                                                                              \
+    sbuf_printf(&m, " %s: %lld != %lld;", #f, (long long)a->f, (long long)b->f)
+#define EVD_STR(f)                                                                                 \
+    if (!str_eq(a->f, b->f))                                                                       \
+    sbuf_printf(&m, " %s: '%s' != '%s';", #f, a->f ? a->f : "(null)", b->f ? b->f : "(null)")
+#define EVD_JSON(f)                                                                                \
+    if (!json_eq_null(a->f, b->f)) {                                                               \
+        char *x = jtext(a->f), *y = jtext(b->f);                                                   \
+        sbuf_printf(&m, " %s: %s != %s;", #f, x, y);                                               \
+        free(x);                                                                                   \
+        free(y);                                                                                   \
+    }
+    EVD_INT(seq);
+    EVD_INT(term);
+    EVD_INT(at);
+    EVD_INT(type);
+    EVD_INT(version);
+    EVD_STR(work_id);
+    EVD_STR(queue);
+    EVD_INT(priority);
+    EVD_JSON(payload);
+    EVD_INT(run_at);
+    EVD_INT(timeout_ms);
+    EVD_INT(max_attempts);
+    EVD_INT(attempt);
+    EVD_STR(worker_id);
+    EVD_INT(deadline);
+    EVD_JSON(result);
+    EVD_STR(error);
+    EVD_INT(retry_at);
+    EVD_INT(new_term);
+    EVD_STR(leader_url);
+#undef EVD_INT
+#undef EVD_STR
+#undef EVD_JSON
+    if (m.len == 0) {
+        sbuf_free(&m);
+        return NULL;
+    }
+    return sbuf_steal(&m);
+}
+
+/* Stores e as the event table would (its data column as JSON text) and reads
+ * it back with event_decode. Returns event_decode's result; out is the
+ * caller's to clear on success. */
+static inline int event_through_table(const Event *e, Event *out, Err *err)
+{
+    json_t *data = event_data_encode(e);
+    char *text = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    json_t *stored = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    CHECK(stored != NULL, "the data of a %s event does not survive as JSON text",
+          event_type_name(e->type));
+    int rc = event_decode(e->seq, e->term, e->at, event_type_name(e->type), e->version, e->work_id,
+                          stored, out, err);
+    json_decref(stored);
+    return rc;
+}
+
+/* ---- the projection (workd_work), as the trigger of migration 0001 keeps it ---- */
+
+typedef struct ProjRow {
+    char *id, *queue, *worker_id, *last_error;
+    const char *status; /* pending, running, completed, dead, cancelled */
+    int priority, attempts, max_attempts;
+    json_t *payload, *result;
+    int64_t timeout_ms, run_at, created_at, accepted_seq, started_at, finished_at, deadline;
+    int64_t updated_seq;
+    bool reopened; /* by a retried event (test bookkeeping, not a column) */
+} ProjRow;
+
+typedef struct Proj {
+    HMap rows; /* id -> ProjRow */
+} Proj;
+
+static inline void proj_init(Proj *p)
+{
+    hmap_init(&p->rows);
+}
+
+static inline void proj_free(Proj *p)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&p->rows, &i, &k, &v);) {
+        ProjRow *r = v;
+        free(r->id);
+        free(r->queue);
+        free(r->worker_id);
+        free(r->last_error);
+        json_decref(r->payload);
+        json_decref(r->result);
+        free(r);
+    }
+    hmap_free(&p->rows);
+}
+
+static inline const ProjRow *proj_get(const Proj *p, const char *id)
+{
+    return hmap_get(&p->rows, id);
+}
+
+static inline void set_str(char **dst, const char *src)
+{
+    free(*dst);
+    *dst = xstrdup(src);
+}
+
+/* Folds one event the way workd_project() does: unconditional UPDATEs by id,
+ * no attempt checks (the leader never writes stale events). */
+static inline void proj_apply(Proj *p, const Event *e)
+{
+    ProjRow *r = e->work_id ? hmap_get(&p->rows, e->work_id) : NULL;
+    if (e->type == EV_ACCEPTED) {
+        CHECK(r == NULL,
+              "seq %lld accepts '%s' a second time: the unique index "
+              "workd_events_accepted_id would refuse the commit",
+              (long long)e->seq, e->work_id);
+        r = xcalloc(1, sizeof *r);
+        r->id = xstrdup(e->work_id);
+        r->queue = xstrdup(e->queue);
+        r->priority = e->priority;
+        r->payload = json_incref(e->payload);
+        r->status = "pending";
+        r->max_attempts = e->max_attempts;
+        r->timeout_ms = e->timeout_ms;
+        r->run_at = e->run_at;
+        r->created_at = e->at;
+        r->accepted_seq = e->seq;
+        r->updated_seq = e->seq;
+        hmap_put(&p->rows, r->id, r);
+        return;
+    }
+    if (!r)
+        return;
+    r->updated_seq = e->seq;
+    switch (e->type) {
+    case EV_STARTED:
+        r->status = "running";
+        r->attempts = e->attempt;
+        set_str(&r->worker_id, e->worker_id);
+        r->deadline = e->deadline;
+        r->started_at = e->at;
+        break;
+    case EV_COMPLETED:
+        r->status = "completed";
+        json_decref(r->result);
+        r->result = json_incref(e->result);
+        r->deadline = 0;
+        r->finished_at = e->at;
+        break;
+    case EV_FAILED:
+    case EV_TIMED_OUT:
+        r->status = "pending";
+        r->run_at = e->retry_at;
+        set_str(&r->last_error, e->error);
+        r->deadline = 0;
+        break;
+    case EV_DEAD:
+        r->status = "dead";
+        r->finished_at = e->at;
+        r->deadline = 0;
+        if (e->error)
+            set_str(&r->last_error, e->error);
+        break;
+    case EV_CANCELLED:
+        r->status = "cancelled";
+        r->finished_at = e->at;
+        r->deadline = 0;
+        break;
+    case EV_RETRIED: /* migration 0002 */
+        r->status = "pending";
+        r->max_attempts = e->max_attempts;
+        r->run_at = 0;
+        r->finished_at = 0;
+        r->deadline = 0;
+        r->accepted_seq = e->seq;
+        r->reopened = true;
+        break;
+    default:
+        break;
+    }
+}
+
+static inline int proj_by_seq(const void *a, const void *b)
+{
+    const ProjRow *x = *(const ProjRow *const *)a, *y = *(const ProjRow *const *)b;
+    return (x->accepted_seq > y->accepted_seq) - (x->accepted_seq < y->accepted_seq);
+}
+
+/* Loads the open rows into ws as journal_recover() does: in accepted_seq
+ * order, worker and deadline only for running work. Returns how many. */
+static inline size_t proj_restore(const Proj *p, WorkState *ws)
+{
+    ProjRow **open = xcalloc(p->rows.len + 1, sizeof *open);
+    size_t n = 0;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&p->rows, &i, &k, &v);) {
+        ProjRow *r = v;
+        if (!strcmp(r->status, "pending") || !strcmp(r->status, "running"))
+            open[n++] = r;
+    }
+    qsort(open, n, sizeof *open, proj_by_seq);
+    for (size_t i = 0; i < n; i++) {
+        const ProjRow *r = open[i];
+        bool running = !strcmp(r->status, "running");
+        WorkItem it = {
+            .id = r->id,
+            .queue = r->queue,
+            .priority = r->priority,
+            .payload = r->payload,
+            .status = running ? WORK_RUNNING : WORK_PENDING,
+            .attempt = r->attempts,
+            .max_attempts = r->max_attempts,
+            .timeout_ms = r->timeout_ms,
+            .run_at = r->run_at,
+            .accepted_seq = r->accepted_seq,
+            .created_at = r->created_at,
+            .worker_id = running ? r->worker_id : NULL,
+            .deadline = running ? r->deadline : 0,
+            .started_at = r->started_at,
+            .last_error = r->last_error,
+        };
+        ws_restore(ws, &it);
+    }
+    free(open);
+    return n;
+}
+
+/* ---- a stand-in for the manager ---- */
+
+typedef struct Sim {
+    WsConfig cfg;
+    WorkState *ws;
+    int64_t now, seq, term;
+    EventList out; /* decided, not yet emitted */
+    EventList log; /* every emitted event, in seq order */
+    Proj proj;     /* workd_work as the log makes it */
+} Sim;
+
+static inline void sim_init(Sim *s, const WsConfig *cfg, int64_t now)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = *cfg;
+    s->ws = ws_new(cfg);
+    s->now = now;
+    s->term = 1;
+    eventlist_init(&s->out);
+    eventlist_init(&s->log);
+    proj_init(&s->proj);
+}
+
+static inline void sim_free(Sim *s)
+{
+    ws_free(s->ws);
+    eventlist_free(&s->out);
+    eventlist_free(&s->log);
+    proj_free(&s->proj);
+}
+
+/* Stamps the decided events with seq, term and now, applies them and moves
+ * them to the log, as manager.c emit() does. Returns the log index of the
+ * first one. */
+static inline size_t sim_emit(Sim *s)
+{
+    size_t first = s->log.len;
+    for (size_t i = 0; i < s->out.len; i++) {
+        Event *e = &s->out.items[i];
+        e->seq = ++s->seq;
+        e->term = s->term;
+        e->at = s->now;
+        ws_apply(s->ws, e);
+        proj_apply(&s->proj, e);
+        Event *dst = eventlist_push(&s->log);
+        *dst = *e;
+        memset(e, 0, sizeof *e);
+    }
+    s->out.len = 0;
+    return first;
+}
+
+/* A fresh WorkState rebuilt from the log (ws_apply in order, then ws_advance). */
+static inline WorkState *sim_replay(const Sim *s)
+{
+    WorkState *ws = ws_new(&s->cfg);
+    for (size_t i = 0; i < s->log.len; i++)
+        ws_apply(ws, &s->log.items[i]);
+    ws_advance(ws, s->now);
+    return ws;
+}
+
+/* A fresh WorkState recovered from the projection, as a new leader does. */
+static inline WorkState *sim_recover(const Sim *s)
+{
+    WorkState *ws = ws_new(&s->cfg);
+    proj_restore(&s->proj, ws);
+    ws_advance(ws, s->now);
+    return ws;
+}
+
+/* Work reopened by a retried event is rebuilt from that event alone, so the
+ * state does not know the error that killed it nor when it was first created
+ * or last started; the projection (migration 0002) keeps them, and a leader
+ * that recovers from it has them back. Until the two agree, states may differ
+ * in just those fields of reopened work. */
+static inline void forget_history(const Sim *s, json_t *dump)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach(dump, i, it)
+    {
+        const ProjRow *r = proj_get(&s->proj, json_string_value(json_object_get(it, "id")));
+        if (r && r->reopened)
+            json_object_del(it, "last_error");
+    }
+}
+
+/* NULL when other holds the same open work as the live state at now, else a
+ * sentence saying how they differ (caller frees). Besides ws_dump it compares
+ * the times ws_dump leaves out (created_at, started_at). */
+static inline char *state_diff(const char *what, Sim *s, WorkState *other)
+{
+    ws_advance(s->ws, s->now);
+    json_t *live = ws_dump(s->ws), *got = ws_dump(other), *it;
+    forget_history(s, live);
+    forget_history(s, got);
+    char *d = json_diff(what, live, got);
+    size_t i;
+    json_array_foreach(live, i, it)
+    {
+        if (d)
+            break;
+        const char *id = json_string_value(json_object_get(it, "id"));
+        const WorkItem *a = ws_get(s->ws, id), *b = ws_get(other, id);
+        const ProjRow *r = proj_get(&s->proj, id);
+        bool reopened = r && r->reopened;
+        if ((!reopened && a->created_at != b->created_at) ||
+            ((!reopened || a->status == WORK_RUNNING) && a->started_at != b->started_at)) {
+            SBuf m;
+            sbuf_init(&m);
+            sbuf_printf(&m, "%s: '%s' was created at %lld and started at %lld, not %lld and %lld",
+                        what, id, (long long)a->created_at, (long long)a->started_at,
+                        (long long)b->created_at, (long long)b->started_at);
+            d = sbuf_steal(&m);
+        }
+    }
+    json_decref(live);
+    json_decref(got);
+    return d;
+}
+
+/* ---- building submissions ---- */
+
+/* Fills it with owned copies; payload is JSON text. */
+static inline void item_set(SubmitItem *it, const char *id, const char *queue, int priority,
+                            const char *payload, int64_t run_at, int64_t timeout_ms,
+                            int max_attempts)
+{
+    it->id = xstrdup(id);
+    it->queue = xstrdup(queue);
+    it->priority = priority;
+    it->payload = J(payload);
+    it->run_at = run_at;
+    it->timeout_ms = timeout_ms;
+    it->max_attempts = max_attempts;
+}
+
+static inline void items_clear(SubmitItem *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].id);
+        free(items[i].queue);
+        json_decref(items[i].payload);
+        memset(&items[i], 0, sizeof items[i]);
+    }
+}
+
+#endif

@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_TYPE ?= RelWithDebInfo
 
-.PHONY: all deps build test test-asan run clean clean-data check-format format lint lint-openapi bench chaos
+.PHONY: all deps build test test-asan run clean clean-data check-format format lint lint-openapi bench chaos fuzz
 
 all: build
 
@@ -28,10 +28,20 @@ test-asan: deps
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j$(JOBS)
 
+# Every parser of untrusted input under libFuzzer (tests/fuzz), with ASan and
+# UBSan, in its own clang build (build-fuzz): FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 20
+fuzz: deps
+	@scripts/fuzz $(FUZZ_SECONDS)
+
 # The local cluster: private PostgreSQL under var/, two servers, two workers,
 # a demo producer and a result consumer. Ctrl-C stops everything.
 run: build
 	@scripts/run-local
+
+# The long chaos run: every fault kind several times, then mixed (~5 minutes).
+chaos: build
+	@python3 tests/chaos/chaos.py --long --bin-dir $(BUILD)/bin
 
 clean-data:
 	@scripts/pg-private destroy var/pg 2>/dev/null || true
@@ -53,6 +63,11 @@ lint: build
 		--inline-suppr --suppress=missingIncludeSystem -D__GNUC__ \
 		-I common -I server -I server/manager -I server/frontend -I worker \
 		common server worker
+
+# The benchmarks: each figure on its own private PostgreSQL (default durability)
+# and cluster, one key=value line per figure; docs/benchmarks.md reads them.
+bench: build
+	@scripts/bench
 
 # The API contract: openapi.yaml through the OpenAPI linter pinned in
 # tools/openapi (installed there on first use).

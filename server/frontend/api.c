@@ -47,6 +47,20 @@ static bool check_id(Req *r, const char *id, const char *what)
 static void cmd_reply(Req *r)
 {
     MgrCmd *c = r->cmd;
+    if (c->status == 503 && !strcmp(c->err.type, "not-leader") &&
+        !req_header(r, "X-Workd-Forwarded")) {
+        /* Leadership moved while the command waited: forward it like any
+         * request that reaches a node that does not lead (delayed, not failed). */
+        char *fwd = NULL;
+        if (c->type == MC_SUBMIT) {
+            json_t *norm = submit_items_json(c->items, c->n_items, r->bulk);
+            fwd = json_dumps(norm, JSON_COMPACT);
+            json_decref(norm);
+        }
+        req_park(r);
+        proxy_forward(r->srv->proxy, r, fwd);
+        return;
+    }
     if (c->status >= 400) {
         req_finish_problem(r, &c->err);
         return;
@@ -397,10 +411,18 @@ static void queues_task(PGconn *conn, void *arg)
     json_t *names = json_object(), *queues = json_array();
     const char *k;
     json_t *v;
-    json_object_foreach(open, k, v) json_object_set_new(names, k, json_true());
-    json_object_foreach(finished, k, v) json_object_set_new(names, k, json_true());
-    json_object_foreach(json_object_get(rates, "queues"), k, v)
+    json_object_foreach(open, k, v)
+    {
         json_object_set_new(names, k, json_true());
+    }
+    json_object_foreach(finished, k, v)
+    {
+        json_object_set_new(names, k, json_true());
+    }
+    json_object_foreach(json_object_get(rates, "queues"), k, v)
+    {
+        json_object_set_new(names, k, json_true());
+    }
     json_object_foreach(names, k, v)
     {
         json_t *o = json_object_get(open, k), *f = json_object_get(finished, k);
@@ -571,8 +593,49 @@ static void h_readyz(Req *r, char *const *p)
                                       "term", (json_int_t)term, "is_leader", leader));
 }
 
-static void h_metrics(Req *r, char *const *p)
+static void render_manager_metrics(SBuf *b, Server *s)
 {
+    const ManagerStats *st = manager_stats(s->mgr);
+    histogram_render(b, "workd_commit_duration_seconds", "", &st->commit_us);
+    histogram_render(b, "workd_commit_events", "", &st->commit_events);
+    sbuf_puts(b, "# HELP workd_events_total Events committed by this node as leader, by type.\n"
+                 "# TYPE workd_events_total counter\n");
+    for (int t = EV_TERM; t <= EV_RETRIED; t++)
+        sbuf_printf(b, "workd_events_total{type=\"%s\"} %lld\n", event_type_name((EventType)t),
+                    (long long)atomic_load(&st->events_by_type[t]));
+    sbuf_printf(b,
+                "# HELP workd_attempts_total Attempts ended, by outcome.\n"
+                "# TYPE workd_attempts_total counter\n"
+                "workd_attempts_total{outcome=\"completed\"} %lld\n"
+                "workd_attempts_total{outcome=\"failed\"} %lld\n"
+                "workd_attempts_total{outcome=\"timed_out\"} %lld\n"
+                "# HELP workd_lease_expiries_total Attempts ended because their deadline passed.\n"
+                "# TYPE workd_lease_expiries_total counter\nworkd_lease_expiries_total %lld\n"
+                "# HELP workd_workers_lost_total Attempts ended because their worker went silent.\n"
+                "# TYPE workd_workers_lost_total counter\nworkd_workers_lost_total %lld\n"
+                "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
+                "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
+                (long long)atomic_load(&st->events_by_type[EV_COMPLETED]),
+                (long long)atomic_load(&st->events_by_type[EV_FAILED]),
+                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
+                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
+                (long long)atomic_load(&st->workers_lost),
+                (long long)atomic_load(&st->elections_won),
+                (long long)atomic_load(&st->step_downs));
+    if (manager_is_leader(s->mgr))
+        sbuf_printf(b,
+                    "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
+                    "# TYPE workd_workers gauge\nworkd_workers %lld\n"
+                    "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
+                    (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
+                    (long long)atomic_load(&st->waiting_pulls));
+}
+
+/* Runs on a read-pool thread: queue depths come from the projection, so that
+ * every node, leader or not, reports them. */
+static void metrics_task(PGconn *conn, void *arg)
+{
+    Req *r = arg;
     Server *s = r->srv;
     Metrics *m = s->metrics;
     SBuf b;
@@ -602,44 +665,54 @@ static void h_metrics(Req *r, char *const *p)
     }
     char url[256];
     int64_t term = server_leader(s, url, sizeof url);
-    bool leader = s->mgr && manager_is_leader(s->mgr);
     sbuf_printf(&b,
                 "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
                 "# TYPE workd_is_leader gauge\nworkd_is_leader %d\n"
+                "# TYPE workd_database_up gauge\nworkd_database_up %d\n"
                 "# TYPE workd_sse_subscribers gauge\nworkd_sse_subscribers %lld\n"
                 "# TYPE workd_sse_events_sent_total counter\nworkd_sse_events_sent_total %lld\n"
+                "# TYPE workd_get_waits_total counter\nworkd_get_waits_total %lld\n"
                 "# TYPE workd_proxy_requests_total counter\nworkd_proxy_requests_total %lld\n"
                 "# TYPE workd_proxy_retries_total counter\nworkd_proxy_retries_total %lld\n"
                 "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
-                (long long)term, leader ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
-                (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->proxied),
-                (long long)atomic_load(&m->proxy_retries),
+                (long long)term, s->mgr && manager_is_leader(s->mgr) ? 1 : 0,
+                atomic_load(&s->db_ok) ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
+                (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
+                (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
                 (long long)atomic_load(&m->proxy_failures));
-    if (s->mgr) {
-        const ManagerStats *st = manager_stats(s->mgr);
-        long long batches = atomic_load(&st->batches);
-        sbuf_printf(&b,
-                    "# TYPE workd_commit_batches_total counter\nworkd_commit_batches_total %lld\n"
-                    "# TYPE workd_committed_events_total counter\nworkd_committed_events_total %lld\n"
-                    "# TYPE workd_commit_seconds_total counter\nworkd_commit_seconds_total %g\n"
-                    "# TYPE workd_commit_seconds_max gauge\nworkd_commit_seconds_max %g\n"
-                    "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
-                    "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
-                    batches, (long long)atomic_load(&st->events),
-                    (double)atomic_load(&st->commit_us_total) / 1e6,
-                    (double)atomic_load(&st->commit_us_max) / 1e6,
-                    (long long)atomic_load(&st->elections_won),
-                    (long long)atomic_load(&st->step_downs));
-        if (leader)
-            sbuf_printf(&b,
-                        "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
-                        "# TYPE workd_workers gauge\nworkd_workers %lld\n"
-                        "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
-                        (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
-                        (long long)atomic_load(&st->waiting_pulls));
+    Err err = {0};
+    json_t *open = conn ? journal_open_counts(conn, &err) : NULL;
+    if (open) {
+        sbuf_puts(&b, "# HELP workd_queue_depth Open work by queue and state.\n"
+                      "# TYPE workd_queue_depth gauge\n");
+        const char *q;
+        json_t *v;
+        json_object_foreach(open, q, v)
+        {
+            static const char *states[] = {"pending", "scheduled", "running"};
+            for (int i = 0; i < 3; i++)
+                sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q,
+                            states[i], (long long)json_integer_value(json_object_get(v, states[i])));
+        }
+        sbuf_puts(&b, "# HELP workd_queue_oldest_pending_age_seconds Age of the oldest ready job.\n"
+                      "# TYPE workd_queue_oldest_pending_age_seconds gauge\n");
+        json_object_foreach(open, q, v)
+        {
+            sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n", q,
+                        json_real_value(json_object_get(v, "oldest_pending_age_s")));
+        }
+        json_decref(open);
     }
+    if (s->mgr)
+        render_manager_metrics(&b, s);
     size_t len = b.len;
     req_finish_raw(r, 200, "text/plain; version=0.0.4", sbuf_steal(&b), len);
+}
+
+static void h_metrics(Req *r, char *const *p)
+{
+    req_park(r);
+    dbpool_submit(r->srv->pool, metrics_task, r);
 }
 
 const Route api_routes[] = {

@@ -113,6 +113,9 @@ void req_finish_problem(Req *r, const Err *err)
     snprintf(type, sizeof type, "https://workd.dev/problems/%s", err->type[0] ? err->type : "internal");
     json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status),
                           "status", status, "detail", err->msg[0] ? err->msg : "internal error");
+    if (!p) /* a detail that is not valid UTF-8 (a bug upstream): still answer */
+        p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status), "status",
+                      status, "detail", "the request was refused (no readable detail)");
     char *txt = json_dumps(p, JSON_COMPACT);
     json_decref(p);
     size_t n = strlen(txt);

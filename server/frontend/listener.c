@@ -75,7 +75,10 @@ static int pump(Listener *l, int64_t notified)
         }
         size_t i;
         json_t *ev;
-        json_array_foreach(rows, i, ev) hub_publish(l->srv->hub, ev);
+        json_array_foreach(rows, i, ev)
+        {
+            hub_publish(l->srv->hub, ev);
+        }
         json_decref(rows);
         if (n < PAGE) {
             hub_scanned(l->srv->hub, notified);

@@ -38,6 +38,8 @@ static size_t json_depth(const char *s, size_t len)
     return max;
 }
 
+static const char *quoted(const char *s, char *out, size_t outlen);
+
 json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err)
 {
     if (len == 0) {
@@ -52,9 +54,12 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
     }
     json_error_t je;
     json_t *v = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+    /* jansson's text quotes the body near the error, and can cut a character
+     * in two ("invalid escape near '"\<first byte>'"). */
+    char text[sizeof je.text];
     if (!v)
         err_set(err, 400, "invalid-json", "the body is not valid JSON: %s (line %d, column %d)",
-                je.text, je.line, je.column);
+                quoted(je.text, text, sizeof text), je.line, je.column);
     return v;
 }
 

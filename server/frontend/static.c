@@ -12,7 +12,7 @@
  * only to this origin. The dashboard shows payloads and results, which are
  * user data; this keeps a rendering mistake from becoming script execution. */
 #define STATIC_CSP                                                                                 \
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "            \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "              \
     "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 const StaticFile *static_find(const char *path)

@@ -49,6 +49,8 @@ json_t *event_data_encode(const Event *e)
         break;
     case EV_RETRIED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
+        if (e->error)
+            json_object_set_new(o, "error", json_string(e->error));
         /* a retried event carries what accepted carried */
         __attribute__((fallthrough));
     case EV_ACCEPTED:
@@ -62,7 +64,8 @@ json_t *event_data_encode(const Event *e)
     case EV_STARTED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
         json_object_set_new(o, "worker_id", json_string(e->worker_id ? e->worker_id : ""));
-        set_time(o, "deadline", e->deadline);
+        /* Required by event_decode: never null, even when 0 (set_time's "none"). */
+        json_object_set_new(o, "deadline", json_integer(e->deadline));
         break;
     case EV_COMPLETED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
@@ -125,6 +128,7 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         if (get_int(data, "attempt", &v, 1, err))
             goto fail;
         out->attempt = (int)v;
+        out->error = get_str(data, "error");
         /* a retried event carries what accepted carried */
         __attribute__((fallthrough));
     case EV_ACCEPTED:

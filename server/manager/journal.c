@@ -9,63 +9,178 @@
 #include "util.h"
 
 #define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
+/* Fencing: every part of the statement writes only if this session holds the
+ * leader lock (workd_holds_leader_lock(), an init plan evaluated once). The
+ * events, the new work rows and the changed ones go in one statement, which
+ * is one transaction, with the NOTIFY that wakes the listeners. */
 static const char append_sql[] =
-    "WITH ins AS ("
+    "WITH ev AS ("
     " INSERT INTO workd_events (seq, term, at, type, version, work_id, data)"
-    " SELECT u.seq, $2::bigint, to_timestamp(u.at / 1000.0), u.type, u.version, u.work_id,"
-    "        u.data::jsonb"
+    " SELECT u.seq, $2::bigint, workd_ts(u.at), u.type, u.version, u.work_id, u.data::jsonb"
     " FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::int2[], $6::text[], $7::text[])"
     "      AS u(seq, at, type, version, work_id, data)"
-    " WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
-    "               AND pid = pg_backend_pid() AND granted"
-    "               AND classid = " STR(DB_LOCK_CLASS) " AND objid = " STR(DB_LOCK_LEADER)
-    "               AND objsubid = 2)"
-    " RETURNING 1)"
-    " SELECT count(*), pg_notify('workd_events', $8) FROM ins";
+    " WHERE (SELECT workd_holds_leader_lock())"
+    " RETURNING 1),"
+    " nw AS ("
+    " INSERT INTO workd_work (id, queue, priority, payload, status, attempts, max_attempts,"
+    "   timeout_ms, run_at, created_at, accepted_seq, started_at, finished_at, worker_id,"
+    "   deadline, result, last_error, updated_seq)"
+    " SELECT n.id, n.queue, n.priority, n.payload::jsonb, n.status, n.attempts, n.max_attempts,"
+    "   n.timeout_ms, workd_ts(n.run_at), workd_ts(n.created_at), n.accepted_seq,"
+    "   workd_ts(n.started_at), workd_ts(n.finished_at), n.worker_id, workd_ts(n.deadline),"
+    "   n.result::jsonb, n.last_error, n.updated_seq"
+    " FROM unnest($9::text[], $10::text[], $11::int[], $12::text[], $13::text[], $14::int[],"
+    "   $15::int[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::bigint[],"
+    "   $21::bigint[], $22::text[], $23::bigint[], $24::text[], $25::text[], $26::bigint[])"
+    "   AS n(id, queue, priority, payload, status, attempts, max_attempts, timeout_ms, run_at,"
+    "   created_at, accepted_seq, started_at, finished_at, worker_id, deadline, result,"
+    "   last_error, updated_seq)"
+    " WHERE (SELECT workd_holds_leader_lock())),"
+    " up AS ("
+    " UPDATE workd_work w SET"
+    "   status = CASE WHEN u.m & 1 <> 0 THEN u.status ELSE w.status END,"
+    "   attempts = CASE WHEN u.m & 2 <> 0 THEN u.attempts ELSE w.attempts END,"
+    "   max_attempts = CASE WHEN u.m & 4 <> 0 THEN u.max_attempts ELSE w.max_attempts END,"
+    "   run_at = CASE WHEN u.m & 8 <> 0 THEN workd_ts(u.run_at) ELSE w.run_at END,"
+    "   started_at = CASE WHEN u.m & 16 <> 0 THEN workd_ts(u.started_at) ELSE w.started_at END,"
+    "   finished_at = CASE WHEN u.m & 32 <> 0 THEN workd_ts(u.finished_at)"
+    "                 ELSE w.finished_at END,"
+    "   worker_id = CASE WHEN u.m & 64 <> 0 THEN u.worker_id ELSE w.worker_id END,"
+    "   deadline = CASE WHEN u.m & 128 <> 0 THEN workd_ts(u.deadline) ELSE w.deadline END,"
+    "   result = CASE WHEN u.m & 256 <> 0 THEN u.result::jsonb ELSE w.result END,"
+    "   last_error = CASE WHEN u.m & 512 <> 0 THEN u.last_error ELSE w.last_error END,"
+    "   accepted_seq = CASE WHEN u.m & 1024 <> 0 THEN u.accepted_seq ELSE w.accepted_seq END,"
+    "   updated_seq = u.updated_seq"
+    " FROM unnest($27::text[], $28::int[], $29::text[], $30::int[], $31::int[], $32::bigint[],"
+    "   $33::bigint[], $34::bigint[], $35::text[], $36::bigint[], $37::text[], $38::text[],"
+    "   $39::bigint[], $40::bigint[])"
+    "   AS u(id, m, status, attempts, max_attempts, run_at, started_at, finished_at, worker_id,"
+    "   deadline, result, last_error, accepted_seq, updated_seq)"
+    " WHERE w.id = u.id AND (SELECT workd_holds_leader_lock()))"
+    " SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $8)";
 
-int journal_append(PGconn *c, const EventList *events, Err *err)
+/* One array parameter being built as a PostgreSQL array literal. */
+typedef struct Col {
+    SBuf b;
+    size_t n;
+} Col;
+
+static void col_sep(Col *c)
+{
+    sbuf_puts(&c->b, c->n++ ? "," : "{");
+}
+
+static void col_int(Col *c, int64_t v)
+{
+    col_sep(c);
+    sbuf_printf(&c->b, "%lld", (long long)v);
+}
+
+/* A time: 0 is NULL. */
+static void col_time(Col *c, int64_t ms)
+{
+    col_sep(c);
+    if (ms)
+        sbuf_printf(&c->b, "%lld", (long long)ms);
+    else
+        sbuf_puts(&c->b, "NULL");
+}
+
+static void col_text(Col *c, const char *s)
+{
+    col_sep(c);
+    db_array_text(&c->b, s);
+}
+
+static void col_json(Col *c, const json_t *v)
+{
+    char *txt = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    col_text(c, txt);
+    free(txt);
+}
+
+static const char *col_end(Col *c)
+{
+    if (!c->n)
+        sbuf_puts(&c->b, "{");
+    sbuf_puts(&c->b, "}");
+    return c->b.data;
+}
+
+enum { EV_COLS = 6, NEW_COLS = 18, UP_COLS = 14, ALL_COLS = EV_COLS + NEW_COLS + UP_COLS };
+
+int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows,
+                   Err *err)
 {
     if (events->len == 0)
         return 0;
-    SBuf seqs, ats, types, vers, ids, datas;
-    sbuf_init(&seqs);
-    sbuf_init(&ats);
-    sbuf_init(&types);
-    sbuf_init(&vers);
-    sbuf_init(&ids);
-    sbuf_init(&datas);
-    SBuf *all[] = {&seqs, &ats, &types, &vers, &ids, &datas};
-    for (size_t i = 0; i < 6; i++)
-        sbuf_puts(all[i], "{");
+    Col cols[ALL_COLS];
+    memset(cols, 0, sizeof cols);
+    Col *ev = cols, *nw = cols + EV_COLS, *up = cols + EV_COLS + NEW_COLS;
     for (size_t i = 0; i < events->len; i++) {
         const Event *e = &events->items[i];
-        const char *sep = i ? "," : "";
-        sbuf_printf(&seqs, "%s%lld", sep, (long long)e->seq);
-        sbuf_printf(&ats, "%s%lld", sep, (long long)e->at);
-        sbuf_printf(&types, "%s%s", sep, event_type_name(e->type));
-        sbuf_printf(&vers, "%s%d", sep, e->version);
-        sbuf_puts(&ids, sep);
-        db_array_text(&ids, e->work_id);
+        col_int(&ev[0], e->seq);
+        col_int(&ev[1], e->at);
+        col_text(&ev[2], event_type_name(e->type));
+        col_int(&ev[3], e->version);
+        col_text(&ev[4], e->work_id);
         json_t *d = event_data_encode(e);
-        char *txt = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
+        col_json(&ev[5], d);
         json_decref(d);
-        sbuf_puts(&datas, sep);
-        db_array_text(&datas, txt);
-        free(txt);
     }
-    for (size_t i = 0; i < 6; i++)
-        sbuf_puts(all[i], "}");
+    for (size_t i = 0; i < nrows; i++) {
+        const ProjRow *r = rows[i];
+        if (r->is_new) {
+            col_text(&nw[0], r->id);
+            col_text(&nw[1], r->queue);
+            col_int(&nw[2], r->priority);
+            col_json(&nw[3], r->payload ? r->payload : json_null());
+            col_text(&nw[4], r->status);
+            col_int(&nw[5], r->attempts);
+            col_int(&nw[6], r->max_attempts);
+            col_int(&nw[7], r->timeout_ms);
+            col_time(&nw[8], r->run_at);
+            col_time(&nw[9], r->created_at);
+            col_int(&nw[10], r->accepted_seq);
+            col_time(&nw[11], r->started_at);
+            col_time(&nw[12], r->finished_at);
+            col_text(&nw[13], r->worker_id);
+            col_time(&nw[14], r->deadline);
+            col_json(&nw[15], r->result);
+            col_text(&nw[16], r->last_error);
+            col_int(&nw[17], r->updated_seq);
+        } else {
+            col_text(&up[0], r->id);
+            col_int(&up[1], r->changed);
+            col_text(&up[2], r->status);
+            col_int(&up[3], r->attempts);
+            col_int(&up[4], r->max_attempts);
+            col_time(&up[5], r->run_at);
+            col_time(&up[6], r->started_at);
+            col_time(&up[7], r->finished_at);
+            col_text(&up[8], r->worker_id);
+            col_time(&up[9], r->deadline);
+            col_json(&up[10], r->result);
+            col_text(&up[11], r->last_error);
+            col_int(&up[12], r->accepted_seq);
+            col_int(&up[13], r->updated_seq);
+        }
+    }
     char term[24], last[24];
     snprintf(term, sizeof term, "%lld", (long long)events->items[0].term);
     snprintf(last, sizeof last, "%lld", (long long)events->items[events->len - 1].seq);
-    const char *params[] = {seqs.data, term, ats.data, types.data, vers.data,
-                            ids.data,  datas.data, last};
-    PGresult *r = db_exec(c, append_sql, 8, params, "appending events", err);
-    for (size_t i = 0; i < 6; i++)
-        sbuf_free(all[i]);
+    const char *params[ALL_COLS + 2];
+    params[0] = col_end(&ev[0]);
+    params[1] = term;
+    for (int i = 1; i < EV_COLS; i++)
+        params[i + 1] = col_end(&ev[i]);
+    params[7] = last;
+    for (int i = 0; i < NEW_COLS + UP_COLS; i++)
+        params[8 + i] = col_end(&nw[i]);
+    PGresult *r = db_exec(c, append_sql, ALL_COLS + 2, params, "appending events", err);
+    for (int i = 0; i < ALL_COLS; i++)
+        sbuf_free(&cols[i].b);
     if (!r)
         return -1;
     int64_t written = db_int(r, 0, 0);
@@ -138,7 +253,8 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     const char *params[] = {arr.data};
     out->res = db_exec(c,
                        "SELECT id, status, attempts, payload::text, queue, priority,"
-                       " timeout_ms, max_attempts FROM workd_work WHERE id = ANY($1::text[])",
+                       " timeout_ms, max_attempts, last_error FROM workd_work"
+                       " WHERE id = ANY($1::text[])",
                        1, params, "looking up work ids", err);
     sbuf_free(&arr);
     if (!out->res)
@@ -155,6 +271,7 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
         k->priority = (int)db_int(out->res, i, 5);
         k->timeout_ms = db_int(out->res, i, 6);
         k->max_attempts = (int)db_int(out->res, i, 7);
+        k->last_error = db_str(out->res, i, 8);
     }
     return 0;
 }
@@ -352,7 +469,9 @@ json_t *journal_open_counts(PGconn *c, Err *err)
         " count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
         " count(*) FILTER (WHERE status = 'running'),"
         " " MS("min(created_at) FILTER (WHERE status = 'pending'"
-               " AND (run_at IS NULL OR run_at <= now()))")
+               " AND (run_at IS NULL OR run_at <= now()))") ","
+        " extract(epoch from now() - min(coalesce(run_at, created_at)) FILTER"
+        "   (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())))::float8"
         " FROM workd_work WHERE status IN ('pending', 'running') GROUP BY queue",
         0, NULL, "counting open work", err);
     if (!r)
@@ -363,6 +482,8 @@ json_t *journal_open_counts(PGconn *c, Err *err)
                               "scheduled", (json_int_t)db_int(r, i, 2), "running",
                               (json_int_t)db_int(r, i, 3));
         set_time_field(q, "oldest_pending_at", r, i, 4);
+        json_object_set_new(q, "oldest_pending_age_s",
+                            PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));
         json_object_set_new(o, db_str(r, i, 0), q);
     }
     PQclear(r);

@@ -10,15 +10,18 @@
 
 #include "err.h"
 #include "event.h"
+#include "projection.h"
 #include "workstate.h"
 
 /* ---- writing (the leader, through the session holding the leader lock) ---- */
 
-/* Appends events (seq and term already set, in order) in one statement, which
- * is one transaction, with a NOTIFY on channel workd_events carrying the last
- * seq. Fencing: the rows are written only if this session holds the leader
- * lock; otherwise nothing is written and err is "fenced" (409). */
-int journal_append(PGconn *c, const EventList *events, Err *err) WARN_UNUSED;
+/* Appends events (seq and term already set, in order) and writes the
+ * projection rows they fold into (projection.h) in one statement, which is one
+ * transaction, with a NOTIFY on channel workd_events carrying the last seq.
+ * Fencing: nothing is written unless this session holds the leader lock, and
+ * then err is "fenced" (409). */
+int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows,
+                   Err *err) WARN_UNUSED;
 
 /* ---- recovery ---- */
 
@@ -58,7 +61,8 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
                           int limit, Err *err);
 
 /* Open work by queue from the projection: {queue: {pending, scheduled, running,
- * oldest_pending_at}} (a new reference). Cost follows the open work. */
+ * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
+ * open work. */
 json_t *journal_open_counts(PGconn *c, Err *err);
 
 /* The highest seq in the table (0 if empty). */

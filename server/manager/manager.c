@@ -13,6 +13,8 @@
 
 #include "config.h"
 #include "db.h"
+#include "hmap.h"
+#include "projection.h"
 #include "journal.h"
 #include "log.h"
 #include "util.h"
@@ -40,6 +42,7 @@ struct Manager {
     MgrCmd *waiters, *waiters_tail; /* pulls waiting for work, FIFO */
     MgrCmd *done_head, *done_tail;  /* replies to send after the commit */
     EventList batch;                /* events of this round, applied, not yet committed */
+    HMap proj;                      /* work id -> ProjRow: what the batch makes of its rows */
 };
 
 /* ---- commands ---- */
@@ -160,6 +163,18 @@ const ManagerStats *manager_stats(const Manager *m)
 
 /* ---- leadership ---- */
 
+static void proj_reset(Manager *m)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);) {
+        projrow_clear(v);
+        free(v);
+    }
+    hmap_free(&m->proj);
+}
+
+
 static void reject_all(Manager *m, MgrCmd *list, const char *why)
 {
     while (list) {
@@ -189,6 +204,7 @@ static void step_down(Manager *m, const char *why)
     m->waiters = m->waiters_tail = NULL;
     flush_done(m);
     eventlist_clear(&m->batch);
+    proj_reset(m);
     ws_free(m->ws);
     m->ws = NULL;
     PQfinish(m->conn);
@@ -215,7 +231,7 @@ static int ensure_conn(Manager *m)
 }
 
 /* Assigns seq, term and time to the events in tmp, applies them to the state
- * and moves them to the round's batch. */
+ * and moves them to the round's batch, folding each into its work's row. */
 static void emit(Manager *m, EventList *tmp, int64_t now)
 {
     for (size_t i = 0; i < tmp->len; i++) {
@@ -224,6 +240,15 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
         e->term = atomic_load(&m->term);
         e->at = now;
         ws_apply(m->ws, e);
+        if (e->work_id) {
+            ProjRow *row = hmap_get(&m->proj, e->work_id);
+            if (!row) {
+                row = xmalloc(sizeof *row);
+                projrow_init(row, e->work_id);
+                hmap_put(&m->proj, row->id, row);
+            }
+            projrow_fold(row, e);
+        }
         Event *dst = eventlist_push(&m->batch);
         *dst = *e;
         memset(e, 0, sizeof *e);
@@ -235,23 +260,34 @@ static int commit_batch(Manager *m)
 {
     if (m->batch.len == 0)
         return 0;
-    int64_t t0 = mono_ms();
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     Err err = {0};
-    int rc = journal_append(m->conn, &m->batch, &err);
+    ProjRow **rows = xcalloc(m->proj.len + 1, sizeof *rows);
+    size_t nrows = 0;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);)
+        rows[nrows++] = v;
+    int rc = journal_append(m->conn, &m->batch, rows, nrows, &err);
+    free(rows);
+    proj_reset(m);
     clock_gettime(CLOCK_MONOTONIC, &b);
-    (void)t0;
-    long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
     if (rc != 0) {
         step_down(m, err.msg);
         return -1;
     }
-    atomic_fetch_add(&m->stats.batches, 1);
-    atomic_fetch_add(&m->stats.events, (long long)m->batch.len);
-    atomic_fetch_add(&m->stats.commit_us_total, us);
-    if (us > atomic_load(&m->stats.commit_us_max))
-        atomic_store(&m->stats.commit_us_max, us);
+    long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
+    histogram_observe(&m->stats.commit_us, us);
+    histogram_observe(&m->stats.commit_events, (int64_t)m->batch.len);
+    for (size_t i = 0; i < m->batch.len; i++) {
+        const Event *e = &m->batch.items[i];
+        atomic_fetch_add(&m->stats.events_by_type[e->type], 1);
+        if (log_enabled(LOG_DEBUG))
+            log_debug("work %s: %s (attempt %d%s%s)", e->work_id ? e->work_id : "-",
+                      event_type_name(e->type), e->attempt, e->worker_id ? ", worker " : "",
+                      e->worker_id ? e->worker_id : "");
+    }
     eventlist_clear(&m->batch);
     m->last_db_ok = mono_ms();
     return 0;
@@ -709,6 +745,8 @@ static void lead_round(Manager *m)
     ws_decide_timers(m->ws, now, &tmp);
     for (size_t i = 0; i < tmp.len; i++) {
         const Event *e = &tmp.items[i];
+        if (e->type == EV_FAILED) /* from the timers: its worker went silent */
+            atomic_fetch_add(&m->stats.workers_lost, 1);
         if (e->type == EV_DEAD)
             log_info("work %s is dead: %s", e->work_id, e->error ? e->error : "");
         else
@@ -774,6 +812,8 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->cfg.advertise_url = xstrdup(cfg->advertise_url);
     pthread_mutex_init(&m->lock, NULL);
     eventlist_init(&m->batch);
+    histogram_init(&m->stats.commit_us, histogram_us_bounds, 1e6);
+    histogram_init(&m->stats.commit_events, histogram_size_bounds, 1);
     m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (m->efd < 0) {
         err_set(err, 500, "internal", "eventfd: %s", strerror(errno));

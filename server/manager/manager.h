@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "histogram.h"
 #include "workstate.h"
 
 typedef struct ManagerConfig {
@@ -68,7 +69,10 @@ typedef struct MgrCmd {
 } MgrCmd;
 
 typedef struct ManagerStats {
-    atomic_llong batches, events, commit_us_total, commit_us_max;
+    Histogram commit_us;     /* time of each group commit, microseconds */
+    Histogram commit_events; /* events per group commit */
+    atomic_llong events_by_type[EV_RETRIED + 1]; /* committed events, by EventType */
+    atomic_llong workers_lost; /* attempts ended because their worker went silent */
     atomic_llong elections_won, step_downs;
     atomic_llong open_work, workers, waiting_pulls;
 } ManagerStats;

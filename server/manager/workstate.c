@@ -323,6 +323,7 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
     e->timeout_ms = known->timeout_ms;
     e->attempt = known->attempts;
     e->max_attempts = known->attempts + 1;
+    e->error = xstrdup(known->last_error); /* kept, as the projection keeps it */
     return 0;
 }
 
@@ -454,6 +455,7 @@ void ws_apply(WorkState *ws, const Event *e)
             return;
         it = xcalloc(1, sizeof *it);
         it->attempt = e->type == EV_RETRIED ? e->attempt : 0;
+        it->last_error = e->type == EV_RETRIED ? xstrdup(e->error) : NULL;
         it->id = xstrdup(e->work_id);
         it->queue = xstrdup(e->queue);
         it->priority = e->priority;

@@ -76,6 +76,7 @@ typedef struct KnownWork {
     int priority;
     int64_t timeout_ms;
     int max_attempts;
+    const char *last_error; /* may be NULL */
 } KnownWork;
 
 typedef struct SubmitItem {

@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from harness import http, run_tests, wait_leader, wait_until  # noqa: E402
+from harness import REPO_ROOT, http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import JSON, complete, completions_by_id, get_work, pull, submit  # noqa: E402
+
+
+MIGRATIONS = sorted(p.name for p in (REPO_ROOT / "migrations").glob("*.sql"))
 
 
 def migrate(cluster):
@@ -27,16 +30,17 @@ def test_migrations_apply_once(cluster):
     assert again.returncode == 0 and "applied migration" not in out, out
     versions = cluster.psql("SELECT string_agg(version::text, ',' ORDER BY version) "
                             "FROM workd_migrations")
-    assert versions == "1", versions
+    assert versions == ",".join(str(v) for v in range(1, len(MIGRATIONS) + 1)), versions
 
 
 def test_concurrent_migrations_apply_once(cluster):
     procs = [migrate(cluster) for _ in range(4)]
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
-    applied = sum(o.count("applied migration 0001") for o in outs)
-    assert applied == 1, f"exactly one process applies 0001, got {applied}: {outs}"
-    assert cluster.psql("SELECT count(*) FROM workd_migrations") == "1"
+    for m in MIGRATIONS:
+        applied = sum(o.count(f"applied migration {m}") for o in outs)
+        assert applied == 1, f"exactly one process applies {m}, got {applied}: {outs}"
+    assert cluster.psql("SELECT count(*) FROM workd_migrations") == str(len(MIGRATIONS))
 
 
 def test_event_table_is_append_only(cluster):

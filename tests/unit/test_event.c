@@ -205,7 +205,8 @@ static void test_decided_events_round_trip(void **state)
                       .queue = row->queue,
                       .priority = row->priority,
                       .timeout_ms = row->timeout_ms,
-                      .max_attempts = row->max_attempts};
+                      .max_attempts = row->max_attempts,
+                      .last_error = row->last_error};
     CHECK(ws_decide_retry(s.ws, "bad", &dead, s.now, &s.out, &err) == 0, "retry refused: %s",
           err.msg);
     sim_emit(&s);

@@ -56,7 +56,8 @@ static size_t known_for(const Sim *s, const char *const *ids, size_t n, KnownWor
                                    .queue = r->queue,
                                    .priority = r->priority,
                                    .timeout_ms = r->timeout_ms,
-                                   .max_attempts = r->max_attempts};
+                                   .max_attempts = r->max_attempts,
+                                   .last_error = r->last_error};
     }
     return k;
 }

@@ -23,6 +23,7 @@
 #include "event.h"
 #include "hmap.h"
 #include "util.h"
+#include "projection.h"
 #include "workstate.h"
 
 /* Fails the test with a sentence when cond is false. */
@@ -216,25 +217,17 @@ static inline int event_through_table(const Event *e, Event *out, Err *err)
     return rc;
 }
 
-/* ---- the projection (workd_work), as the trigger of migration 0001 keeps it ---- */
-
-typedef struct ProjRow {
-    char *id, *queue, *worker_id, *last_error;
-    const char *status; /* pending, running, completed, dead, cancelled */
-    int priority, attempts, max_attempts;
-    json_t *payload, *result;
-    int64_t timeout_ms, run_at, created_at, accepted_seq, started_at, finished_at, deadline;
-    int64_t updated_seq;
-    bool reopened; /* by a retried event (test bookkeeping, not a column) */
-} ProjRow;
+/* ---- the projection (workd_work), folded by the server's own projection.c ---- */
 
 typedef struct Proj {
-    HMap rows; /* id -> ProjRow */
+    HMap rows;     /* id -> ProjRow, as the table holds them */
+    HMap reopened; /* ids reopened by a retried event (test bookkeeping) */
 } Proj;
 
 static inline void proj_init(Proj *p)
 {
     hmap_init(&p->rows);
+    hmap_init(&p->reopened);
 }
 
 static inline void proj_free(Proj *p)
@@ -242,16 +235,11 @@ static inline void proj_free(Proj *p)
     const char *k;
     void *v;
     for (size_t i = 0; hmap_next(&p->rows, &i, &k, &v);) {
-        ProjRow *r = v;
-        free(r->id);
-        free(r->queue);
-        free(r->worker_id);
-        free(r->last_error);
-        json_decref(r->payload);
-        json_decref(r->result);
-        free(r);
+        projrow_clear(v);
+        free(v);
     }
     hmap_free(&p->rows);
+    hmap_free(&p->reopened);
 }
 
 static inline const ProjRow *proj_get(const Proj *p, const char *id)
@@ -259,86 +247,32 @@ static inline const ProjRow *proj_get(const Proj *p, const char *id)
     return hmap_get(&p->rows, id);
 }
 
-static inline void set_str(char **dst, const char *src)
+static inline bool proj_reopened(const Proj *p, const char *id)
 {
-    free(*dst);
-    *dst = xstrdup(src);
+    return hmap_get(&p->reopened, id) != NULL;
 }
 
-/* Folds one event the way workd_project() does: unconditional UPDATEs by id,
- * no attempt checks (the leader never writes stale events). */
+/* Folds one event into the table as the leader does: a row per work item,
+ * created by its accepted event, updated by the rest (projrow_fold). */
 static inline void proj_apply(Proj *p, const Event *e)
 {
-    ProjRow *r = e->work_id ? hmap_get(&p->rows, e->work_id) : NULL;
+    if (!e->work_id)
+        return;
+    ProjRow *r = hmap_get(&p->rows, e->work_id);
     if (e->type == EV_ACCEPTED) {
         CHECK(r == NULL,
               "seq %lld accepts '%s' a second time: the unique index "
               "workd_events_accepted_id would refuse the commit",
               (long long)e->seq, e->work_id);
-        r = xcalloc(1, sizeof *r);
-        r->id = xstrdup(e->work_id);
-        r->queue = xstrdup(e->queue);
-        r->priority = e->priority;
-        r->payload = json_incref(e->payload);
-        r->status = "pending";
-        r->max_attempts = e->max_attempts;
-        r->timeout_ms = e->timeout_ms;
-        r->run_at = e->run_at;
-        r->created_at = e->at;
-        r->accepted_seq = e->seq;
-        r->updated_seq = e->seq;
+        r = xmalloc(sizeof *r);
+        projrow_init(r, e->work_id);
         hmap_put(&p->rows, r->id, r);
-        return;
     }
     if (!r)
         return;
-    r->updated_seq = e->seq;
-    switch (e->type) {
-    case EV_STARTED:
-        r->status = "running";
-        r->attempts = e->attempt;
-        set_str(&r->worker_id, e->worker_id);
-        r->deadline = e->deadline;
-        r->started_at = e->at;
-        break;
-    case EV_COMPLETED:
-        r->status = "completed";
-        json_decref(r->result);
-        r->result = json_incref(e->result);
-        r->deadline = 0;
-        r->finished_at = e->at;
-        break;
-    case EV_FAILED:
-    case EV_TIMED_OUT:
-        r->status = "pending";
-        r->run_at = e->retry_at;
-        set_str(&r->last_error, e->error);
-        r->deadline = 0;
-        break;
-    case EV_DEAD:
-        r->status = "dead";
-        r->finished_at = e->at;
-        r->deadline = 0;
-        if (e->error)
-            set_str(&r->last_error, e->error);
-        break;
-    case EV_CANCELLED:
-        r->status = "cancelled";
-        r->finished_at = e->at;
-        r->deadline = 0;
-        break;
-    case EV_RETRIED: /* migration 0002 */
-        r->status = "pending";
-        r->max_attempts = e->max_attempts;
-        r->run_at = 0;
-        r->finished_at = 0;
-        r->deadline = 0;
-        r->accepted_seq = e->seq;
-        r->reopened = true;
-        break;
-    default:
-        break;
-    }
+    projrow_fold(r, e);
+    if (e->type == EV_RETRIED && !proj_reopened(p, r->id))
+        hmap_put(&p->reopened, r->id, r);
 }
 
 static inline int proj_by_seq(const void *a, const void *b)
@@ -458,23 +392,6 @@ static inline WorkState *sim_recover(const Sim *s)
     return ws;
 }
 
-/* Work reopened by a retried event is rebuilt from that event alone, so the
- * state does not know the error that killed it nor when it was first created
- * or last started; the projection (migration 0002) keeps them, and a leader
- * that recovers from it has them back. Until the two agree, states may differ
- * in just those fields of reopened work. */
-static inline void forget_history(const Sim *s, json_t *dump)
-{
-    size_t i;
-    json_t *it;
-    json_array_foreach(dump, i, it)
-    {
-        const ProjRow *r = proj_get(&s->proj, json_string_value(json_object_get(it, "id")));
-        if (r && r->reopened)
-            json_object_del(it, "last_error");
-    }
-}
-
 /* NULL when other holds the same open work as the live state at now, else a
  * sentence saying how they differ (caller frees). Besides ws_dump it compares
  * the times ws_dump leaves out (created_at, started_at). */
@@ -482,8 +399,6 @@ static inline char *state_diff(const char *what, Sim *s, WorkState *other)
 {
     ws_advance(s->ws, s->now);
     json_t *live = ws_dump(s->ws), *got = ws_dump(other), *it;
-    forget_history(s, live);
-    forget_history(s, got);
     char *d = json_diff(what, live, got);
     size_t i;
     json_array_foreach(live, i, it)
@@ -493,7 +408,9 @@ static inline char *state_diff(const char *what, Sim *s, WorkState *other)
         const char *id = json_string_value(json_object_get(it, "id"));
         const WorkItem *a = ws_get(s->ws, id), *b = ws_get(other, id);
         const ProjRow *r = proj_get(&s->proj, id);
-        bool reopened = r && r->reopened;
+        /* A retried event does not carry when the work was first created or
+         * last started (nothing depends on them); the projection keeps them. */
+        bool reopened = r && proj_reopened(&s->proj, id);
         if ((!reopened && a->created_at != b->created_at) ||
             ((!reopened || a->status == WORK_RUNNING) && a->started_at != b->started_at)) {
             SBuf m;

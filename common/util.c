@@ -189,8 +189,10 @@ void time_format(int64_t ms, char *out, size_t outlen)
     int frac = (int)(ms - (int64_t)secs * 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
-    size_t n = strftime(out, outlen, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, outlen - n, ".%03dZ", frac);
+    /* Not strftime's %Y: it writes the year 999 as "999", which RFC 3339 (and
+     * time_parse) reads as no year at all. */
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
 static int digits(const char **p, int n, int *out)
@@ -250,7 +252,17 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
     struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h,
                     .tm_min = m, .tm_sec = sec};
     time_t t = timegm(&tm);
-    *ms_out = ((int64_t)t - (int64_t)offset_min * 60) * 1000 + ms;
+    /* timegm() normalises 2026-02-30 into March: refuse days a month lacks. */
+    struct tm back;
+    gmtime_r(&t, &back);
+    if (back.tm_mday != D || back.tm_mon != M - 1)
+        goto bad;
+    int64_t v = ((int64_t)t - (int64_t)offset_min * 60) * 1000 + ms;
+    /* An offset can carry 0000-01-01 or 9999-12-31 out of the years RFC 3339
+     * can write, and time_format could not give it back. */
+    if (v < -62167219200000LL || v > 253402300799999LL)
+        goto bad;
+    *ms_out = v;
     return 0;
 bad:
     return err_set(err, 400, "invalid-time",

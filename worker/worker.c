@@ -166,6 +166,18 @@ static char *heartbeat_body(Worker *w)
     return s;
 }
 
+int64_t worker_read_heartbeat_answer(const char *body, int64_t interval)
+{
+    json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *iv = json_object_get(j, "heartbeat_interval_ms");
+    if (json_is_integer(iv)) {
+        int64_t v = json_integer_value(iv);
+        interval = v < 100 ? 100 : v > 60000 ? 60000 : v;
+    }
+    json_decref(j);
+    return interval;
+}
+
 /* Sends one heartbeat; returns when the next one is due, in ms from now. */
 static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Backoff *b,
                               int64_t interval)
@@ -191,13 +203,7 @@ static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Bac
         httpc_resp_free(&resp);
         return d < interval ? d : interval;
     }
-    json_t *j = json_loads(resp.body, 0, NULL);
-    json_t *iv = json_object_get(j, "heartbeat_interval_ms");
-    if (json_is_integer(iv)) {
-        int64_t v = json_integer_value(iv);
-        interval = v < 100 ? 100 : v > 60000 ? 60000 : v;
-    }
-    json_decref(j);
+    interval = worker_read_heartbeat_answer(resp.body, interval);
     httpc_resp_free(&resp);
     link_ok(&w->link, LINK_HEARTBEAT);
     backoff_reset(b);
@@ -269,6 +275,26 @@ static Job *job_parse(const json_t *o)
             j->timeout_ms = dl - wall_ms() > 1 ? dl - wall_ms() : 1;
     }
     return j;
+}
+
+int worker_read_pull_answer(const char *body, size_t *n, size_t *runnable, Err *err)
+{
+    *n = *runnable = 0;
+    json_t *ans = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *jobs = json_object_get(ans, "jobs");
+    if (!json_is_array(jobs)) {
+        json_decref(ans);
+        return err_set(err, 502, "bad-answer", "the answer to a pull has no jobs array");
+    }
+    *n = json_array_size(jobs);
+    for (size_t i = 0; i < *n; i++) {
+        Job *j = job_parse(json_array_get(jobs, i));
+        if (j)
+            (*runnable)++;
+        job_free(j);
+    }
+    json_decref(ans);
+    return 0;
 }
 
 static void give_back(Worker *w, Job *j, const char *why)

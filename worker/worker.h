@@ -60,4 +60,15 @@ int worker_done_fd(const Worker *w);
  * cannot wait; jobs started afterwards are killed at once too. */
 void worker_kill_jobs(Worker *w);
 
+/* ---- reading the server's answers (no network: for tests and fuzzing) ---- */
+
+/* Reads the answer body to a pull as the pull thread does: *n is the length of
+ * its "jobs" array and *runnable how many of those the worker would run (the
+ * others, without a valid id and attempt, are ignored). Returns -1 (err says
+ * why) when body is not {"jobs": [...]}. */
+int worker_read_pull_answer(const char *body, size_t *n, size_t *runnable, Err *err) WARN_UNUSED;
+/* The heartbeat interval an answer to PUT /workers/{id} asks for, bounded to
+ * [100, 60000] ms; interval when it asks for none. */
+int64_t worker_read_heartbeat_answer(const char *body, int64_t interval);
+
 #endif

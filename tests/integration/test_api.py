@@ -276,9 +276,15 @@ def test_health_cluster_metrics(cluster):
     assert c["leader"] == s.url and c["term"] >= 1, c
     assert [w["id"] for w in c["workers"]] == ["w1"] and c["workers"][0]["capacity"] == 3, c
     wait_until(lambda: http("GET", s.url + "/cluster").json()["nodes"], 10, what="node list")
+    submit(s.url, {"payload": 1, "queue": "mail"})
     m = expect(http("GET", s.url + "/metrics"), 200, "metrics").text
-    for name in ("workd_http_requests_total", "workd_leader_term", "workd_commit_batches_total",
-                 "workd_sse_subscribers", "workd_open_work"):
+    assert 'workd_queue_depth{queue="mail",state="pending"} 1' in m, "the queue depth is exact"
+    for name in ("workd_http_requests_total", "workd_leader_term",
+                 "workd_commit_duration_seconds_count", "workd_commit_events_bucket",
+                 "workd_sse_subscribers", "workd_open_work", 'workd_queue_depth{queue="',
+                 "workd_queue_oldest_pending_age_seconds", 'workd_attempts_total{outcome="',
+                 "workd_lease_expiries_total", "workd_elections_won_total",
+                 "workd_http_request_duration_seconds_bucket", "workd_proxy_retries_total"):
         assert name in m, f"/metrics lacks {name}"
 
 

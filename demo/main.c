@@ -112,8 +112,12 @@ typedef struct Stream {
 
 static void on_event(Stream *s)
 {
-    if (s->data.len == 0)
+    if (s->id[0]) /* also an id with no data: where the stream starts */
+        snprintf(s->last, sizeof s->last, "%s", s->id);
+    if (s->data.len == 0) {
+        s->id[0] = '\0';
         return;
+    }
     json_t *ev = json_loads(s->data.data, 0, NULL);
     if (ev) {
         const char *status = json_string_value(json_object_get(ev, "status"));
@@ -130,8 +134,6 @@ static void on_event(Stream *s)
         free(txt);
         json_decref(ev);
     }
-    if (s->id[0])
-        snprintf(s->last, sizeof s->last, "%s", s->id);
     sbuf_reset(&s->data);
     s->id[0] = '\0';
 }

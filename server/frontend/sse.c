@@ -489,8 +489,10 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->queue = xstrdup(queue);
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
-    /* The first bytes tell proxies and clients the stream is open. */
-    sbuf_puts(&s->out, ": workd results stream\nretry: 1000\n\n");
+    /* The first bytes tell proxies and clients the stream is open, and where it
+     * starts: an id with no data sets the client's Last-Event-ID, so a client
+     * that reconnects before any result resumes from here, without a gap. */
+    sbuf_printf(&s->out, ": workd results stream\nretry: 1000\nid: %lld\n\n", (long long)s->cursor);
     s->last_write_ms = mono_ms();
     s->next = h->subs;
     if (h->subs)

@@ -264,6 +264,16 @@ def test_results_stream_resumes_exactly_once(cluster):
     assert sorted(ids) == sorted(j["id"] for j in jobs)
     seqs = [int(e["id"]) for e in sse.events]
     assert seqs == sorted(seqs), "events must come in seq order"
+    # A stream says where it starts: a client that reconnects before its first
+    # result resumes from there and misses nothing.
+    with SSEClient(s.url + "/results") as quiet:
+        wait_until(lambda: quiet.last_event_id is not None, 5, what="the opening id")
+        start = quiet.last_event_id
+    late = submit(s.url, {"payload": 99})["id"]
+    complete(s.url, "w1", pull(s.url, "w1")[0], 99)
+    with SSEClient(s.url + "/results", last_event_id=start) as sse:
+        ev = sse.wait_for(lambda e: e["data"]["id"] == late, timeout=10)
+        assert int(ev["id"]) > int(start), (ev, start)
 
 
 def test_health_cluster_metrics(cluster):

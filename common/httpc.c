@@ -73,6 +73,11 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud)
     size_t n = size * nmemb;
     if (n > 12 && strncasecmp(ptr, "Retry-After:", 12) == 0) {
         double secs = atof(ptr + 12);
+        /* Clamped before converting: a hostile 1e300 or nan must not be UB. */
+        if (!(secs >= 0))
+            secs = 0;
+        if (secs > 3600)
+            secs = 3600;
         r->retry_after_ms = (int64_t)(secs * 1000);
     } else if (n > 9 && strncasecmp(ptr, "Location:", 9) == 0) {
         const char *v = ptr + 9;

@@ -57,9 +57,8 @@ static int set_value(const OptSpec *o, const char *val, const char *source, Err 
             return err_set(err, 400, "bad-config",
                            "%s: '%s' is not a duration (examples: 2s, 250ms, 1.5)", source, val);
         if ((o->min || o->max) && (ms < o->min || ms > o->max))
-            return err_set(err, 400, "bad-config",
-                           "%s: '%s' is out of range [%lldms, %lldms]", source, val,
-                           (long long)o->min, (long long)o->max);
+            return err_set(err, 400, "bad-config", "%s: '%s' is out of range [%lldms, %lldms]",
+                           source, val, (long long)o->min, (long long)o->max);
         *(int64_t *)o->target = ms;
         return 0;
     }
@@ -132,8 +131,7 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
 
 void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t n)
 {
-    fprintf(out, "%s\n\nOptions (each also read from the environment variable shown):\n",
-            synopsis);
+    fprintf(out, "%s\n\nOptions (each also read from the environment variable shown):\n", synopsis);
     for (size_t i = 0; i < n; i++) {
         const OptSpec *o = &specs[i];
         char env[80];

@@ -22,7 +22,7 @@ typedef struct OptSpec {
     const char *name; /* long flag without "--"; env var is WORKD_ + NAME_IN_CAPS */
     OptType type;
     void *target;
-    const char *def;  /* default as text (NULL: no default / empty) */
+    const char *def; /* default as text (NULL: no default / empty) */
     const char *help;
     int64_t min, max; /* for OPT_INT and OPT_DURATION; ignored when min == max == 0 */
 } OptSpec;

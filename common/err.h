@@ -8,9 +8,9 @@
 /* Every fallible function in workd returns int: 0 on success, -1 on failure,
  * filling an Err when the caller passed one. */
 typedef struct Err {
-    int status;     /* HTTP status the failure maps to (400, 404, 409, 503...); 500 if unknown */
-    char type[48];  /* short machine-readable kind, e.g. "conflict", "queue-full" */
-    char msg[512];  /* a sentence a person can act on */
+    int status;    /* HTTP status the failure maps to (400, 404, 409, 503...); 500 if unknown */
+    char type[48]; /* short machine-readable kind, e.g. "conflict", "queue-full" */
+    char msg[512]; /* a sentence a person can act on */
 } Err;
 
 /* Sets *e (if e is not NULL) and returns -1, so callers can `return err_set(...)`. */

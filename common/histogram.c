@@ -3,7 +3,7 @@
 
 const int64_t histogram_us_bounds[HISTOGRAM_BUCKETS] = {
     250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000};
-const int64_t histogram_size_bounds[HISTOGRAM_BUCKETS] = {1,   2,   5,    10,   20,   50,
+const int64_t histogram_size_bounds[HISTOGRAM_BUCKETS] = {1,   2,   5,   10,   20,   50,
                                                           100, 200, 500, 1000, 2000, 5000};
 
 void histogram_init(Histogram *h, const int64_t *bounds, double scale)

@@ -13,8 +13,8 @@
 typedef struct HttpClient HttpClient;
 
 typedef struct HttpResp {
-    long status;           /* 0 if no HTTP answer was received */
-    char *body;            /* NUL-terminated, owned by the response */
+    long status; /* 0 if no HTTP answer was received */
+    char *body;  /* NUL-terminated, owned by the response */
     size_t len;
     int64_t retry_after_ms; /* from Retry-After, -1 if absent */
     char location[256];

@@ -68,9 +68,9 @@ void log_emit(LogLevel level, const char *file, int line, const char *fmt, ...)
     if (cfg.json) {
         char at[160];
         snprintf(at, sizeof at, "%s:%d", base, line);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "ts", when, "level",
-                              level_names[level], "node", cfg.node, "role", cfg.role, "msg", msg,
-                              "at", at);
+        json_t *o =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "ts", when, "level", level_names[level],
+                      "node", cfg.node, "role", cfg.role, "msg", msg, "at", at);
         if (o) {
             char *s = json_dumps(o, JSON_COMPACT);
             if (s) {

@@ -88,8 +88,7 @@ void id_generate(char out[37])
     fill_random(b, sizeof b);
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
              b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
              b[14], b[15]);
 }
@@ -212,12 +211,11 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
 {
     const char *p = s;
     int Y, M, D, h, m, sec;
-    if (digits(&p, 4, &Y) || *p++ != '-' || digits(&p, 2, &M) || *p++ != '-' ||
-        digits(&p, 2, &D) || (*p != 'T' && *p != 't' && *p != ' '))
+    if (digits(&p, 4, &Y) || *p++ != '-' || digits(&p, 2, &M) || *p++ != '-' || digits(&p, 2, &D) ||
+        (*p != 'T' && *p != 't' && *p != ' '))
         goto bad;
     p++;
-    if (digits(&p, 2, &h) || *p++ != ':' || digits(&p, 2, &m) || *p++ != ':' ||
-        digits(&p, 2, &sec))
+    if (digits(&p, 2, &h) || *p++ != ':' || digits(&p, 2, &m) || *p++ != ':' || digits(&p, 2, &sec))
         goto bad;
     if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
         goto bad;
@@ -249,8 +247,12 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
     }
     if (*p)
         goto bad;
-    struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h,
-                    .tm_min = m, .tm_sec = sec};
+    struct tm tm = {.tm_year = Y - 1900,
+                    .tm_mon = M - 1,
+                    .tm_mday = D,
+                    .tm_hour = h,
+                    .tm_min = m,
+                    .tm_sec = sec};
     time_t t = timegm(&tm);
     /* timegm() normalises 2026-02-30 into March: refuse days a month lacks. */
     struct tm back;

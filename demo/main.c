@@ -40,10 +40,13 @@ static struct {
 } cfg;
 
 static const OptSpec options[] = {
-    {"server", OPT_STRING, &cfg.server, "http://127.0.0.1:8080", "workd server or load balancer URL", 0, 0},
+    {"server", OPT_STRING, &cfg.server, "http://127.0.0.1:8080",
+     "workd server or load balancer URL", 0, 0},
     {"token", OPT_STRING, &cfg.token, "", "bearer token to send, if the server wants one", 0, 0},
-    {"interval", OPT_DURATION, &cfg.interval_ms, "1s", "produce: mean time between submissions", 0, 3600000},
-    {"count", OPT_INT, &cfg.count, "0", "produce: stop after this many accepted (0: never)", 0, 1000000000},
+    {"interval", OPT_DURATION, &cfg.interval_ms, "1s", "produce: mean time between submissions", 0,
+     3600000},
+    {"count", OPT_INT, &cfg.count, "0", "produce: stop after this many accepted (0: never)", 0,
+     1000000000},
     {"log-level", OPT_STRING, &cfg.log_level, "info", "debug, info, warn or error", 0, 0},
     {"log-format", OPT_STRING, &cfg.log_format, "text", "text or json", 0, 0},
 };

@@ -10,9 +10,9 @@ PGconn *db_connect(const char *url, const char *app, Err *err)
 {
     char appname[64];
     snprintf(appname, sizeof appname, "workd-%s", app);
-    const char *keys[] = {"dbname",         "application_name", "keepalives",
-                          "keepalives_idle", "keepalives_interval", "keepalives_count",
-                          "tcp_user_timeout", "connect_timeout",  NULL};
+    const char *keys[] = {"dbname",           "application_name",    "keepalives",
+                          "keepalives_idle",  "keepalives_interval", "keepalives_count",
+                          "tcp_user_timeout", "connect_timeout",     NULL};
     const char *vals[] = {url, appname, "1", "5", "2", "3", "10000", "5", NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c || PQstatus(c) != CONNECTION_OK) {
@@ -40,8 +40,8 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err)
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
         msg[--n] = '\0';
     bool gone = PQstatus(c) != CONNECTION_OK;
-    err_set(err, gone ? 503 : 500, gone ? "database-unavailable" : "database-error", "%s: %s",
-            what, msg);
+    err_set(err, gone ? 503 : 500, gone ? "database-unavailable" : "database-error", "%s: %s", what,
+            msg);
     return -1;
 }
 

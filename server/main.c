@@ -36,36 +36,63 @@ int64_t server_leader(Server *s, char *out, size_t outlen)
 #define MS(x) (int64_t)(x)
 static ServerConfig C;
 static const OptSpec options[] = {
-    {"listen", OPT_STRING, &C.listen, "127.0.0.1:8080", "address and port to serve HTTP on (HOST:PORT)", 0, 0},
-    {"advertise-url", OPT_STRING, &C.advertise_url, "", "URL other nodes use to reach this one (default http://LISTEN)", 0, 0},
-    {"database-url", OPT_STRING, &C.database_url, "", "PostgreSQL connection URL (direct, not through a transaction pooler)", 0, 0},
-    {"roles", OPT_STRING, &C.roles, "frontend,manager", "roles of this node: frontend, manager, or both", 0, 0},
-    {"node-id", OPT_STRING, &C.node_id, "", "name of this node in logs and /cluster (default: host:port)", 0, 0},
+    {"listen", OPT_STRING, &C.listen, "127.0.0.1:8080",
+     "address and port to serve HTTP on (HOST:PORT)", 0, 0},
+    {"advertise-url", OPT_STRING, &C.advertise_url, "",
+     "URL other nodes use to reach this one (default http://LISTEN)", 0, 0},
+    {"database-url", OPT_STRING, &C.database_url, "",
+     "PostgreSQL connection URL (direct, not through a transaction pooler)", 0, 0},
+    {"roles", OPT_STRING, &C.roles, "frontend,manager",
+     "roles of this node: frontend, manager, or both", 0, 0},
+    {"node-id", OPT_STRING, &C.node_id, "",
+     "name of this node in logs and /cluster (default: host:port)", 0, 0},
     {"log-level", OPT_STRING, &C.log_level, "info", "debug, info, warn or error", 0, 0},
     {"log-format", OPT_STRING, &C.log_format, "text", "text or json", 0, 0},
     {"http-threads", OPT_INT, &C.http_threads, "2", "HTTP event-loop threads", 1, 64},
-    {"max-connections", OPT_INT, &C.max_connections, "10000", "open HTTP connections at most", 16, 1000000},
-    {"max-body", OPT_INT, &C.max_body, "1048576", "largest request body in bytes (413 above)", 1024, 1LL << 30},
-    {"max-batch", OPT_INT, &C.max_batch, "1000", "most work items or reports in one request", 1, 100000},
-    {"max-json-depth", OPT_INT, &C.max_json_depth, "32", "deepest JSON nesting accepted in a body", 2, 1000},
-    {"connection-timeout", OPT_DURATION, &C.connection_timeout_ms, "30s", "idle HTTP connection timeout (slow clients are cut off)", 1000, MS(3600000)},
-    {"election-interval", OPT_DURATION, &C.election_interval_ms, "250ms", "how often a standby manager tries to become leader", 10, 60000},
-    {"heartbeat-interval", OPT_DURATION, &C.heartbeat_interval_ms, "2s", "heartbeat interval announced to workers", 100, 600000},
-    {"worker-timeout", OPT_DURATION, &C.worker_timeout_ms, "10s", "a worker silent this long is gone and its attempts are retried", 500, MS(3600000)},
-    {"lease-grace", OPT_DURATION, &C.lease_grace_ms, "10s", "an attempt times out at its job timeout plus this", 0, MS(3600000)},
-    {"max-open", OPT_INT, &C.max_open, "1000000", "open (unfinished) work items at most; past it, 429", 1, 100000000},
-    {"backoff-base", OPT_DURATION, &C.backoff_base_ms, "1s", "first retry delay (doubles per attempt, with jitter)", 0, MS(86400000)},
+    {"max-connections", OPT_INT, &C.max_connections, "10000", "open HTTP connections at most", 16,
+     1000000},
+    {"max-body", OPT_INT, &C.max_body, "1048576", "largest request body in bytes (413 above)", 1024,
+     1LL << 30},
+    {"max-batch", OPT_INT, &C.max_batch, "1000", "most work items or reports in one request", 1,
+     100000},
+    {"max-json-depth", OPT_INT, &C.max_json_depth, "32", "deepest JSON nesting accepted in a body",
+     2, 1000},
+    {"connection-timeout", OPT_DURATION, &C.connection_timeout_ms, "30s",
+     "idle HTTP connection timeout (slow clients are cut off)", 1000, MS(3600000)},
+    {"election-interval", OPT_DURATION, &C.election_interval_ms, "250ms",
+     "how often a standby manager tries to become leader", 10, 60000},
+    {"heartbeat-interval", OPT_DURATION, &C.heartbeat_interval_ms, "2s",
+     "heartbeat interval announced to workers", 100, 600000},
+    {"worker-timeout", OPT_DURATION, &C.worker_timeout_ms, "10s",
+     "a worker silent this long is gone and its attempts are retried", 500, MS(3600000)},
+    {"lease-grace", OPT_DURATION, &C.lease_grace_ms, "10s",
+     "an attempt times out at its job timeout plus this", 0, MS(3600000)},
+    {"max-open", OPT_INT, &C.max_open, "1000000",
+     "open (unfinished) work items at most; past it, 429", 1, 100000000},
+    {"backoff-base", OPT_DURATION, &C.backoff_base_ms, "1s",
+     "first retry delay (doubles per attempt, with jitter)", 0, MS(86400000)},
     {"backoff-max", OPT_DURATION, &C.backoff_max_ms, "5m", "longest retry delay", 0, MS(86400000)},
-    {"pull-wait-max", OPT_DURATION, &C.pull_wait_max_ms, "30s", "longest long-poll of a worker's pull", 0, MS(600000)},
-    {"get-wait-max", OPT_DURATION, &C.get_wait_max_ms, "60s", "longest ?wait= of GET /work/{id}", 0, MS(600000)},
-    {"proxy-deadline", OPT_DURATION, &C.proxy_deadline_ms, "10s", "how long a node retries forwarding to the leader before 503", 100, MS(600000)},
-    {"sse-keepalive", OPT_DURATION, &C.sse_keepalive_ms, "15s", "comment line interval on idle result streams", 100, MS(600000)},
-    {"sse-max-subscribers", OPT_INT, &C.sse_max_subscribers, "10000", "result streams per node at most", 1, 1000000},
-    {"default-timeout", OPT_DURATION, &C.default_timeout_ms, "60s", "job timeout when a submission gives none", 1, MS(604800000)},
-    {"default-max-attempts", OPT_INT, &C.default_max_attempts, "3", "attempts when a submission gives none", 1, 1000},
-    {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1, 64},
-    {"tokens", OPT_STRING, &C.tokens, "", "bearer tokens as SCOPES:TOKEN words (scopes: client, worker, admin); none: the API is open", 0, 0},
-    {"tokens-file", OPT_STRING, &C.tokens_file, "", "file with one SCOPES:TOKEN per line ('#' comments)", 0, 0},
+    {"pull-wait-max", OPT_DURATION, &C.pull_wait_max_ms, "30s",
+     "longest long-poll of a worker's pull", 0, MS(600000)},
+    {"get-wait-max", OPT_DURATION, &C.get_wait_max_ms, "60s", "longest ?wait= of GET /work/{id}", 0,
+     MS(600000)},
+    {"proxy-deadline", OPT_DURATION, &C.proxy_deadline_ms, "10s",
+     "how long a node retries forwarding to the leader before 503", 100, MS(600000)},
+    {"sse-keepalive", OPT_DURATION, &C.sse_keepalive_ms, "15s",
+     "comment line interval on idle result streams", 100, MS(600000)},
+    {"sse-max-subscribers", OPT_INT, &C.sse_max_subscribers, "10000",
+     "result streams per node at most", 1, 1000000},
+    {"default-timeout", OPT_DURATION, &C.default_timeout_ms, "60s",
+     "job timeout when a submission gives none", 1, MS(604800000)},
+    {"default-max-attempts", OPT_INT, &C.default_max_attempts, "3",
+     "attempts when a submission gives none", 1, 1000},
+    {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1,
+     64},
+    {"tokens", OPT_STRING, &C.tokens, "",
+     "bearer tokens as SCOPES:TOKEN words (scopes: client, worker, admin); none: the API is open",
+     0, 0},
+    {"tokens-file", OPT_STRING, &C.tokens_file, "",
+     "file with one SCOPES:TOKEN per line ('#' comments)", 0, 0},
 };
 #define NOPT (sizeof options / sizeof options[0])
 
@@ -117,8 +144,8 @@ static int finish_config(ServerConfig *c, Err *err)
                        c->log_format);
     LogLevel lvl;
     if (log_level_parse(c->log_level, &lvl) != 0)
-        return err_set(err, 400, "bad-config", "--log-level: '%s' is not debug, info, warn or error",
-                       c->log_level);
+        return err_set(err, 400, "bad-config",
+                       "--log-level: '%s' is not debug, info, warn or error", c->log_level);
     if (c->backoff_max_ms < c->backoff_base_ms)
         return err_set(err, 400, "bad-config", "--backoff-max must not be below --backoff-base");
     char roles_txt[64];
@@ -169,7 +196,8 @@ static int serve(Server *s)
     }
     if (!auth_enabled(s->auth) && s->cfg.role_frontend)
         log_warn("AUTHENTICATION IS OFF: no token is configured (--tokens, --tokens-file), so "
-                 "anyone who can reach %s can submit, run and cancel work", s->cfg.listen);
+                 "anyone who can reach %s can submit, run and cancel work",
+                 s->cfg.listen);
     else if (s->cfg.role_frontend)
         log_info("authentication on: %zu token(s) configured", auth_count(s->auth));
     s->metrics = xcalloc(1, sizeof *s->metrics);
@@ -196,8 +224,8 @@ static int serve(Server *s)
     }
     if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)))
         goto out;
-    s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
-                     last_seq);
+    s->hub =
+        hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers, last_seq);
     if (!(s->proxy = proxy_start(s, &err)) || !(s->listener = listener_start(s, &err)))
         goto out;
     if (s->cfg.role_frontend && http_start(s, &err) != 0)

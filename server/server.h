@@ -10,17 +10,17 @@
 #include "manager.h"
 
 typedef struct ServerConfig {
-    char *listen;         /* HOST:PORT */
-    char *advertise_url;  /* how other nodes reach this one */
+    char *listen;        /* HOST:PORT */
+    char *advertise_url; /* how other nodes reach this one */
     char *database_url;
-    char *roles;          /* "frontend,manager" */
+    char *roles; /* "frontend,manager" */
     char *node_id;
     char *log_level, *log_format;
     bool role_frontend, role_manager;
     int64_t http_threads;
     int64_t max_connections;
-    int64_t max_body;          /* bytes */
-    int64_t max_batch;         /* items per POST /work */
+    int64_t max_body;  /* bytes */
+    int64_t max_batch; /* items per POST /work */
     int64_t max_json_depth;
     int64_t connection_timeout_ms;
     int64_t election_interval_ms;

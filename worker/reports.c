@@ -152,8 +152,7 @@ int reports_read_answer(const char *body, const ReportKey *keys, size_t n, Repor
             /* Final refusals: the attempt lost, or the work does not exist. */
             a->verdict = REPORT_SUPERSEDED;
             snprintf(a->reason, sizeof a->reason, "%s", reason);
-        }
-        else
+        } else
             snprintf(a->reason, sizeof a->reason, "refused: %.80s", reason ? reason : "no reason");
     }
     json_decref(root);

@@ -37,8 +37,8 @@ static bool check_id(Req *r, const char *id, const char *what)
     if (id_valid(id))
         return true;
     char msg[200];
-    snprintf(msg, sizeof msg, "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -",
-             what);
+    snprintf(msg, sizeof msg,
+             "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", what);
     problem(r, 400, "invalid-path", msg);
     return false;
 }
@@ -142,7 +142,8 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
     mgrcmd_free(c);
     if (req_header(r, "X-Workd-Forwarded")) {
         free(forward_body);
-        problem(r, 503, "not-leader", "this node is not the leader (forwarded requests are not forwarded again)");
+        problem(r, 503, "not-leader",
+                "this node is not the leader (forwarded requests are not forwarded again)");
         return;
     }
     req_park(r);
@@ -325,8 +326,8 @@ static void list_task(PGconn *conn, void *arg)
 {
     ListTask *t = arg;
     Err err = {0};
-    json_t *o = conn ? journal_work_list(conn, t->status, t->queue, t->before, t->limit, &err)
-                     : NULL;
+    json_t *o =
+        conn ? journal_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -359,7 +360,8 @@ static void h_work_list(Req *r, char *const *p)
         return;
     }
     int64_t b = 0, l = 50;
-    if ((before && parse_seq(before, &b, &err) != 0) || (limit && parse_seq(limit, &l, &err) != 0)) {
+    if ((before && parse_seq(before, &b, &err) != 0) ||
+        (limit && parse_seq(limit, &l, &err) != 0)) {
         req_finish_problem(r, &err);
         return;
     }
@@ -426,20 +428,16 @@ static void queues_task(PGconn *conn, void *arg)
     json_object_foreach(names, k, v)
     {
         json_t *o = json_object_get(open, k), *f = json_object_get(finished, k);
-        json_t *q = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "pending",
-                              (json_int_t)json_integer_value(json_object_get(o, "pending")),
-                              "scheduled",
-                              (json_int_t)json_integer_value(json_object_get(o, "scheduled")),
-                              "running", (json_int_t)json_integer_value(json_object_get(o, "running")),
-                              "completed",
-                              (json_int_t)json_integer_value(json_object_get(f, "completed")),
-                              "dead", (json_int_t)json_integer_value(json_object_get(f, "dead")),
-                              "cancelled",
-                              (json_int_t)json_integer_value(json_object_get(f, "cancelled")),
-                              "oldest_pending_at",
-                              json_object_get(o, "oldest_pending_at")
-                                  ? json_object_get(o, "oldest_pending_at")
-                                  : json_null());
+        json_t *q = json_pack(
+            "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "pending",
+            (json_int_t)json_integer_value(json_object_get(o, "pending")), "scheduled",
+            (json_int_t)json_integer_value(json_object_get(o, "scheduled")), "running",
+            (json_int_t)json_integer_value(json_object_get(o, "running")), "completed",
+            (json_int_t)json_integer_value(json_object_get(f, "completed")), "dead",
+            (json_int_t)json_integer_value(json_object_get(f, "dead")), "cancelled",
+            (json_int_t)json_integer_value(json_object_get(f, "cancelled")), "oldest_pending_at",
+            json_object_get(o, "oldest_pending_at") ? json_object_get(o, "oldest_pending_at")
+                                                    : json_null());
         json_t *rate = json_object_get(json_object_get(rates, "queues"), k);
         json_object_set(q, "throughput", rate ? rate : json_null());
         json_array_append_new(queues, q);
@@ -589,8 +587,9 @@ static void h_readyz(Req *r, char *const *p)
         return;
     }
     bool leader = r->srv->mgr && manager_is_leader(r->srv->mgr);
-    req_finish_json(r, 200, json_pack("{s:s, s:s, s:I, s:b}", "status", "ready", "leader", url,
-                                      "term", (json_int_t)term, "is_leader", leader));
+    req_finish_json(r, 200,
+                    json_pack("{s:s, s:s, s:I, s:b}", "status", "ready", "leader", url, "term",
+                              (json_int_t)term, "is_leader", leader));
 }
 
 static void render_manager_metrics(SBuf *b, Server *s)
@@ -640,8 +639,9 @@ static void metrics_task(PGconn *conn, void *arg)
     Metrics *m = s->metrics;
     SBuf b;
     sbuf_init(&b);
-    sbuf_puts(&b, "# HELP workd_http_requests_total HTTP requests answered, by route and status class.\n"
-                  "# TYPE workd_http_requests_total counter\n");
+    sbuf_puts(
+        &b, "# HELP workd_http_requests_total HTTP requests answered, by route and status class.\n"
+            "# TYPE workd_http_requests_total counter\n");
     /* Requests that matched no route (404, 405, early 413) count as "unmatched". */
     for (size_t i = 0; i < METRICS_ROUTES; i++) {
         if (i >= api_routes_count && i != METRICS_ROUTES - 1)
@@ -691,8 +691,8 @@ static void metrics_task(PGconn *conn, void *arg)
         {
             static const char *states[] = {"pending", "scheduled", "running"};
             for (int i = 0; i < 3; i++)
-                sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q,
-                            states[i], (long long)json_integer_value(json_object_get(v, states[i])));
+                sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q, states[i],
+                            (long long)json_integer_value(json_object_get(v, states[i])));
         }
         sbuf_puts(&b, "# HELP workd_queue_oldest_pending_age_seconds Age of the oldest ready job.\n"
                       "# TYPE workd_queue_oldest_pending_age_seconds gauge\n");

@@ -69,8 +69,8 @@ static int add_entries(Auth *a, const char *text, const char *source, Err *err)
                            "%s: entries are SCOPES:TOKEN, e.g. client,worker:s3cret", source);
         size_t tlen = n - (size_t)(colon + 1 - w);
         if (tlen < 16 || tlen >= TOKEN_MAX)
-            return err_set(err, 400, "bad-config",
-                           "%s: a token must be 16 to %d characters long", source, TOKEN_MAX - 1);
+            return err_set(err, 400, "bad-config", "%s: a token must be 16 to %d characters long",
+                           source, TOKEN_MAX - 1);
         Token t = {.len = tlen};
         memcpy(t.value, colon + 1, tlen);
         if (parse_scopes(w, (size_t)(colon - w), &t.scopes, err) != 0)

@@ -89,18 +89,30 @@ void req_finish_json(Req *r, int status, json_t *body)
 static const char *reason(int status)
 {
     switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Content Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 429:
+        return "Too Many Requests";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
     }
 }
 
@@ -110,9 +122,10 @@ void req_finish_problem(Req *r, const Err *err)
     if (status == 429 || status == 503)
         r->retry_after_s = 1;
     char type[96];
-    snprintf(type, sizeof type, "https://workd.dev/problems/%s", err->type[0] ? err->type : "internal");
-    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status),
-                          "status", status, "detail", err->msg[0] ? err->msg : "internal error");
+    snprintf(type, sizeof type, "https://workd.dev/problems/%s",
+             err->type[0] ? err->type : "internal");
+    json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status), "status",
+                          status, "detail", err->msg[0] ? err->msg : "internal error");
     if (!p) /* a detail that is not valid UTF-8 (a bug upstream): still answer */
         p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status), "status",
                       status, "detail", "the request was refused (no readable detail)");
@@ -174,7 +187,8 @@ static bool is_json(const char *ct)
     while (*ct == ' ')
         ct++;
     size_t n = strlen("application/json");
-    return strncasecmp(ct, "application/json", n) == 0 && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+    return strncasecmp(ct, "application/json", n) == 0 &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
 static void dispatch(Req *r)
@@ -200,9 +214,9 @@ static void dispatch(Req *r)
         }
     }
     Err err = {0};
-    if (found && auth_check(r->srv->auth, found->scope,
-                            req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
-                            req_query(r, "access_token"), &err) != 0) {
+    if (found &&
+        auth_check(r->srv->auth, found->scope, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                   req_query(r, "access_token"), &err) != 0) {
         if (err.status == 401)
             snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
         req_finish_problem(r, &err);
@@ -268,9 +282,8 @@ static enum MHD_Result queue_answer(Req *r)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     Server *s = cls;
     Req *r = *con_cls;
@@ -289,14 +302,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->body_limit = s->cfg.max_body;
         if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Workd-Forwarded"))
             r->body_limit *= 4;
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoll(cl, NULL, 10) > r->body_limit) {
             /* Refuse before reading a byte of it. */
             Err err;
-            err_set(&err, 413, "body-too-large",
-                    "the request body is %s bytes; the limit is %lld", cl,
-                    (long long)r->body_limit);
+            err_set(&err, 413, "body-too-large", "the request body is %s bytes; the limit is %lld",
+                    cl, (long long)r->body_limit);
             req_finish_problem(r, &err);
             return queue_answer(r);
         }
@@ -383,8 +395,8 @@ int http_start(Server *s, Err *err)
         (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(s->cfg.connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-        (unsigned)1024, MHD_OPTION_END);
+        (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     if (!s->mhd)
         return err_set(err, 500, "listen-failed", "cannot listen on %s (in use, or not allowed?)",
                        s->cfg.listen);

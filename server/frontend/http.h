@@ -18,8 +18,8 @@ struct Req {
     Server *srv;
     struct MHD_Connection *conn;
     char *method;
-    char *path;  /* without the query */
-    int route;   /* index into the route table, for metrics */
+    char *path; /* without the query */
+    int route;  /* index into the route table, for metrics */
     SBuf body;
     int64_t body_limit;
     bool body_too_large;
@@ -66,17 +66,15 @@ bool req_alive(Req *r);
 const char *req_header(Req *r, const char *name);
 const char *req_query(Req *r, const char *name);
 
-
-
 /* ---- routing (the table lives in api.c) ---- */
 typedef void (*Handler)(Req *r, char *const *params);
 typedef struct Route {
     const char *method;
     const char *pattern; /* "/work/:id/events": ":x" matches one segment */
     Handler fn;
-    const char *name;    /* for metrics */
-    bool json_body;      /* requires a JSON body (415/400 otherwise) */
-    int scope;           /* SCOPE_* a bearer token needs (auth.h) */
+    const char *name; /* for metrics */
+    bool json_body;   /* requires a JSON body (415/400 otherwise) */
+    int scope;        /* SCOPE_* a bearer token needs (auth.h) */
 } Route;
 extern const Route api_routes[];
 extern const size_t api_routes_count;

@@ -151,8 +151,8 @@ static void announce(Listener *l)
     for (int i = 0; i < PQntuples(r); i++) {
         char seen[40];
         time_format(db_int(r, i, 3), seen, sizeof seen);
-        json_array_append_new(nodes, json_pack("{s:s, s:s, s:s, s:s}", "id", db_str(r, i, 0),
-                                               "url", db_str(r, i, 1), "roles", db_str(r, i, 2),
+        json_array_append_new(nodes, json_pack("{s:s, s:s, s:s, s:s}", "id", db_str(r, i, 0), "url",
+                                               db_str(r, i, 1), "roles", db_str(r, i, 2),
                                                "last_seen", seen));
     }
     PQclear(r);

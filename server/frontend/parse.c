@@ -72,7 +72,7 @@ static const char *quoted(const char *s, char *out, size_t outlen)
     size_t o = 0;
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        size_t n = *p < 0x80 ? 1
+        size_t n = *p < 0x80                  ? 1
                    : *p >= 0xc2 && *p <= 0xdf ? 2
                    : *p >= 0xe0 && *p <= 0xef ? 3
                    : *p >= 0xf0 && *p <= 0xf4 ? 4
@@ -115,8 +115,7 @@ static int seconds_to_ms(json_t *v, const char *field, int64_t max_ms, bool allo
     if (!json_is_number(v))
         return err_set(err, 400, "invalid-field", "'%s' must be a number of seconds", field);
     double secs = json_number_value(v);
-    if (!isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) ||
-        secs * 1000 > (double)max_ms)
+    if (!isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) || secs * 1000 > (double)max_ms)
         return err_set(err, 400, "invalid-field", "'%s' must be %s %lld seconds", field,
                        allow_zero ? "between 0 and" : "above 0 and at most",
                        (long long)(max_ms / 1000));
@@ -143,8 +142,8 @@ static int check_fields(json_t *o, const char *const *known, const char *where, 
         for (size_t i = 0; known[i]; i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                      known[i]);
-        return err_set(err, 400, "unknown-field", "%s has an unknown field '%s' (known: %s)",
-                       where, quoted(key, text, sizeof text), list);
+        return err_set(err, 400, "unknown-field", "%s has an unknown field '%s' (known: %s)", where,
+                       quoted(key, text, sizeof text), list);
     }
     return 0;
 }
@@ -155,9 +154,8 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
                        where);
-    static const char *const known[] = {"payload", "id",      "queue",        "priority",
-                                        "run_at",  "delay",   "timeout",      "max_attempts",
-                                        NULL};
+    static const char *const known[] = {"payload", "id",      "queue",        "priority", "run_at",
+                                        "delay",   "timeout", "max_attempts", NULL};
     if (check_fields(o, known, where, err) != 0)
         return -1;
     json_t *payload = json_object_get(o, "payload");
@@ -204,8 +202,7 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
 
     json_t *run_at = json_object_get(o, "run_at"), *delay = json_object_get(o, "delay");
     if (run_at && delay)
-        return err_set(err, 400, "invalid-field", "%s: give 'run_at' or 'delay', not both",
-                       where);
+        return err_set(err, 400, "invalid-field", "%s: give 'run_at' or 'delay', not both", where);
     if (run_at) {
         if (!json_is_string(run_at))
             return err_set(err, 400, "invalid-field",
@@ -264,8 +261,8 @@ int parse_submit(json_t *body, const char *idem_key, int64_t now, const ParseLim
             snprintf(where, sizeof where, "item %zu", i);
         else
             snprintf(where, sizeof where, "the work item");
-        if (parse_item(*bulk ? json_array_get(body, i) : body, where, idem_key, now, lim,
-                       &out[i], err) != 0) {
+        if (parse_item(*bulk ? json_array_get(body, i) : body, where, idem_key, now, lim, &out[i],
+                       err) != 0) {
             submit_items_free(out, count);
             return -1;
         }
@@ -396,8 +393,8 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
     if (check_fields(body, known, "the pull", err) != 0)
         return -1;
     json_t *max = json_object_get(body, "max");
-    if (max && (!json_is_integer(max) || json_integer_value(max) < 1 ||
-                json_integer_value(max) > 10000))
+    if (max &&
+        (!json_is_integer(max) || json_integer_value(max) < 1 || json_integer_value(max) > 10000))
         return err_set(err, 400, "invalid-field", "'max' must be an integer from 1 to 10000");
     out->max = max ? (int)json_integer_value(max) : 1;
     json_t *wait = json_object_get(body, "wait");
@@ -414,8 +411,8 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
 
 static int check_report(json_t *r, size_t i, Err *err)
 {
-    static const char *const known[] = {"id", "attempt", "outcome", "result", "error", "retry",
-                                        NULL};
+    static const char *const known[] = {"id",    "attempt", "outcome", "result",
+                                        "error", "retry",   NULL};
     if (!json_is_object(r))
         return err_set(err, 400, "invalid-body", "report %zu must be an object", i);
     char where[32];
@@ -426,10 +423,9 @@ static int check_report(json_t *r, size_t i, Err *err)
            *outcome = json_object_get(r, "outcome");
     if (!json_is_string(id) || !id_valid(json_string_value(id)))
         return err_set(err, 400, "invalid-field", "report %zu: 'id' must be a work id", i);
-    if (!json_is_integer(att) || json_integer_value(att) < 1 ||
-        json_integer_value(att) > 1000000)
-        return err_set(err, 400, "invalid-field", "report %zu: 'attempt' must be a positive integer",
-                       i);
+    if (!json_is_integer(att) || json_integer_value(att) < 1 || json_integer_value(att) > 1000000)
+        return err_set(err, 400, "invalid-field",
+                       "report %zu: 'attempt' must be a positive integer", i);
     const char *o = json_string_value(outcome);
     if (!o || (strcmp(o, "completed") != 0 && strcmp(o, "failed") != 0))
         return err_set(err, 400, "invalid-field",
@@ -466,8 +462,8 @@ int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err)
     return 0;
 }
 
-int parse_single_report(json_t *body, const char *work_id, const char *attempt,
-                        bool completed, json_t **reports, char **worker_id, Err *err)
+int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
+                        json_t **reports, char **worker_id, Err *err)
 {
     *reports = NULL;
     *worker_id = NULL;
@@ -479,7 +475,8 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt,
         return -1;
     int64_t n;
     if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
-        return err_set(err, 400, "invalid-path", "the attempt in the path must be a positive integer");
+        return err_set(err, 400, "invalid-path",
+                       "the attempt in the path must be a positive integer");
     json_t *w = json_object_get(body, "worker_id");
     if (w && (!json_is_string(w) || !id_valid(json_string_value(w))))
         return err_set(err, 400, "invalid-field", "'worker_id' must be a worker id");

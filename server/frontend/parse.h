@@ -55,9 +55,8 @@ int parse_pull(json_t *body, PullMsg *out, Err *err) WARN_UNUSED;
  * (new reference) in *reports. */
 int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err) WARN_UNUSED;
 /* POST /work/{id}/attempts/{n}/complete|fail: builds the one-element reports array. */
-int parse_single_report(json_t *body, const char *work_id, const char *attempt,
-                        bool completed, json_t **reports, char **worker_id,
-                        Err *err) WARN_UNUSED;
+int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
+                        json_t **reports, char **worker_id, Err *err) WARN_UNUSED;
 
 /* A non-negative integer such as a Last-Event-ID or ?after=. */
 int parse_seq(const char *s, int64_t *out, Err *err) WARN_UNUSED;

@@ -138,9 +138,9 @@ static void fail_unreachable(Proxy *p, Fwd *f)
         req_finish_problem(f->req, &err);
         return;
     }
-    err_set(&err, 503, "leader-unavailable",
-            "no leader answered within %lld ms (%s); retry later",
-            (long long)p->srv->cfg.proxy_deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
+    err_set(&err, 503, "leader-unavailable", "no leader answered within %lld ms (%s); retry later",
+            (long long)p->srv->cfg.proxy_deadline_ms,
+            f->last_error[0] ? f->last_error : "no leader known");
     req_finish_problem(f->req, &err);
 }
 

@@ -59,9 +59,9 @@ struct Hub {
     Metrics *metrics;
     int64_t keepalive_ms, max_subs;
     Entry ring[RING_CAP];
-    size_t head, len;      /* oldest entry at head */
-    int64_t covered_from;  /* every finished event with seq > this is in the ring... */
-    int64_t scanned_upto;  /* ...up to this seq */
+    size_t head, len;     /* oldest entry at head */
+    int64_t covered_from; /* every finished event with seq > this is in the ring... */
+    int64_t scanned_upto; /* ...up to this seq */
     Sub *subs;
     int64_t nsubs;
     Waiter *waiters;
@@ -211,7 +211,8 @@ json_t *hub_throughput(Hub *h, int64_t now)
             json_t *arr = json_array();
             for (int64_t b = last - HUB_RATE_BUCKETS + 1; b <= last; b++) {
                 int slot = (int)(b % HUB_RATE_BUCKETS);
-                json_array_append_new(arr, json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
+                json_array_append_new(arr,
+                                      json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
             }
             json_object_set_new(q, kinds[k], arr);
         }

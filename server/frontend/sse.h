@@ -40,7 +40,7 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
                                    const char *work_id, const char *queue, Err *err);
 
 /* ---- throughput ---- */
-#define HUB_RATE_BUCKETS 60   /* ... of */
+#define HUB_RATE_BUCKETS 60      /* ... of */
 #define HUB_RATE_BUCKET_MS 10000 /* each: the last ten minutes */
 /* Finished work seen by this node per queue and 10-second bucket, oldest first:
  * {"bucket_seconds": 10, "queues": {q: {"completed": [...], "dead": [...],

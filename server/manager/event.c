@@ -7,9 +7,9 @@
 #include "util.h"
 
 static const char *type_names[] = {
-    [EV_TERM] = "term",         [EV_ACCEPTED] = "accepted", [EV_STARTED] = "started",
-    [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",   [EV_TIMED_OUT] = "timed_out",
-    [EV_DEAD] = "dead",         [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
+    [EV_TERM] = "term",           [EV_ACCEPTED] = "accepted",   [EV_STARTED] = "started",
+    [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",       [EV_TIMED_OUT] = "timed_out",
+    [EV_DEAD] = "dead",           [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
 };
 
 const char *event_type_name(EventType t)
@@ -184,8 +184,7 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         break;
     }
     if (out->type != EV_TERM && !out->work_id) {
-        err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type,
-                (long long)seq);
+        err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
         goto fail;
     }
     return 0;

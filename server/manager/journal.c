@@ -110,8 +110,7 @@ static const char *col_end(Col *c)
 
 enum { EV_COLS = 6, NEW_COLS = 18, UP_COLS = 14, ALL_COLS = EV_COLS + NEW_COLS + UP_COLS };
 
-int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows,
-                   Err *err)
+int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows, Err *err)
 {
     if (events->len == 0)
         return 0;
@@ -193,10 +192,11 @@ int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, siz
 
 int journal_recover(PGconn *c, WorkState *ws, int64_t *last_seq, int64_t *last_term, Err *err)
 {
-    PGresult *r = db_exec(c,
-                          "SELECT coalesce((SELECT seq FROM workd_events ORDER BY seq DESC LIMIT 1), 0),"
-                          "       coalesce((SELECT term FROM workd_events ORDER BY seq DESC LIMIT 1), 0)",
-                          0, NULL, "reading the last seq", err);
+    PGresult *r =
+        db_exec(c,
+                "SELECT coalesce((SELECT seq FROM workd_events ORDER BY seq DESC LIMIT 1), 0),"
+                "       coalesce((SELECT term FROM workd_events ORDER BY seq DESC LIMIT 1), 0)",
+                0, NULL, "reading the last seq", err);
     if (!r)
         return -1;
     *last_seq = db_int(r, 0, 0);
@@ -205,9 +205,12 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t *last_seq, int64_t *last_t
 
     r = db_exec(c,
                 "SELECT id, queue, priority, payload::text, status, attempts, max_attempts,"
-                " timeout_ms, " MS("run_at") ", accepted_seq, " MS("created_at") ", worker_id,"
-                " " MS("deadline") ", " MS("started_at") ", last_error"
-                " FROM workd_work WHERE status IN ('pending', 'running') ORDER BY accepted_seq",
+                " timeout_ms, " MS("run_at") ", accepted_seq, " MS(
+                    "created_at") ", worker_id,"
+                                  " " MS("deadline") ", " MS(
+                                      "started_at") ", last_error"
+                                                    " FROM workd_work WHERE status IN ('pending', "
+                                                    "'running') ORDER BY accepted_seq",
                 0, NULL, "loading open work", err);
     if (!r)
         return -1;
@@ -306,13 +309,17 @@ static json_t *json_col(const PGresult *r, int row, int col)
 json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
-    PGresult *r = db_exec(c,
-                          "SELECT id, queue, priority, payload::text, status, attempts,"
-                          " max_attempts, timeout_ms, " MS("run_at") ", " MS("created_at") ","
-                          " " MS("started_at") ", " MS("finished_at") ", worker_id,"
-                          " " MS("deadline") ", result::text, last_error, updated_seq"
-                          " FROM workd_work WHERE id = $1",
-                          1, params, "reading work", err);
+    PGresult *r = db_exec(
+        c,
+        "SELECT id, queue, priority, payload::text, status, attempts,"
+        " max_attempts, timeout_ms, " MS("run_at") ", " MS(
+            "created_at") ","
+                          " " MS("started_at") ", " MS(
+                              "finished_at") ", worker_id,"
+                                             " " MS("deadline") ", result::text, last_error, "
+                                                                "updated_seq"
+                                                                " FROM workd_work WHERE id = $1",
+        1, params, "reading work", err);
     if (!r)
         return NULL;
     if (PQntuples(r) == 0) {
@@ -350,10 +357,11 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
 json_t *journal_work_events(PGconn *c, const char *id, Err *err)
 {
     const char *params[] = {id};
-    PGresult *r = db_exec(c,
-                          "SELECT seq, term, " MS("at") ", type, version, data::text"
-                          " FROM workd_events WHERE work_id = $1 ORDER BY seq",
-                          1, params, "reading work events", err);
+    PGresult *r =
+        db_exec(c,
+                "SELECT seq, term, " MS("at") ", type, version, data::text"
+                                              " FROM workd_events WHERE work_id = $1 ORDER BY seq",
+                1, params, "reading work events", err);
     if (!r)
         return NULL;
     int n = PQntuples(r);
@@ -385,10 +393,11 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
     const char *params[] = {a, l};
     PGresult *r = db_exec(
         c,
-        "SELECT e.seq, " MS("e.at") ", e.type, e.work_id, w.queue, e.data::text, w.attempts"
-        " FROM workd_events e JOIN workd_work w ON w.id = e.work_id"
-        " WHERE e.seq > $1::bigint AND e.type IN ('completed', 'dead', 'cancelled')"
-        " ORDER BY e.seq LIMIT $2::int",
+        "SELECT e.seq, " MS(
+            "e.at") ", e.type, e.work_id, w.queue, e.data::text, w.attempts"
+                    " FROM workd_events e JOIN workd_work w ON w.id = e.work_id"
+                    " WHERE e.seq > $1::bigint AND e.type IN ('completed', 'dead', 'cancelled')"
+                    " ORDER BY e.seq LIMIT $2::int",
         2, params, "reading finished work", err);
     if (!r)
         return -1;
@@ -426,15 +435,20 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
     PGresult *r = db_exec(
         c,
         "SELECT id, queue, priority, CASE WHEN status = 'pending' AND run_at > now()"
-        " THEN 'scheduled' ELSE status END, attempts, max_attempts, " MS("created_at") ","
-        " " MS("finished_at") ", worker_id, last_error, accepted_seq"
-        " FROM workd_work"
-        " WHERE ($1::text IS NULL OR status = CASE $1 WHEN 'scheduled' THEN 'pending' ELSE $1 END)"
-        "   AND ($1::text IS DISTINCT FROM 'scheduled' OR run_at > now())"
-        "   AND ($1::text IS DISTINCT FROM 'pending' OR run_at IS NULL OR run_at <= now())"
-        "   AND ($2::text IS NULL OR queue = $2)"
-        "   AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
-        " ORDER BY accepted_seq DESC LIMIT $4::int",
+        " THEN 'scheduled' ELSE status END, attempts, max_attempts, " MS(
+            "created_at") ","
+                          " " MS(
+                              "finished_at") ", worker_id, last_error, accepted_seq"
+                                             " FROM workd_work"
+                                             " WHERE ($1::text IS NULL OR status = CASE $1 WHEN "
+                                             "'scheduled' THEN 'pending' ELSE $1 END)"
+                                             "   AND ($1::text IS DISTINCT FROM 'scheduled' OR "
+                                             "run_at > now())"
+                                             "   AND ($1::text IS DISTINCT FROM 'pending' OR "
+                                             "run_at IS NULL OR run_at <= now())"
+                                             "   AND ($2::text IS NULL OR queue = $2)"
+                                             "   AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+                                             " ORDER BY accepted_seq DESC LIMIT $4::int",
         4, params, "listing work", err);
     if (!r)
         return NULL;
@@ -468,19 +482,23 @@ json_t *journal_open_counts(PGconn *c, Err *err)
         " count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())),"
         " count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
         " count(*) FILTER (WHERE status = 'running'),"
-        " " MS("min(created_at) FILTER (WHERE status = 'pending'"
-               " AND (run_at IS NULL OR run_at <= now()))") ","
-        " extract(epoch from now() - min(coalesce(run_at, created_at)) FILTER"
-        "   (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())))::float8"
-        " FROM workd_work WHERE status IN ('pending', 'running') GROUP BY queue",
+        " " MS(
+            "min(created_at) FILTER (WHERE status = 'pending'"
+            " AND (run_at IS NULL OR run_at <= now()))") ","
+                                                         " extract(epoch from now() - "
+                                                         "min(coalesce(run_at, created_at)) FILTER"
+                                                         "   (WHERE status = 'pending' AND (run_at "
+                                                         "IS NULL OR run_at <= now())))::float8"
+                                                         " FROM workd_work WHERE status IN "
+                                                         "('pending', 'running') GROUP BY queue",
         0, NULL, "counting open work", err);
     if (!r)
         return NULL;
     json_t *o = json_object();
     for (int i = 0; i < PQntuples(r); i++) {
-        json_t *q = json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 1),
-                              "scheduled", (json_int_t)db_int(r, i, 2), "running",
-                              (json_int_t)db_int(r, i, 3));
+        json_t *q =
+            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 1), "scheduled",
+                      (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
         set_time_field(q, "oldest_pending_at", r, i, 4);
         json_object_set_new(q, "oldest_pending_age_s",
                             PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));

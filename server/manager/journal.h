@@ -69,8 +69,7 @@ json_t *journal_open_counts(PGconn *c, Err *err);
 int journal_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
 
 /* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
-int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len,
-                   Err *err) WARN_UNUSED;
+int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
 
 /* Counts of finished work by queue and status from the projection (a new
  * reference: {"queue": {"completed": n, "dead": n, "cancelled": n}}). */

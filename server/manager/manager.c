@@ -174,7 +174,6 @@ static void proj_reset(Manager *m)
     hmap_free(&m->proj);
 }
 
-
 static void reject_all(Manager *m, MgrCmd *list, const char *why)
 {
     while (list) {
@@ -191,15 +190,15 @@ static void reject_all(Manager *m, MgrCmd *list, const char *why)
 static void step_down(Manager *m, const char *why)
 {
     if (m->ws) {
-        log_warn("stepping down as leader (term %lld): %s", (long long)atomic_load(&m->term),
-                 why);
+        log_warn("stepping down as leader (term %lld): %s", (long long)atomic_load(&m->term), why);
         atomic_fetch_add(&m->stats.step_downs, 1);
     }
     atomic_store(&m->leader, false);
     /* Replies that were waiting for a commit that will not happen. */
     for (MgrCmd *c = m->done_head; c; c = c->next)
         if (c->status < 400)
-            cmd_fail(c, 503, "not-leader", "leadership was lost before the change was committed; retry");
+            cmd_fail(c, 503, "not-leader",
+                     "leadership was lost before the change was committed; retry");
     reject_all(m, m->waiters, "leadership was lost; retry");
     m->waiters = m->waiters_tail = NULL;
     flush_done(m);
@@ -351,10 +350,9 @@ static json_t *job_json(const WorkItem *it)
 {
     char deadline[40];
     time_format(it->deadline, deadline, sizeof deadline);
-    return json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", it->id, "attempt",
-                     it->attempt, "queue", it->queue, "priority", it->priority, "payload",
-                     it->payload, "timeout_ms", (json_int_t)it->timeout_ms, "deadline",
-                     deadline);
+    return json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", it->id, "attempt", it->attempt,
+                     "queue", it->queue, "priority", it->priority, "payload", it->payload,
+                     "timeout_ms", (json_int_t)it->timeout_ms, "deadline", deadline);
 }
 
 /* Hands ready jobs to a pull, up to its max; returns how many. */
@@ -396,9 +394,9 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     } else {
         json_t *items = json_array();
         for (size_t i = 0; i < c->n_items; i++)
-            json_array_append_new(items, json_pack("{s:s, s:s, s:b}", "id", c->items[i].id,
-                                                   "status", res[i].status, "created",
-                                                   res[i].created));
+            json_array_append_new(items,
+                                  json_pack("{s:s, s:s, s:b}", "id", c->items[i].id, "status",
+                                            res[i].status, "created", res[i].created));
         emit(m, &tmp, now);
         cmd_ok(c, 202, json_pack("{s:o}", "items", items));
     }
@@ -423,8 +421,8 @@ static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
         const KnownWork *k = err.status == 404 ? known_find(known, c->work_id) : NULL;
         if (k) {
             char msg[300];
-            snprintf(msg, sizeof msg, "work '%s' is already %s and cannot be cancelled",
-                     c->work_id, k->status);
+            snprintf(msg, sizeof msg, "work '%s' is already %s and cannot be cancelled", c->work_id,
+                     k->status);
             cmd_fail(c, 409, "not-cancellable", msg);
         } else {
             cmd_fail(c, err.status, err.type, err.msg);
@@ -476,8 +474,8 @@ static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
         const WorkItem *after = res.accepted ? ws_get(m->ws, r.work_id) : NULL;
         if (after)
             res.status = ws_item_status(after, now);
-        json_t *o = json_pack("{s:s, s:i, s:b}", "id", r.work_id, "attempt", r.attempt,
-                              "accepted", res.accepted);
+        json_t *o = json_pack("{s:s, s:i, s:b}", "id", r.work_id, "attempt", r.attempt, "accepted",
+                              res.accepted);
         if (res.accepted)
             json_object_set_new(o, "status", json_string(res.status));
         else
@@ -502,8 +500,8 @@ static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
 {
     EventList tmp;
     eventlist_init(&tmp);
-    ws_worker_seen(m->ws, c->worker_id, c->instance, ws_worker_get(m->ws, c->worker_id) ? 0 : c->max,
-                   c->queues, NULL, now, &tmp);
+    ws_worker_seen(m->ws, c->worker_id, c->instance,
+                   ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     cmd_ok(c, 200, json_pack("{s:[]}", "jobs"));
@@ -528,8 +526,8 @@ static json_t *cluster_json(Manager *m, int64_t now)
         char seen[40];
         time_format(w->last_seen, seen, sizeof seen);
         json_array_append_new(workers,
-                              json_pack("{s:s, s:i, s:o, s:O, s:s, s:I}", "id", w->id,
-                                        "capacity", w->capacity, "queues", queues, "running",
+                              json_pack("{s:s, s:i, s:o, s:O, s:s, s:I}", "id", w->id, "capacity",
+                                        w->capacity, "queues", queues, "running",
                                         w->running ? w->running : json_null(), "last_heartbeat",
                                         seen, "silent_ms", (json_int_t)(now - w->last_seen)));
     }
@@ -583,9 +581,10 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         ws_worker_seen(m->ws, c->worker_id, c->instance, c->capacity, c->queues, c->running, now,
                        &tmp);
         emit(m, &tmp, now);
-        cmd_ok(c, 200, json_pack("{s:I, s:I}", "heartbeat_interval_ms",
-                                 (json_int_t)m->cfg.heartbeat_interval_ms, "worker_timeout_ms",
-                                 (json_int_t)m->cfg.ws.worker_timeout_ms));
+        cmd_ok(c, 200,
+               json_pack("{s:I, s:I}", "heartbeat_interval_ms",
+                         (json_int_t)m->cfg.heartbeat_interval_ms, "worker_timeout_ms",
+                         (json_int_t)m->cfg.ws.worker_timeout_ms));
         break;
     case MC_DEREGISTER:
         ws_worker_forget(m->ws, c->worker_id, now, &tmp);
@@ -750,8 +749,8 @@ static void lead_round(Manager *m)
         if (e->type == EV_DEAD)
             log_info("work %s is dead: %s", e->work_id, e->error ? e->error : "");
         else
-            log_info("work %s attempt %d %s: %s", e->work_id, e->attempt,
-                     event_type_name(e->type), e->error ? e->error : "");
+            log_info("work %s attempt %d %s: %s", e->work_id, e->attempt, event_type_name(e->type),
+                     e->error ? e->error : "");
     }
     emit(m, &tmp, now);
     eventlist_free(&tmp);

@@ -69,8 +69,8 @@ typedef struct MgrCmd {
 } MgrCmd;
 
 typedef struct ManagerStats {
-    Histogram commit_us;     /* time of each group commit, microseconds */
-    Histogram commit_events; /* events per group commit */
+    Histogram commit_us;                         /* time of each group commit, microseconds */
+    Histogram commit_events;                     /* events per group commit */
     atomic_llong events_by_type[EV_RETRIED + 1]; /* committed events, by EventType */
     atomic_llong workers_lost; /* attempts ended because their worker went silent */
     atomic_llong elections_won, step_downs;

@@ -201,8 +201,8 @@ static const KnownWork *find_known(const KnownWork *known, size_t n, const char 
 
 /* Appends the events that end the current attempt: failed/timed_out, then dead
  * when no attempt is left or retry is refused. */
-static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type,
-                        const char *error, bool retry, int64_t now, EventList *out)
+static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type, const char *error,
+                        bool retry, int64_t now, EventList *out)
 {
     bool again = retry && it->attempt < it->max_attempts;
     Event *e = eventlist_push(out);
@@ -223,9 +223,8 @@ static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type,
 
 /* ---- deciding ---- */
 
-int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
-                     const KnownWork *known, size_t n_known, int64_t now, EventList *out,
-                     SubmitResult *results, Err *err)
+int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, const KnownWork *known,
+                     size_t n_known, int64_t now, EventList *out, SubmitResult *results, Err *err)
 {
     size_t first = out->len, created = 0;
     HMap seen; /* ids accepted earlier in this same request */
@@ -239,20 +238,18 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
         if (open || twin || k) {
             if (!json_equal(existing, s->payload)) {
                 err_set(err, 409, "conflict",
-                        "work '%s' already exists with a different payload; use another id",
-                        s->id);
+                        "work '%s' already exists with a different payload; use another id", s->id);
                 goto refuse;
             }
             results[i].created = false;
-            results[i].status = open ? ws_item_status(open, now)
+            results[i].status = open   ? ws_item_status(open, now)
                                 : twin ? results[(const SubmitItem *)twin - items].status
                                        : k->status;
             continue;
         }
         if (ws->items.len + created + 1 > (size_t)ws->cfg.max_open) {
             err_set(err, 429, "queue-full",
-                    "the queue holds %zu open work items, its limit; retry later",
-                    ws->items.len);
+                    "the queue holds %zu open work items, its limit; retry later", ws->items.len);
             goto refuse;
         }
         Event *e = eventlist_push(out);
@@ -296,19 +293,18 @@ int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, Even
     return 0;
 }
 
-int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known,
-                    int64_t now, EventList *out, Err *err)
+int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known, int64_t now,
+                    EventList *out, Err *err)
 {
     const WorkItem *it = hmap_get(&ws->items, work_id);
     if (it)
-        return err_set(err, 409, "not-retryable",
-                       "work '%s' is %s; only dead work can be retried", work_id,
-                       ws_item_status(it, now));
+        return err_set(err, 409, "not-retryable", "work '%s' is %s; only dead work can be retried",
+                       work_id, ws_item_status(it, now));
     if (!known)
         return err_set(err, 404, "not-found", "no work with id '%s'", work_id);
     if (strcmp(known->status, "dead") != 0)
-        return err_set(err, 409, "not-retryable",
-                       "work '%s' is %s; only dead work can be retried", work_id, known->status);
+        return err_set(err, 409, "not-retryable", "work '%s' is %s; only dead work can be retried",
+                       work_id, known->status);
     if (ws->items.len + 1 > (size_t)ws->cfg.max_open)
         return err_set(err, 429, "queue-full",
                        "the queue holds %zu open work items, its limit; retry later",
@@ -327,8 +323,8 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
     return 0;
 }
 
-void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known,
-                      int64_t now, EventList *out, ReportResult *res)
+void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known, int64_t now,
+                      EventList *out, ReportResult *res)
 {
     res->accepted = false;
     res->status = NULL;
@@ -372,8 +368,8 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
     res->accepted = true;
 }
 
-bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues,
-                     int64_t now, EventList *out)
+bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues, int64_t now,
+                     EventList *out)
 {
     const WorkItem *best = NULL;
     if (queues && queues[0]) {
@@ -426,8 +422,8 @@ void ws_decide_timers(const WorkState *ws, int64_t now, EventList *out)
         const WorkItem *it = ws->running.items[i];
         if (it->deadline <= now) {
             char msg[256];
-            snprintf(msg, sizeof msg, "attempt %d timed out: no result within %lld ms",
-                     it->attempt, (long long)(it->deadline - it->started_at));
+            snprintf(msg, sizeof msg, "attempt %d timed out: no result within %lld ms", it->attempt,
+                     (long long)(it->deadline - it->started_at));
             end_attempt(ws, it, EV_TIMED_OUT, msg, true, now, out);
             continue;
         }
@@ -587,7 +583,8 @@ static bool lists_attempt(json_t *running, const char *work_id, int attempt)
     json_array_foreach(running, i, r)
     {
         const char *id = json_string_value(json_object_get(r, "id"));
-        if (id && !strcmp(id, work_id) && json_integer_value(json_object_get(r, "attempt")) == attempt)
+        if (id && !strcmp(id, work_id) &&
+            json_integer_value(json_object_get(r, "attempt")) == attempt)
             return true;
     }
     return false;
@@ -597,8 +594,8 @@ static bool lists_attempt(json_t *running, const char *work_id, int attempt)
  * worker timeout ago never reached it (the answer to its pull was lost, e.g.
  * with a leader that died right after committing the start): it is ended now
  * rather than at its deadline. */
-static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *running,
-                           int64_t now, EventList *out)
+static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *running, int64_t now,
+                           EventList *out)
 {
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
@@ -607,9 +604,8 @@ static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *r
             lists_attempt(running, it->id, it->attempt))
             continue;
         char why[256];
-        snprintf(why, sizeof why,
-                 "worker %s does not run attempt %d: the job never reached it", worker_id,
-                 it->attempt);
+        snprintf(why, sizeof why, "worker %s does not run attempt %d: the job never reached it",
+                 worker_id, it->attempt);
         end_attempt(ws, it, EV_FAILED, why, true, now, out);
     }
 }
@@ -625,8 +621,7 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
         hmap_put(&ws->workers, w->id, w);
     } else if (instance && w->instance && strcmp(instance, w->instance) != 0) {
         char why[256];
-        snprintf(why, sizeof why, "worker %s restarted: its previous instance is gone",
-                 worker_id);
+        snprintf(why, sizeof why, "worker %s restarted: its previous instance is gone", worker_id);
         fail_attempts_of(ws, worker_id, why, now, out);
         restarted = true;
     }
@@ -737,16 +732,16 @@ json_t *ws_dump(const WorkState *ws)
     for (size_t i = 0; i < n; i++) {
         const WorkItem *it = all[i];
         json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:i, s:O, s:I, s:I, s:i, s:I, s:s, s:i, s:s?, s:I, s:s?, "
-                           "s:i}",
-                           "id", it->id, "queue", it->queue, "priority", it->priority,
-                           "payload", it->payload, "run_at", (json_int_t)it->run_at,
-                           "timeout_ms", (json_int_t)it->timeout_ms, "max_attempts",
-                           it->max_attempts, "accepted_seq", (json_int_t)it->accepted_seq,
-                           "status", it->status == WORK_RUNNING ? "running" : "pending",
-                           "attempt", it->attempt, "worker_id", it->worker_id, "deadline",
-                           (json_int_t)it->deadline, "last_error", it->last_error, "where",
-                           it->where));
+            arr,
+            json_pack("{s:s, s:s, s:i, s:O, s:I, s:I, s:i, s:I, s:s, s:i, s:s?, s:I, s:s?, "
+                      "s:i}",
+                      "id", it->id, "queue", it->queue, "priority", it->priority, "payload",
+                      it->payload, "run_at", (json_int_t)it->run_at, "timeout_ms",
+                      (json_int_t)it->timeout_ms, "max_attempts", it->max_attempts, "accepted_seq",
+                      (json_int_t)it->accepted_seq, "status",
+                      it->status == WORK_RUNNING ? "running" : "pending", "attempt", it->attempt,
+                      "worker_id", it->worker_id, "deadline", (json_int_t)it->deadline,
+                      "last_error", it->last_error, "where", it->where));
     }
     free(all);
     return arr;

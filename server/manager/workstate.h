@@ -58,7 +58,7 @@ typedef struct Worker {
     char *id;
     char *instance; /* NULL: learned from the log at recovery, not heard from yet */
     int capacity;
-    char **queues;  /* NULL-terminated; empty: every queue */
+    char **queues; /* NULL-terminated; empty: every queue */
     int64_t last_seen;
     json_t *running; /* the attempts it last said it runs (array), for display */
 } Worker;
@@ -70,7 +70,7 @@ typedef struct KnownWork {
     const char *id;
     const char *status; /* "completed", "dead", "cancelled" */
     int attempts;
-    json_t *payload;    /* borrowed */
+    json_t *payload; /* borrowed */
     /* what it takes to reopen it (ws_decide_retry) */
     const char *queue;
     int priority;
@@ -120,9 +120,9 @@ void ws_free(WorkState *ws);
  * (results[i] says which), or nothing is and err says why: "conflict" (409,
  * same id with another payload) or "queue-full" (429). known[] lists what the
  * database holds for ids that are not open. */
-int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n,
-                     const KnownWork *known, size_t n_known, int64_t now, EventList *out,
-                     SubmitResult *results, Err *err) WARN_UNUSED;
+int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, const KnownWork *known,
+                     size_t n_known, int64_t now, EventList *out, SubmitResult *results,
+                     Err *err) WARN_UNUSED;
 
 /* Cancels open work that has not started. Refusals: 404 "not-found" when the
  * id is not open (the caller tells apart finished from unknown), 409
@@ -133,21 +133,21 @@ int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, Even
 /* Reopens dead work for one more attempt (an operator's retry). Refusals: 404
  * when the id is unknown (known is NULL), 409 when it is not dead, 429 when
  * the queue is full. */
-int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known,
-                    int64_t now, EventList *out, Err *err) WARN_UNUSED;
+int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known, int64_t now,
+                    EventList *out, Err *err) WARN_UNUSED;
 
 /* A worker's completion or failure of an attempt. A report for an attempt that
  * is not current is not accepted ("superseded"); the duplicate of a recorded
  * completion is accepted with no event. known: the database row when the work
  * is not open (may be NULL). */
-void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known,
-                      int64_t now, EventList *out, ReportResult *res);
+void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known, int64_t now,
+                      EventList *out, ReportResult *res);
 
 /* Hands at most one ready job from the worker's queues (all if queues is
  * empty or NULL) to the worker: appends one started event and returns true, or
  * returns false when nothing is ready. Call ws_advance() first. */
-bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues,
-                     int64_t now, EventList *out);
+bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues, int64_t now,
+                     EventList *out);
 
 /* Attempts whose deadline passed, and attempts of workers that went silent:
  * appends their timed_out / failed (and dead) events. */

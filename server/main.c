@@ -57,6 +57,9 @@ static const OptSpec options[] = {
      100000},
     {"max-json-depth", OPT_INT, &C.max_json_depth, "32", "deepest JSON nesting accepted in a body",
      2, 1000},
+    {"request-timeout", OPT_DURATION, &C.request_timeout_ms, "30s",
+     "time a client has to send a request's headers and body (slow clients are cut off)", 1000,
+     MS(3600000)},
     {"connection-timeout", OPT_DURATION, &C.connection_timeout_ms, "30s",
      "idle HTTP connection timeout (slow clients are cut off)", 1000, MS(3600000)},
     {"election-interval", OPT_DURATION, &C.election_interval_ms, "250ms",
@@ -205,6 +208,7 @@ static int serve(Server *s)
     s->started_ms = wall_ms();
     pthread_mutex_init(&s->leader.lock, NULL);
     pthread_mutex_init(&s->stats_lock, NULL);
+    pthread_mutex_init(&s->conns_lock, NULL);
     int rc = 1;
     if (s->cfg.role_manager) {
         ManagerConfig mc = {
@@ -257,6 +261,7 @@ out:
     auth_free(s->auth);
     pthread_mutex_destroy(&s->leader.lock);
     pthread_mutex_destroy(&s->stats_lock);
+    pthread_mutex_destroy(&s->conns_lock);
     json_decref(s->finished_counts);
     return rc;
 }

@@ -23,6 +23,7 @@ typedef struct ServerConfig {
     int64_t max_batch; /* items per POST /work */
     int64_t max_json_depth;
     int64_t connection_timeout_ms;
+    int64_t request_timeout_ms; /* to receive a request (slow clients are cut off) */
     int64_t election_interval_ms;
     int64_t heartbeat_interval_ms;
     int64_t worker_timeout_ms;
@@ -68,6 +69,10 @@ typedef struct Server {
     struct MHD_Daemon *mhd;
     struct Auth *auth; /* bearer tokens; none configured: the API is open */
     LeaderInfo leader;
+    /* Connections still receiving their first request, for the slow-client
+     * sweep (http_sweep); guarded by conns_lock. */
+    pthread_mutex_t conns_lock;
+    struct ConnTrack *conns;
     atomic_bool db_ok; /* the listener's session is up */
     /* Finished-work counts are a scan of the history: computed at most every
      * few seconds, whoever asks (read-pool threads). */

@@ -20,6 +20,16 @@
 
 #define MAX_SEGMENTS 8
 
+/* A connection from accept until it is closed; `seen` once a whole request
+ * header has arrived. Listed in Server.conns under conns_lock. */
+typedef struct ConnTrack {
+    int fd;
+    int64_t accepted_ms;
+    atomic_bool seen;
+    bool cut;
+    struct ConnTrack *prev, *next;
+} ConnTrack;
+
 static int64_t now_us(void)
 {
     struct timespec ts;
@@ -99,6 +109,8 @@ static const char *reason(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
     case 409:
         return "Conflict";
     case 413:
@@ -281,6 +293,56 @@ static enum MHD_Result queue_answer(Req *r)
     return rc;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    Server *s = cls;
+    ConnTrack *t = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = xcalloc(1, sizeof *t);
+        t->fd = ci ? ci->connect_fd : -1;
+        t->accepted_ms = mono_ms();
+        pthread_mutex_lock(&s->conns_lock);
+        t->next = s->conns;
+        if (s->conns)
+            s->conns->prev = t;
+        s->conns = t;
+        pthread_mutex_unlock(&s->conns_lock);
+        *socket_context = t;
+    } else if (t) {
+        /* Closed: unlisted before libmicrohttpd closes the descriptor, so the
+         * sweep never touches a number that another connection may reuse. */
+        pthread_mutex_lock(&s->conns_lock);
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            s->conns = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->conns_lock);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+void http_sweep(Server *s, int64_t now)
+{
+    pthread_mutex_lock(&s->conns_lock);
+    for (ConnTrack *t = s->conns; t; t = t->next)
+        if (!t->cut && !atomic_load(&t->seen) && t->fd >= 0 &&
+            now - t->accepted_ms > s->cfg.request_timeout_ms) {
+            /* shutdown, not close: libmicrohttpd sees the end of the stream and
+             * closes the connection itself. */
+            shutdown(t->fd, SHUT_RDWR);
+            t->cut = true;
+            log_info("cut off a client that sent no complete request in %lld ms",
+                     (long long)s->cfg.request_timeout_ms);
+        }
+    pthread_mutex_unlock(&s->conns_lock);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -297,6 +359,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->start_us = now_us();
         sbuf_init(&r->body);
         *con_cls = r;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci && ci->socket_context)
+            atomic_store(&((ConnTrack *)ci->socket_context)->seen, true);
         /* A node forwards submissions with their ids and defaults filled in,
          * which makes them larger than what the client sent. */
         r->body_limit = s->cfg.max_body;
@@ -315,6 +381,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size) {
+        if (now_us() - r->start_us > s->cfg.request_timeout_ms * 1000) {
+            /* A body trickling in: answer now; the rest is not read. */
+            Err err;
+            err_set(&err, 408, "request-timeout", "the request body did not arrive within %lld ms",
+                    (long long)s->cfg.request_timeout_ms);
+            *upload_data_size = 0;
+            req_finish_problem(r, &err);
+            return queue_answer(r);
+        }
         if (!r->body_too_large) {
             if (r->body.len + *upload_data_size > (size_t)r->body_limit) {
                 r->body_too_large = true;
@@ -391,8 +466,8 @@ int http_start(Server *s, Err *err)
                      MHD_USE_ERROR_LOG;
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(s->cfg.connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,

@@ -47,6 +47,10 @@ struct Req {
 /* ---- the daemon ---- */
 int http_start(Server *s, Err *err) WARN_UNUSED;
 void http_stop(Server *s);
+/* Cuts off connections that have not delivered their first request within
+ * --request-timeout (a client sending a byte at a time). Call about once a
+ * second, from any thread. */
+void http_sweep(Server *s, int64_t now_ms);
 
 /* ---- answering (any thread) ---- */
 /* Parks the request: call from the handler before handing work to another

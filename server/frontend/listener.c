@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "db.h"
+#include "http.h"
 #include "journal.h"
 #include "log.h"
 #include "sse.h"
@@ -176,6 +177,7 @@ static void *listener_main(void *arg)
     int64_t backoff = 100;
     while (!atomic_load(&l->stopping)) {
         hub_tick(l->srv->hub, mono_ms());
+        http_sweep(l->srv, mono_ms());
         if (!l->conn) {
             if (connect_listen(l) != 0) {
                 struct pollfd pfd = {.fd = l->efd, .events = POLLIN};

@@ -1,10 +1,11 @@
-"""openapi.yaml against the real server: every answer of a leader and a
-follower, good requests and bad, must be documented for its route (status,
-headers, content type) and its body must validate against the documented
-schema; the results stream's messages and data too. The other way round:
-every operation and every documented status must have been seen (except the
-few that cannot be provoked here), and the server's route table
-(server/frontend/api.c) must be exactly the operations of openapi.yaml.
+"""openapi.yaml against the real server: every answer of a leader, a
+follower and a node with bearer tokens, good requests and bad, must be
+documented for its route (status, headers, content type) and its body must
+validate against the documented schema; the results stream's messages and
+data too. The other way round: every operation and every documented status
+must have been seen (except the few that cannot be provoked here), and the
+server's route table (server/frontend/api.c) must be exactly the operations
+of openapi.yaml, each with the scope its `security` names.
 
 Needs python3-yaml and python3-jsonschema (Debian); a Python without them
 (a pyenv one first in PATH) re-runs this file with /usr/bin/python3."""
@@ -36,14 +37,29 @@ from harness import (REPO_ROOT, Headers, Response, http, run_tests, wait_leader,
 
 SPEC_FILE = REPO_ROOT / "openapi.yaml"
 API_C = REPO_ROOT / "server" / "frontend" / "api.c"
+DASHBOARD_DIR = REPO_ROOT / "dashboard"
+# Content types of the dashboard's files, by extension (cmake/embed_dashboard.cmake).
+DASHBOARD_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                   ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml",
+                   ".png": "image/png", ".ico": "image/x-icon"}
 JSON = {"Content-Type": "application/json"}
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 UNROUTED = "x-workd-unrouted-responses"
 MAX_BODY = 8192   # --max-body of the leader and the follower
 MAX_BATCH = 10    # --max-batch of the leader
 MAX_OPEN = 40     # --max-open of the leader
-# Documented statuses this test cannot provoke: PostgreSQL refusing a query.
-INFEASIBLE = {("GET", "/work/{id}", "500"), ("GET", "/work/{id}/events", "500")}
+# Documented statuses this test cannot provoke: PostgreSQL refusing a query,
+# and a server built without dashboard/index.html.
+INFEASIBLE = {("GET", "/work", "500"), ("GET", "/work/{id}", "500"),
+              ("GET", "/work/{id}/events", "500"), ("GET", "/queues", "500"),
+              ("GET", "/", "500")}
+# Tokens of the node started with authentication on (WORKD_TOKENS).
+TOKENS = {"client": "client-token-0123456789", "worker": "worker-token-0123456789",
+          "admin": "admin-token-0123456789ab"}
+# The scope field of api_routes[] (auth.h), as the role openapi.yaml names.
+ROUTE_SCOPES = {"SCOPE_NONE": None, "SCOPE_CLIENT": "client", "SCOPE_WORKER": "worker",
+                "SCOPE_ADMIN": "admin"}
+SECURITY_SCHEMES = {"bearerAuth", "accessToken"}
 
 
 # ------------------------------------------------------------------ the spec
@@ -91,16 +107,37 @@ def norm_template(path):
 
 
 def api_routes():
-    """(method, pattern, name, json_body) of every row of api_routes in api.c."""
+    """(method, pattern, name, json_body, scope) of every row of api_routes in api.c;
+    scope is None for an open route, else client, worker or admin."""
     src = API_C.read_text()
     m = re.search(r"const Route api_routes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
     assert m, "api_routes[] not found in server/frontend/api.c"
-    # {"METHOD", "/pattern", handler, "name", json_body[, more fields]}
+    # {"METHOD", "/pattern", handler, "name", json_body, SCOPE_X}
     row = (r'\{\s*"([A-Z]+)"\s*,\s*"([^"]+)"\s*,\s*\w+\s*,\s*"(\w+)"\s*,'
-           r'\s*(true|false)\s*(?:,[^{}]*)?\}')
+           r'\s*(true|false)\s*,\s*(SCOPE_[A-Z]+)\s*\}')
     rows = re.findall(row, m.group(1))
     assert len(rows) == m.group(1).count("{"), "a row of api_routes[] was not understood"
-    return [(meth, pat, name, jb == "true") for meth, pat, name, jb in rows]
+    for *_, scope in rows:
+        assert scope in ROUTE_SCOPES, f"unknown scope {scope} in api_routes[]"
+    return [(meth, pat, name, jb == "true", ROUTE_SCOPES[scope])
+            for meth, pat, name, jb, scope in rows]
+
+
+def op_scope(op, where="operation"):
+    """The scope an operation's `security` asks for (None: open). Each protected
+    operation takes the token as a bearer header or as ?access_token=."""
+    assert "security" in op, f"{where}: no `security` (open routes say `security: []`)"
+    sec = op["security"]
+    if not sec:
+        return None
+    assert all(len(req) == 1 for req in sec), f"{where}: one scheme per requirement: {sec}"
+    schemes = {name for req in sec for name in req}
+    assert schemes == SECURITY_SCHEMES and len(sec) == len(SECURITY_SCHEMES), \
+        f"{where}: security must offer each of {sorted(SECURITY_SCHEMES)} once: {sec}"
+    roles = {tuple(roles) for req in sec for roles in req.values()}
+    assert len(roles) == 1 and len(next(iter(roles))) == 1, \
+        f"{where}: every scheme must name the same single scope: {sec}"
+    return next(iter(roles))[0]
 
 
 def _rfc3339(value):
@@ -210,8 +247,9 @@ class Contract:
                 raise AssertionError(
                     f"{what}: body is not JSON ({e}): {resp.body[:300]!r}") from None
             validate(body, content[key]["schema"], what)
-        else:
+        elif base.startswith("text/") or base.endswith("+xml"):
             validate(resp.body.decode("utf-8"), content[key]["schema"], what)
+        # else binary (an image): nothing to validate but the content type.
 
     def coverage_gaps(self):
         """Operations never called, and documented statuses never seen."""
@@ -340,16 +378,25 @@ class Stream:
         self.conn.close()
 
 
+def stream_start(stream):
+    """The seq the stream said it starts after (the id of its first message)."""
+    assert stream.messages and set(stream.messages[0]) == {"id"}, \
+        f"{stream.url}: the first message must be the start (an id alone): {stream.messages[:1]}"
+    return int(stream.messages[0]["id"])
+
+
 def check_messages(stream):
-    """Every message of the stream against ResultMessage, its data against ResultEvent."""
+    """The stream's messages against ResultStream (the start, then ResultMessages),
+    each message's data against ResultEvent; returns the data of the results."""
     op = C.ops[("GET", "/results")]
     stream_schema = op["responses"]["200"]["content"]["text/event-stream"]["schema"]
     msg_schema = stream_schema["items"]
     data_schema = msg_schema["properties"]["data"]["contentSchema"]
     assert msg_schema["properties"]["data"].get("contentMediaType") == "application/json"
     validate(stream.messages, stream_schema, f"{stream.url} messages")
+    stream_start(stream)
     out = []
-    for m in stream.messages:
+    for m in stream.messages[1:]:
         data = json.loads(m["data"])
         validate(data, data_schema, f"{stream.url} data of message {m['id']}")
         assert m["id"] == str(data["seq"]), f"id {m['id']} must be the seq of {data}"
@@ -363,18 +410,24 @@ def check_messages(stream):
 # ------------------------------------------------------------------- tests
 
 def test_route_table_is_the_spec():
-    """api_routes[] in api.c and the operations of openapi.yaml are the same set."""
+    """api_routes[] in api.c and the operations of openapi.yaml are the same set,
+    with the same names, bodies and scopes."""
     _, spec = load_spec()
     ops = operations(spec)
+    schemes = spec["components"]["securitySchemes"]
+    assert set(schemes) == SECURITY_SCHEMES, f"security schemes: {sorted(schemes)}"
+    assert schemes["bearerAuth"]["type"] == "http" and schemes["bearerAuth"]["scheme"] == "bearer"
+    assert (schemes["accessToken"]["type"], schemes["accessToken"]["in"],
+            schemes["accessToken"]["name"]) == ("apiKey", "query", "access_token")
     by_norm = {(m, norm_template(t)): (t, op) for (m, t), op in ops.items()}
     routes = api_routes()
-    assert len(routes) == len({(m, norm_template(p)) for m, p, _, _ in routes}), "duplicate routes"
-    missing = [f"{m} {p}" for m, p, _, _ in routes if (m, norm_template(p)) not in by_norm]
+    assert len(routes) == len({(m, norm_template(p)) for m, p, *_ in routes}), "duplicate routes"
+    missing = [f"{m} {p}" for m, p, *_ in routes if (m, norm_template(p)) not in by_norm]
     assert not missing, f"routes of api.c missing from openapi.yaml: {missing}"
-    routed = {(rm, norm_template(rp)) for rm, rp, _, _ in routes}
+    routed = {(rm, norm_template(rp)) for rm, rp, *_ in routes}
     extra = sorted(f"{m} {t}" for (m, t) in ops if (m, norm_template(t)) not in routed)
     assert not extra, f"operations of openapi.yaml that the server does not route: {extra}"
-    for method, pattern, name, json_body in routes:
+    for method, pattern, name, json_body, scope in routes:
         template, op = by_norm[(method, norm_template(pattern))]
         where = f"{method} {template}"
         assert op.get("operationId") == name, \
@@ -395,6 +448,12 @@ def test_route_table_is_the_spec():
             assert "415" not in op["responses"], f"{where}: the server never answers 415 here"
         assert "413" in op["responses"], \
             f"{where}: every route answers 413 to a body over --max-body"
+        documented = op_scope(op, where)
+        assert documented == scope, \
+            f"{where}: security names scope {documented!r}, the route table {scope!r}"
+        auth = {"401", "403"} & set(op["responses"])
+        assert auth == ({"401", "403"} if scope else set()), \
+            f"{where}: 401 and 403 are the answers of a protected route, and only of one"
 
 
 def test_answers_match_the_spec(cluster):
@@ -415,16 +474,19 @@ def test_answers_match_the_spec(cluster):
     assert api("GET", F, "/readyz", expect=200).json()["is_leader"] is False
 
     routing_and_transport(L, F)
+    dashboard(L, F)
     work_submit_and_read(L, F)
     worker_api(L, F)
+    listing_and_queues(L, F)
     results_stream(L, F)
     limits_and_operations(L, F)
+    authentication(cluster)
 
     # Last: without PostgreSQL, reads and readiness answer 503.
     cluster.pg_stop()
-    wait_until(lambda: api("GET", L, "/work/c1").status == 503, 20, what="GET /work 503")
-    problem(api("GET", L, "/work/c1", expect=503), "database-unavailable")
-    problem(api("GET", L, "/work/c1/events", expect=503), "database-unavailable")
+    for path in ("/work/c1", "/work/c1/events", "/work?limit=1", "/queues"):
+        wait_until(lambda: api("GET", L, path).status == 503, 20, what=f"GET {path} 503")
+        problem(api("GET", L, path, expect=503), "database-unavailable")
     for base in (L, F):
         wait_until(lambda: api("GET", base, "/readyz").status == 503, 20, what="/readyz 503")
         problem(api("GET", base, "/readyz", expect=503), "not-ready")
@@ -435,12 +497,12 @@ def test_answers_match_the_spec(cluster):
 
 def sample_path(template):
     return (template.replace("{id}", "probe").replace("{worker_id}", "probe-worker")
-            .replace("{attempt}", "1"))
+            .replace("{attempt}", "1").replace("{file}", "probe"))
 
 
 def routing_and_transport(L, F):
     """404, 405 with Allow, 413 on every route, 415, 503 from a follower."""
-    api("GET", L, "/nope", expect=404)
+    problem(api("GET", L, "/nope", expect=404), "no-route")
     # All defaults; no work exists yet, so this takes nothing.
     assert api("POST", L, "/workers/w-any/pull", {}, JSON, expect=200).json() == {"jobs": []}
     api("POST", L, "/work/a/b/c/d/e/f/g/h/i", expect=404)
@@ -468,6 +530,7 @@ def routing_and_transport(L, F):
     # A forwarded request that reaches a follower is not forwarded again.
     fwd = {**JSON, "X-Workd-Forwarded": "test"}
     leader_only = [("POST", "/work", {"payload": 1}), ("DELETE", "/work/probe", None),
+                   ("POST", "/work/probe/retry", None),
                    ("POST", "/work/probe/attempts/1/complete", {}),
                    ("POST", "/work/probe/attempts/1/fail", {}),
                    ("PUT", "/workers/probe-worker", {}), ("DELETE", "/workers/probe-worker", None),
@@ -476,6 +539,37 @@ def routing_and_transport(L, F):
                    ("GET", "/cluster", None)]
     for method, path, body in leader_only:
         problem(api(method, F, path, body, fwd, expect=503), "not-leader")
+    # A forwarded request may be up to four times --max-body (the first node
+    # filled in ids and defaults).
+    item = {"id": "fwd-big", "payload": "x" * (3 * MAX_BODY), "queue": "q-fwd"}
+    problem(api("POST", L, "/work", item, JSON, expect=413), "body-too-large")
+    assert api("POST", L, "/work", item, fwd, expect=202).json()["created"] is True
+    api("DELETE", L, "/work/fwd-big", expect=200)
+    problem(api("POST", L, "/work", {**item, "payload": "x" * (4 * MAX_BODY)}, fwd, expect=413),
+            "body-too-large")
+
+
+def dashboard(L, F):
+    """GET / and /dashboard/{file}: the embedded files, their types, ETags and 304s."""
+    r = api("GET", L, "/", expect=200)
+    assert r.headers["Content-Type"] == "text/html; charset=utf-8", r.headers
+    assert r.body == (DASHBOARD_DIR / "index.html").read_bytes(), "GET / is not index.html"
+    etag = r.headers["ETag"]
+    assert api("GET", F, "/", expect=200).headers["ETag"] == etag, "nodes disagree on the ETag"
+    for inm in (etag, "*", f'"{"0" * 20}", W/{etag}'):
+        nm = api("GET", L, "/", headers={"If-None-Match": inm}, expect=304)
+        assert nm.body == b"" and nm.headers["ETag"] == etag, (inm, nm.headers)
+    api("GET", L, "/", headers={"If-None-Match": f'"{"0" * 20}"'}, expect=200)
+    files = sorted(p for p in DASHBOARD_DIR.iterdir() if p.suffix in DASHBOARD_TYPES)
+    assert files, "dashboard/ has no files"
+    for path in files:
+        r = api("GET", F, "/dashboard/" + path.name, expect=200)
+        assert r.headers["Content-Type"] == DASHBOARD_TYPES[path.suffix], (path.name, r.headers)
+        assert r.body == path.read_bytes(), f"/dashboard/{path.name} is not dashboard/{path.name}"
+        api("GET", L, "/dashboard/" + path.name, headers={"If-None-Match": r.headers["ETag"]},
+            expect=304)
+    problem(api("GET", L, "/dashboard/nope.js", expect=404), "not-found")
+    problem(api("GET", L, "/dashboard/", expect=404), "no-route")
 
 
 def rfc3339_in(seconds):
@@ -484,8 +578,6 @@ def rfc3339_in(seconds):
 
 
 def work_submit_and_read(L, F):
-    api("GET", L, "/", expect=200)
-    api("GET", F, "/", expect=200)
     api("GET", L, "/healthz", expect=200)
     c1 = {"id": "c1", "payload": {"n": 1}, "queue": "q-main", "priority": 5, "timeout": 30,
           "max_attempts": 2}
@@ -548,7 +640,8 @@ def work_submit_and_read(L, F):
     assert time.monotonic() - t0 >= 0.25, "?wait= should wait"
     for q in ("?wait=soon", "?wait=-1"):
         problem(api("GET", L, "/work/k1" + q, expect=400), "invalid-parameter")
-        problem(api("GET", L, "/work/k1/events" + q, expect=400), "invalid-parameter")
+    # The history takes no ?wait= (nor any other parameter): it is ignored.
+    assert api("GET", L, "/work/k1/events?wait=soon", expect=200).json()["id"] == "k1"
     problem(api("GET", L, "/work/" + "x" * 129, expect=400), "invalid-path")
     problem(api("GET", L, "/work/a%20b/events", expect=400), "invalid-path")
     problem(api("GET", L, "/work/nope", expect=404), "not-found")
@@ -572,15 +665,25 @@ def pull(base, worker, queue, max_jobs=1, wait=0, n=None):
     return jobs
 
 
+def history(base, wid):
+    return [e["type"] for e in api("GET", base, f"/work/{wid}/events", expect=200).json()["events"]]
+
+
 def worker_api(L, F):
     hb = api("PUT", L, "/workers/w-main", {"instance": "i1", "capacity": 4, "queues": ["q-main"],
                                            "running": []}, JSON, expect=200).json()
     assert hb["worker_timeout_ms"] == 10000, hb
-    api("PUT", F, "/workers/w-proxy", {"capacity": 1, "queues": None, "running": [{"id": "x"}]},
-        JSON, expect=200)
+    api("PUT", F, "/workers/w-proxy", {"capacity": 1, "queues": None,
+                                       "running": [{"id": "x", "attempt": 1}]}, JSON, expect=200)
     for body in ({"capacity": 0}, {"capacity": "2"}, {"queues": "q-main"},
-                 {"queues": ["bad queue"]}, {"instance": ""}, {"running": {}}):
+                 {"queues": ["bad queue"]}, {"instance": ""}, {"running": {}},
+                 {"running": [{"id": "x"}]}, {"running": [{"id": "x", "attempt": 0}]},
+                 {"running": [{"id": "x", "attempt": "1"}]},
+                 {"running": [{"id": "x y", "attempt": 1}]},
+                 {"running": [{"id": "x", "attempt": 1, "worker": "w"}]}, {"running": ["x"]}):
         problem(api("PUT", L, "/workers/w-main", body, JSON, expect=400), "invalid-field")
+    problem(api("PUT", L, "/workers/w-main", {"capacity": 1, "colour": "red"}, JSON, expect=400),
+            "unknown-field")
     problem(api("PUT", L, "/workers/w-main", [], JSON, expect=400), "invalid-body")
     problem(api("PUT", L, "/workers/w-main", "{x}", JSON, expect=400), "invalid-json")
     problem(api("PUT", L, "/workers/bad%20worker", {}, JSON, expect=400), "invalid-path")
@@ -596,12 +699,19 @@ def worker_api(L, F):
     api("POST", F, "/work/c1/attempts/1/complete", body, JSON, expect=200)
     problem(api("POST", L, "/work/c1/attempts/2/complete", body, JSON, expect=409),
             "attempt-superseded")
+    problem(api("POST", L, "/work/c1/attempts/1/fail", {}, JSON, expect=409),
+            "attempt-superseded")
+    problem(api("POST", L, "/work/nope/attempts/1/complete", body, JSON, expect=404), "not-found")
+    problem(api("POST", F, "/work/nope/attempts/1/fail", {}, JSON, expect=404), "not-found")
     for path, b, kind in (("/work/c1/attempts/0/complete", {}, "invalid-path"),
                           ("/work/c1/attempts/x/fail", {}, "invalid-path"),
+                          ("/work/c1/attempts/1000001/fail", {}, "invalid-path"),
                           ("/work/c%201/attempts/1/fail", {}, "invalid-path"),
                           ("/work/c1/attempts/1/complete", [], "invalid-body"),
                           ("/work/c1/attempts/1/complete", "nope", "invalid-json"),
                           ("/work/c1/attempts/1/complete", {"worker_id": 5}, "invalid-field"),
+                          ("/work/c1/attempts/1/complete", {"error": "x"}, "unknown-field"),
+                          ("/work/c1/attempts/1/fail", {"result": 1}, "unknown-field"),
                           ("/work/c1/attempts/1/fail", {"error": 5}, "invalid-field"),
                           ("/work/c1/attempts/1/fail", {"retry": "no"}, "invalid-field")):
         problem(api("POST", L, path, b, JSON, expect=400), kind)
@@ -618,29 +728,41 @@ def worker_api(L, F):
     jobs = {j["id"]: j for j in pull(L, "w-main", "q-main", max_jobs=4, n=4)}
     r = api("POST", L, "/work/f1/attempts/1/fail", {"error": "boom"}, JSON, expect=200).json()
     assert r["status"] == "scheduled", r
-    problem(api("POST", L, "/work/f1/attempts/1/fail", {"error": "boom"}, JSON, expect=409),
-            "attempt-superseded")
+    # The same failure again is acknowledged: the attempt has ended already.
+    r = api("POST", L, "/work/f1/attempts/1/fail", {"error": "boom"}, JSON, expect=200).json()
+    assert r["accepted"] is True and r["status"] in ("scheduled", "pending"), r
     r = api("POST", F, "/work/d1/attempts/1/fail", {"worker_id": "w-main", "retry": False}, JSON,
             expect=200).json()
     assert r["status"] == "dead", r
     retry = pull(L, "w-main", "q-main", wait=3, n=1)[0]
     assert retry["id"] == "f1" and retry["attempt"] == 2, retry
+    problem(api("POST", L, "/work/f1/attempts/1/fail", {}, JSON, expect=409),
+            "attempt-superseded")
     reports = {"reports": [
         {"id": "f1", "attempt": 2, "outcome": "failed", "error": "boom again", "retry": True},
         {"id": "r1", "attempt": 1, "outcome": "completed", "result": [1, 2]},
         {"id": "nope", "attempt": 1, "outcome": "completed"},
-        {"id": "c1", "attempt": 1, "outcome": "completed", "result": {"ok": True}}]}
+        {"id": "c1", "attempt": 1, "outcome": "completed", "result": {"ok": True}},
+        {"id": "c1", "attempt": 1, "outcome": "failed"}]}
     res = api("POST", L, "/workers/w-main/reports", reports, JSON, expect=200).json()["results"]
     assert [(x["accepted"], x.get("status") or x.get("reason")) for x in res] == \
-        [(True, "dead"), (True, "completed"), (False, "superseded"), (True, "completed")], res
+        [(True, "dead"), (True, "completed"), (False, "not-found"), (True, "completed"),
+         (False, "superseded")], res
     res = api("POST", F, "/workers/w-main/reports", {"reports": reports["reports"][:1]}, JSON,
               expect=200).json()["results"]
     assert res[0]["accepted"] is True and res[0]["status"] == "dead", res
     assert jobs["t1"]["timeout_ms"] == 200, jobs["t1"]
     wait_until(lambda: api("GET", L, "/work/t1", expect=200).json()["status"] == "dead", 10,
                what="t1 to time out")
+    # The failure of the attempt that timed out is acknowledged; its completion is not.
+    r = api("POST", L, "/work/t1/attempts/1/fail", {"error": "late"}, JSON, expect=200).json()
+    assert r == {"id": "t1", "attempt": 1, "accepted": True, "status": "dead"}, r
+    problem(api("POST", L, "/work/t1/attempts/1/complete", {}, JSON, expect=409),
+            "attempt-superseded")
     for body in ({}, {"reports": {}}, [], {"reports": [5]}):
         problem(api("POST", L, "/workers/w-main/reports", body, JSON, expect=400), "invalid-body")
+    problem(api("POST", L, "/workers/w-main/reports", {"reports": [], "worker": "w"}, JSON,
+                expect=400), "unknown-field")
     for one in ({"id": "f1", "attempt": 0, "outcome": "failed"},
                 {"id": "f1", "attempt": 1, "outcome": "done"},
                 {"id": "f1", "attempt": 1, "outcome": "failed", "error": 1},
@@ -648,16 +770,16 @@ def worker_api(L, F):
                 {"attempt": 1, "outcome": "failed"}):
         problem(api("POST", L, "/workers/w-main/reports", {"reports": [one]}, JSON, expect=400),
                 "invalid-field")
+    problem(api("POST", L, "/workers/w-main/reports",
+                {"reports": [{"id": "f1", "attempt": 1, "outcome": "failed", "why": "x"}]}, JSON,
+                expect=400), "unknown-field")
     problem(api("POST", L, "/workers/bad%20w/reports", {"reports": []}, JSON, expect=400),
             "invalid-path")
     many = {"reports": [{"id": "f1", "attempt": 1, "outcome": "failed"}] * (MAX_BATCH + 1)}
     problem(api("POST", L, "/workers/w-main/reports", many, JSON, expect=413), "batch-too-large")
 
     # The history of each kind of event.
-    types = {}
-    for wid in ("c1", "f1", "d1", "t1", "b2"):
-        history = api("GET", L, f"/work/{wid}/events", expect=200).json()["events"]
-        types[wid] = [e["type"] for e in history]
+    types = {wid: history(L, wid) for wid in ("c1", "f1", "d1", "t1", "b2")}
     assert types == {"c1": ["accepted", "started", "completed"],
                      "f1": ["accepted", "started", "failed", "started", "failed", "dead"],
                      "d1": ["accepted", "started", "failed", "dead"],
@@ -667,6 +789,27 @@ def worker_api(L, F):
     for wid in ("c1", "f1", "d1", "t1", "r1"):
         api("GET", F, f"/work/{wid}", expect=200)
 
+    # An operator retries dead work: one more attempt, which completes.
+    assert api("POST", L, "/work/d1/retry", expect=200).json() == {"id": "d1", "status": "pending"}
+    w = api("GET", F, "/work/d1", expect=200).json()
+    assert (w["status"], w["attempts"], w["max_attempts"], w["last_error"]) == \
+        ("pending", 1, 2, "failed"), w
+    retried = api("GET", L, "/work/d1/events", expect=200).json()["events"][-1]
+    assert retried["type"] == "retried" and retried["data"]["error"] == "failed" and \
+        (retried["data"]["attempt"], retried["data"]["max_attempts"]) == (1, 2), retried
+    problem(api("POST", F, "/work/d1/retry", expect=409), "not-retryable")  # pending now
+    for wid in ("c1", "b2"):  # completed, cancelled
+        problem(api("POST", L, f"/work/{wid}/retry", expect=409), "not-retryable")
+    problem(api("POST", L, "/work/nope/retry", expect=404), "not-found")
+    problem(api("POST", L, "/work/bad%20id/retry", expect=400), "invalid-path")
+    job = pull(F, "w-main", "q-main", wait=3, n=1)[0]
+    assert (job["id"], job["attempt"]) == ("d1", 2), job
+    r = api("POST", L, "/work/d1/attempts/2/complete", {"result": "second time"}, JSON,
+            expect=200).json()
+    assert r["status"] == "completed", r
+    assert history(F, "d1") == ["accepted", "started", "failed", "dead", "retried", "started",
+                                "completed"]
+
     # Pulls: empty after a wait, through the follower, bad bodies.
     t0 = time.monotonic()
     pull(L, "w-idle", "q-empty", wait=0.3, n=0)
@@ -675,38 +818,99 @@ def worker_api(L, F):
     for body, kind in (({"max": 0}, "invalid-field"), ({"max": 10001}, "invalid-field"),
                        ({"wait": -1}, "invalid-field"), ({"wait": "1"}, "invalid-field"),
                        ({"queues": [1]}, "invalid-field"), ({"instance": "a b"}, "invalid-field"),
+                       ({"max": 1, "capacity": 1}, "unknown-field"),
                        ("[]", "invalid-body"), ("", "invalid-body")):
         problem(api("POST", L, "/workers/w-idle/pull", body, JSON, expect=400), kind)
     problem(api("POST", L, "/workers/" + "w" * 129 + "/pull", {}, JSON, expect=400), "invalid-path")
 
+    # A heartbeat without `running` says nothing of it: the last list stays.
+    api("PUT", L, "/workers/w-proxy", {"capacity": 2}, JSON, expect=200)
     cl = api("GET", F, "/cluster", expect=200).json()
     workers = {w["id"]: w for w in cl["workers"]}
     assert workers["w-idle"]["running"] is None, cl
-    assert workers["w-proxy"]["running"] == [{"id": "x"}], cl
+    assert workers["w-proxy"]["running"] == [{"id": "x", "attempt": 1}], cl
+    assert workers["w-proxy"]["capacity"] == 2, cl
     api("GET", L, "/cluster", expect=200)
     api("DELETE", L, "/workers/w-proxy", expect=204)
     api("DELETE", F, "/workers/w-unknown", expect=204)
     problem(api("DELETE", L, "/workers/bad%20w", expect=400), "invalid-path")
 
 
+def listing_and_queues(L, F):
+    """GET /work with its filters and cursor; GET /queues."""
+    api("POST", L, "/work", [{"id": "l-sched", "payload": 1, "queue": "q-list", "delay": 3600},
+                             {"id": "l-run", "payload": 2, "queue": "q-list"},
+                             {"id": "l-pend", "payload": 3, "queue": "q-list"}], JSON, expect=202)
+    assert [j["id"] for j in pull(L, "w-list", "q-list", n=1)] == ["l-run"]
+
+    # Pages of three, newest first, through both nodes: every item once.
+    seen, before, pages = [], None, 0
+    while True:
+        q = "/work?limit=3" + (f"&before={before}" if before else "")
+        page = api("GET", L if pages % 2 else F, q, expect=200).json()
+        assert len(page["items"]) <= 3, page
+        seen += [i["id"] for i in page["items"]]
+        before, pages = page["next_before"], pages + 1
+        assert (before is None) == (len(page["items"]) < 3), page
+        if before is None:
+            break
+    assert len(seen) == len(set(seen)) and pages > 2, seen
+    assert seen[:3] == ["l-pend", "l-run", "l-sched"], seen
+    assert {"c1", "f1", "d1", "t1", "r1", "b1", "b2", "p1", "k1"} <= set(seen), seen
+    for status, want in (("scheduled", ["l-sched"]), ("running", ["l-run"]),
+                         ("pending", ["l-pend"]), ("completed", []), (None, None)):
+        q = "/work?queue=q-list" + (f"&status={status}" if status else "")
+        items = api("GET", L, q, expect=200).json()["items"]
+        assert [i["id"] for i in items] == (want if want is not None else
+                                           ["l-pend", "l-run", "l-sched"]), (q, items)
+        assert all(i["status"] == status for i in items if status), items
+    dead = {i["id"] for i in api("GET", F, "/work?status=dead", expect=200).json()["items"]}
+    assert dead == {"f1", "t1"}, dead
+    done = api("GET", F, "/work?status=completed&queue=q-main&limit=500", expect=200).json()
+    assert {i["id"] for i in done["items"]} == {"c1", "r1", "d1"} and \
+        done["next_before"] is None, done
+    for q in ("status=lost", "status=", "queue=bad%20q", "queue=" + "q" * 65, "limit=0",
+              "limit=501", "limit=x", "limit=-1", "before=-1", "before=x",
+              "before=99999999999999999999"):
+        problem(api("GET", L, "/work?" + q, expect=400), "invalid-parameter")
+
+    # Per-queue statistics, from both nodes.
+    def stats(base):
+        return {q["queue"]: q for q in api("GET", base, "/queues", expect=200).json()["queues"]}
+    by = stats(F)
+    assert {k: by["q-list"][k] for k in ("pending", "scheduled", "running", "completed")} == \
+        {"pending": 1, "scheduled": 1, "running": 1, "completed": 0}, by["q-list"]
+    assert by["q-list"]["oldest_pending_at"] is not None, by["q-list"]
+    assert by["q-list"]["throughput"] is None, by["q-list"]  # nothing of it finished
+    assert (by["q-proxy"]["cancelled"], by["q-proxy"]["pending"]) == (1, 0), by["q-proxy"]
+    assert by["q-proxy"]["oldest_pending_at"] is None, by["q-proxy"]
+    q_main = wait_until(lambda: (lambda q: q["throughput"] and
+                                 sum(q["throughput"]["completed"]) >= 3 and q)(stats(L)["q-main"]),
+                        10, what="the throughput of q-main")
+    assert (q_main["completed"], q_main["dead"]) == (3, 2), q_main
+    api("POST", F, "/work/l-run/attempts/1/complete", {"worker_id": "w-list"}, JSON, expect=200)
+
+
 def results_stream(L, F):
-    finished = {"c1": "completed", "r1": "completed", "f1": "dead", "d1": "dead", "t1": "dead",
-                "b2": "cancelled", "p1": "cancelled"}
+    finished = {"c1": "completed", "r1": "completed", "f1": "dead", "d1": "completed",
+                "t1": "dead", "b2": "cancelled", "p1": "cancelled"}
     s = Stream(L, "/results?after=0")
     assert s.check_open() is None
     s.read_block()
     assert s.comments[:1] == ["workd results stream"] and s.retry == 1000, (s.comments, s.retry)
+    assert s.messages == [{"id": "0"}], f"the stream must say it starts after 0: {s.messages}"
     s.drain()
     data = check_messages(s)
     got = {d["id"]: d["status"] for d in data}
     assert {k: got.get(k) for k in finished} == finished, got
-    first = s.messages[0]["id"]
+    assert [d["status"] for d in data if d["id"] == "d1"] == ["dead", "completed"], data
+    first = str(data[0]["seq"])
     # Live: a cancellation shows up on the open stream.
     api("POST", L, "/work", {"id": "live", "payload": 1, "delay": 60, "queue": "q-live"}, JSON,
         expect=202)
     api("DELETE", L, "/work/live", expect=200)
-    s.read_until(lambda: s.messages and json.loads(s.messages[-1]["data"])["id"] == "live",
-                 what="the live event")
+    s.read_until(lambda: "data" in s.messages[-1] and
+                 json.loads(s.messages[-1]["data"])["id"] == "live", what="the live event")
     check_messages(s)
     s.close()
 
@@ -715,12 +919,31 @@ def results_stream(L, F):
     assert r.check_open() is None
     r.drain()
     resumed = check_messages(r)
+    assert stream_start(r) == int(first), r.messages[:1]
     assert resumed and resumed[0]["seq"] > int(first) and \
         [d["id"] for d in resumed] == [d["id"] for d in data[1:]] + ["live"], resumed
     # A follower serves one stream here (--sse-max-subscribers 1).
     busy = Stream(F, "/results")
     problem(busy.refused(), "too-many-subscribers")
     r.close()
+
+    # Without a start, a stream starts after the last event the node knows of,
+    # and says so: resuming from there misses nothing.
+    live = Stream(L, "/results?queue=q-live2")
+    assert live.check_open() is None
+    live.read_block()
+    start = stream_start(live)
+    assert start >= int(resumed[-1]["seq"]), (start, resumed[-1])
+    api("POST", L, "/work", {"id": "live2", "payload": 1, "delay": 60, "queue": "q-live2"}, JSON,
+        expect=202)
+    api("DELETE", F, "/work/live2", expect=200)
+    live.read_until(lambda: len(live.messages) > 1, what="the live2 event")
+    live.close()
+    again = Stream(L, "/results", {"Last-Event-ID": str(start)})
+    assert again.check_open() is None
+    again.drain()
+    assert [d["id"] for d in check_messages(again)][-1] == "live2", again.messages
+    again.close()
 
     for path, kind in (("/results?work_id=c1&after=0", "c1"),
                        ("/results?queue=q-main&after=0", "q")):
@@ -757,16 +980,99 @@ def limits_and_operations(L, F):
             break
         created.append(f"fill-s{k}")
     problem(api("POST", F, "/work", {"id": "fill-f", "payload": 0}, JSON, expect=429), "queue-full")
+    # Reopening dead work counts too.
+    problem(api("POST", F, "/work/t1/retry", expect=429), "queue-full")
+    assert api("GET", L, "/work/t1", expect=200).json()["status"] == "dead"
     for wid in created:
         api("DELETE", L, f"/work/{wid}", expect=200)
 
     m = api("GET", L, "/metrics", expect=200).text
     routes = set(re.findall(r'route="([^"]+)"', m))
     op_ids = {op["operationId"] for op in C.ops.values()}
-    assert routes and routes <= op_ids, \
+    assert routes and routes <= op_ids | {"unmatched"}, \
         f"metrics route labels that are no operationId: {routes - op_ids}"
+    assert "unmatched" in routes, "404s and 405s count as route=\"unmatched\""
+    codes = set(re.findall(r'workd_http_requests_total\{route="[^"]+",code="([^"]+)"\}', m))
+    assert codes and codes <= {"1xx", "2xx", "3xx", "4xx", "5xx"}, codes
+    assert re.search(r'^workd_events_total\{type="retried"\} 1$', m, re.M), \
+        "the leader counts the operator's retry"
+    assert re.search(r'^workd_queue_depth\{queue="q-list",state="scheduled"\} 1$', m, re.M), m
     api("GET", F, "/metrics", expect=200)
     api("GET", F, "/healthz", expect=200)
+
+
+def bearer(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def authentication(cluster):
+    """A node with tokens: open routes stay open; every other operation answers
+    401 without a valid token and 403 without its scope; admin has every scope;
+    ?access_token= stands in for the header."""
+    tokens = " ".join(f"{scope}:{token}" for scope, token in TOKENS.items())
+    s3 = cluster.start_server("s3", extra_args=["--max-body", str(MAX_BODY),
+                                                "--sse-keepalive", "300ms"],
+                              env={"WORKD_TOKENS": tokens})
+    wait_leader(s3.url)
+    A, client, worker, admin = s3.url, TOKENS["client"], TOKENS["worker"], TOKENS["admin"]
+    assert api("GET", A, "/readyz", expect=200).json()["is_leader"] is False
+    api("GET", A, "/healthz", expect=200)
+    api("GET", A, "/", expect=200)
+    api("GET", A, "/dashboard/index.html", expect=200)
+    # Routing comes first: no token is asked of a path or method that has no route.
+    problem(api("GET", A, "/nope", expect=404), "no-route")
+    problem(api("PATCH", A, "/work", expect=405), "method-not-allowed")
+
+    for (method, template), op in sorted(C.ops.items()):
+        scope = op_scope(op)
+        if scope is None:
+            continue
+        path = sample_path(template)
+        body, headers = ("{}", JSON) if op.get("requestBody") else (None, {})
+        for auth in ({}, bearer("x" * 20), {"Authorization": f"Basic {client}"},
+                     {"Authorization": "Bearer"}):
+            r = api(method, A, path, body, {**headers, **auth}, expect=401)
+            problem(r, "unauthorized")
+            assert r.headers["WWW-Authenticate"] == 'Bearer realm="workd"', r.headers
+        for other in ("client", "worker"):
+            if other != scope:
+                problem(api(method, A, path, body, {**headers, **bearer(TOKENS[other])},
+                            expect=403), "forbidden")
+
+    # Each token does what its scope allows; admin does everything.
+    r = api("POST", A, "/work", {"id": "auth-1", "payload": 1, "queue": "q-auth"},
+            {**JSON, **bearer(client)}, expect=202)  # forwarded to the leader
+    assert r.json()["created"] is True, r.json()
+    for token in (client, admin):
+        api("GET", A, "/work/auth-1", headers=bearer(token), expect=200)
+        api("GET", A, "/queues", headers=bearer(token), expect=200)
+    for token in (worker, admin):
+        api("POST", A, "/workers/w-auth/pull", {"queues": ["q-auth-none"]},
+            {**JSON, **bearer(token)}, expect=200)
+    api("GET", A, "/cluster", headers=bearer(admin), expect=200)
+    assert "workd_http_requests_total" in api("GET", A, "/metrics", headers=bearer(admin),
+                                              expect=200).text
+    api("DELETE", A, "/work/auth-1", headers=bearer(admin), expect=200)
+
+    # ?access_token= works like the header; the header wins when both are given,
+    # and an Authorization that is not Bearer leaves the query's in force.
+    api("GET", A, f"/work/auth-1?access_token={client}", expect=200)
+    api("GET", A, f"/work?access_token={admin}&queue=q-auth", expect=200)
+    problem(api("GET", A, f"/work/auth-1?access_token={worker}", expect=403), "forbidden")
+    problem(api("GET", A, "/work/auth-1?access_token=" + "x" * 20, expect=401), "unauthorized")
+    problem(api("GET", A, f"/work/auth-1?access_token={client}", headers=bearer(worker),
+                expect=403), "forbidden")
+    api("GET", A, f"/work/auth-1?access_token={client}", headers={"Authorization": "Basic x"},
+        expect=200)
+    # EventSource, which cannot send headers, follows the results this way.
+    s = Stream(A, f"/results?work_id=auth-1&after=0&access_token={client}")
+    assert s.check_open() is None
+    s.drain()
+    assert [(d["id"], d["status"]) for d in check_messages(s)] == [("auth-1", "cancelled")]
+    s.close()
+    problem(Stream(A, "/results").refused(), "unauthorized")
+    problem(Stream(A, f"/results?access_token={worker}").refused(), "forbidden")
+    s3.stop()
 
 
 if __name__ == "__main__":

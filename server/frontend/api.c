@@ -438,6 +438,8 @@ static void queues_task(PGconn *conn, void *arg)
             (json_int_t)json_integer_value(json_object_get(f, "cancelled")), "oldest_pending_at",
             json_object_get(o, "oldest_pending_at") ? json_object_get(o, "oldest_pending_at")
                                                     : json_null());
+        json_t *age = json_object_get(o, "oldest_pending_age_s");
+        json_object_set_new(q, "oldest_pending_age_s", json_real(age ? json_real_value(age) : 0));
         json_t *rate = json_object_get(json_object_get(rates, "queues"), k);
         json_object_set(q, "throughput", rate ? rate : json_null());
         json_array_append_new(queues, q);

@@ -109,8 +109,6 @@ static const char *reason(int status)
         return "Not Found";
     case 405:
         return "Method Not Allowed";
-    case 408:
-        return "Request Timeout";
     case 409:
         return "Conflict";
     case 413:
@@ -382,13 +380,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (*upload_data_size) {
         if (now_us() - r->start_us > s->cfg.request_timeout_ms * 1000) {
-            /* A body trickling in: answer now; the rest is not read. */
-            Err err;
-            err_set(&err, 408, "request-timeout", "the request body did not arrive within %lld ms",
-                    (long long)s->cfg.request_timeout_ms);
-            *upload_data_size = 0;
-            req_finish_problem(r, &err);
-            return queue_answer(r);
+            /* A body trickling in: libmicrohttpd cannot answer before the body
+             * is read, so the connection is closed. */
+            log_info("cut off a client whose request body did not arrive within %lld ms",
+                     (long long)s->cfg.request_timeout_ms);
+            return MHD_NO;
         }
         if (!r->body_too_large) {
             if (r->body.len + *upload_data_size > (size_t)r->body_limit) {

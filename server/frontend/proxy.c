@@ -115,6 +115,8 @@ static void answer(Proxy *p, Fwd *f, int status)
     if (f->location[0])
         snprintf(r->location, sizeof r->location, "%s", f->location);
     r->retry_after_s = f->retry_after;
+    if (status == 401) /* queue_answer sends it as WWW-Authenticate */
+        snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
     char *ct = f->content_type[0] ? xstrdup(f->content_type) : NULL;
     /* content_type must outlive the Req's answer: keep a static copy for the
      * common types, else fall back to JSON. */
@@ -390,9 +392,14 @@ void proxy_forward(Proxy *p, Req *r, char *body)
         f->body_len = r->body.len;
     }
     add_header(f, r, "Content-Type");
-    add_header(f, r, "Authorization");
+    /* The credentials this node checked are the ones the leader checks: a
+     * bearer header, else an ?access_token= (sent on as a bearer header). */
+    const char *auth = req_header(r, "Authorization");
     const char *tok = req_query(r, "access_token");
-    if (tok && !req_header(r, "Authorization")) {
+    bool bearer = auth && !strncasecmp(auth, "Bearer ", 7);
+    if (auth && (bearer || !tok))
+        add_header(f, r, "Authorization");
+    if (tok && !bearer) {
         char line[600];
         snprintf(line, sizeof line, "Authorization: Bearer %s", tok);
         f->hdrs = curl_slist_append(f->hdrs, line);

@@ -79,6 +79,8 @@ json_t *event_data_encode(const Event *e)
         break;
     case EV_DEAD:
         json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+        if (e->attempt) /* since schema 3: absent in older logs */
+            json_object_set_new(o, "attempts", json_integer(e->attempt));
         break;
     case EV_CANCELLED:
         break;
@@ -179,6 +181,9 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         break;
     case EV_DEAD:
         out->error = get_str(data, "error");
+        if (get_int(data, "attempts", &v, 0, err))
+            goto fail;
+        out->attempt = (int)v;
         break;
     case EV_CANCELLED:
         break;

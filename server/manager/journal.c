@@ -416,7 +416,10 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
             json_object_set(o, "attempt", json_object_get(data, "attempt"));
         } else if (!strcmp(type, "dead")) {
             json_object_set(o, "error", json_object_get(data, "error"));
-            json_object_set_new(o, "attempts", json_integer(db_int(r, i, 6)));
+            /* The event's own count (the row's may have grown by a retry since). */
+            json_t *made = json_object_get(data, "attempts");
+            json_object_set_new(o, "attempts",
+                                json_integer(made ? json_integer_value(made) : db_int(r, i, 6)));
         }
         json_decref(data);
         json_array_append_new(out, o);
@@ -483,7 +486,7 @@ json_t *journal_open_counts(PGconn *c, Err *err)
         " count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
         " count(*) FILTER (WHERE status = 'running'),"
         " " MS(
-            "min(created_at) FILTER (WHERE status = 'pending'"
+            "min(coalesce(run_at, created_at)) FILTER (WHERE status = 'pending'"
             " AND (run_at IS NULL OR run_at <= now()))") ","
                                                          " extract(epoch from now() - "
                                                          "min(coalesce(run_at, created_at)) FILTER"

@@ -217,6 +217,7 @@ static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type,
         d->type = EV_DEAD;
         d->at = now;
         d->work_id = xstrdup(it->id);
+        d->attempt = it->attempt; /* attempts made, for the record */
         d->error = xstrdup(error);
     }
 }

@@ -466,7 +466,7 @@ int http_start(Server *s, Err *err)
         s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(s->cfg.connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)64 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        (size_t)32 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     if (!s->mhd)
         return err_set(err, 500, "listen-failed", "cannot listen on %s (in use, or not allowed?)",

@@ -202,27 +202,31 @@ static void *listener_main(void *arg)
             ssize_t rd = read(l->efd, &v, sizeof v);
             (void)rd;
         }
-        if (!PQconsumeInput(l->conn) || PQstatus(l->conn) != CONNECTION_OK) {
-            drop(l, PQerrorMessage(l->conn));
-            continue;
-        }
-        int64_t notified = -1;
-        bool leader_changed = false;
-        PGnotify *n;
-        while ((n = PQnotifies(l->conn))) {
-            if (!strcmp(n->relname, "workd_events")) {
-                int64_t seq = strtoll(n->extra, NULL, 10);
-                if (seq > notified)
-                    notified = seq;
-            } else {
-                leader_changed = true;
+        /* Notifications that arrive while a pump's queries run wait inside
+         * libpq, not on the socket: read them again until none is left. */
+        for (bool first = true;; first = false) {
+            if (!PQconsumeInput(l->conn) || PQstatus(l->conn) != CONNECTION_OK) {
+                drop(l, PQerrorMessage(l->conn));
+                break;
             }
-            PQfreemem(n);
+            int64_t notified = -1;
+            bool leader_changed = false;
+            PGnotify *n;
+            while ((n = PQnotifies(l->conn))) {
+                if (!strcmp(n->relname, "workd_events")) {
+                    int64_t seq = strtoll(n->extra, NULL, 10);
+                    if (seq > notified)
+                        notified = seq;
+                } else {
+                    leader_changed = true;
+                }
+                PQfreemem(n);
+            }
+            if (((leader_changed || (first && suspect)) && refresh_leader(l) != 0) || notified < 0)
+                break;
+            if (pump(l, notified) != 0)
+                break;
         }
-        if ((leader_changed || suspect) && refresh_leader(l) != 0)
-            continue;
-        if (notified >= 0)
-            pump(l, notified);
     }
     return NULL;
 }

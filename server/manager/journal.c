@@ -11,16 +11,17 @@
 #define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
 
 /* Fencing: every part of the statement writes only if this session holds the
- * leader lock (workd_holds_leader_lock(), an init plan evaluated once). The
+ * leader lock (workd_holds_leader_lock(), asked once, in the lk CTE). The
  * events, the new work rows and the changed ones go in one statement, which
  * is one transaction, with the NOTIFY that wakes the listeners. */
 static const char append_sql[] =
-    "WITH ev AS ("
+    "WITH lk AS (SELECT workd_holds_leader_lock() AS ok),"
+    " ev AS ("
     " INSERT INTO workd_events (seq, term, at, type, version, work_id, data)"
     " SELECT u.seq, $2::bigint, workd_ts(u.at), u.type, u.version, u.work_id, u.data::jsonb"
     " FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::int2[], $6::text[], $7::text[])"
     "      AS u(seq, at, type, version, work_id, data)"
-    " WHERE (SELECT workd_holds_leader_lock())"
+    " WHERE (SELECT ok FROM lk)"
     " RETURNING 1),"
     " nw AS ("
     " INSERT INTO workd_work (id, queue, priority, payload, status, attempts, max_attempts,"
@@ -36,7 +37,7 @@ static const char append_sql[] =
     "   AS n(id, queue, priority, payload, status, attempts, max_attempts, timeout_ms, run_at,"
     "   created_at, accepted_seq, started_at, finished_at, worker_id, deadline, result,"
     "   last_error, updated_seq)"
-    " WHERE (SELECT workd_holds_leader_lock())),"
+    " WHERE (SELECT ok FROM lk)),"
     " up AS ("
     " UPDATE workd_work w SET"
     "   status = CASE WHEN u.m & 1 <> 0 THEN u.status ELSE w.status END,"
@@ -57,7 +58,7 @@ static const char append_sql[] =
     "   $39::bigint[], $40::bigint[])"
     "   AS u(id, m, status, attempts, max_attempts, run_at, started_at, finished_at, worker_id,"
     "   deadline, result, last_error, accepted_seq, updated_seq)"
-    " WHERE w.id = u.id AND (SELECT workd_holds_leader_lock()))"
+    " WHERE w.id = u.id AND (SELECT ok FROM lk))"
     " SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $8)";
 
 /* One array parameter being built as a PostgreSQL array literal. */
@@ -109,6 +110,14 @@ static const char *col_end(Col *c)
 }
 
 enum { EV_COLS = 6, NEW_COLS = 18, UP_COLS = 14, ALL_COLS = EV_COLS + NEW_COLS + UP_COLS };
+
+int journal_prepare(PGconn *c, Err *err)
+{
+    PGresult *r = PQprepare(c, "workd_append", append_sql, 0, NULL);
+    int rc = db_check(c, r, "preparing the append statement", err);
+    PQclear(r);
+    return rc;
+}
 
 int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows, Err *err)
 {
@@ -177,7 +186,11 @@ int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, siz
     params[7] = last;
     for (int i = 0; i < NEW_COLS + UP_COLS; i++)
         params[8 + i] = col_end(&nw[i]);
-    PGresult *r = db_exec(c, append_sql, ALL_COLS + 2, params, "appending events", err);
+    PGresult *r = PQexecPrepared(c, "workd_append", ALL_COLS + 2, params, NULL, NULL, 0);
+    if (db_check(c, r, "appending events", err) != 0) {
+        PQclear(r);
+        r = NULL;
+    }
     for (int i = 0; i < ALL_COLS; i++)
         sbuf_free(&cols[i].b);
     if (!r)
@@ -255,9 +268,9 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     sbuf_puts(&arr, "}");
     const char *params[] = {arr.data};
     out->res = db_exec(c,
-                       "SELECT id, status, attempts, payload::text, queue, priority,"
-                       " timeout_ms, max_attempts, last_error FROM workd_work"
-                       " WHERE id = ANY($1::text[])",
+                       "SELECT w.id, w.status, w.attempts, w.payload::text, w.queue,"
+                       " w.priority, w.timeout_ms, w.max_attempts, w.last_error"
+                       " FROM unnest($1::text[]) AS k(id) JOIN workd_work w ON w.id = k.id",
                        1, params, "looking up work ids", err);
     sbuf_free(&arr);
     if (!out->res)

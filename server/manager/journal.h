@@ -15,6 +15,10 @@
 
 /* ---- writing (the leader, through the session holding the leader lock) ---- */
 
+/* Prepares the append statement on the leader's session (once per session,
+ * before the first journal_append). */
+int journal_prepare(PGconn *c, Err *err) WARN_UNUSED;
+
 /* Appends events (seq and term already set, in order) and writes the
  * projection rows they fold into (projection.h) in one statement, which is one
  * transaction, with a NOTIFY on channel workd_events carrying the last seq.

@@ -316,6 +316,12 @@ static void campaign(Manager *m)
         return;
 
     int64_t t0 = mono_ms();
+    if (journal_prepare(m->conn, &err) != 0) {
+        log_error("won the lock but cannot prepare statements: %s", err.msg);
+        PQfinish(m->conn); /* releases the lock */
+        m->conn = NULL;
+        return;
+    }
     m->ws = ws_new(&m->cfg.ws);
     int64_t last_term = 0;
     if (journal_recover(m->conn, m->ws, &m->last_seq, &last_term, &err) != 0) {
@@ -364,6 +370,13 @@ static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     bool seen = false;
     while ((int)json_array_size(jobs) < c->max &&
            ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
+        /* A waiting pull whose client has gone (a killed or stopping worker)
+         * must not be handed work: the jobs would wait for their deadline.
+         * Asked only when there is a job to hand, not every round. */
+        if (!seen && c->deadline && c->alive && !c->alive(c->ud)) {
+            eventlist_free(&tmp);
+            return -1;
+        }
         char *id = xstrdup(tmp.items[0].work_id);
         emit(m, &tmp, now);
         if (!seen) {
@@ -655,10 +668,8 @@ static void serve_waiters(Manager *m, int64_t now)
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
-        /* A pull whose client has gone (a killed or stopping worker) must not
-         * be handed work: the jobs would wait for their deadline. */
-        bool gone = c->alive && !c->alive(c->ud);
-        if (gone || fill_pull(m, c, now) > 0 || c->deadline <= now) {
+        int got = fill_pull(m, c, now); /* -1: its client has gone */
+        if (got != 0 || c->deadline <= now) {
             queue_done(m, c);
         } else {
             if (keep_tail)

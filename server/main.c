@@ -158,6 +158,14 @@ static int finish_config(ServerConfig *c, Err *err)
     return 0;
 }
 
+/* The manager's commits go straight to this node's results hub. */
+static void on_commit(const EventList *events, void *ud)
+{
+    Server *s = ud;
+    if (s->hub)
+        hub_publish_committed(s->hub, events);
+}
+
 static int serve(Server *s)
 {
     Err err = {0};
@@ -210,6 +218,11 @@ static int serve(Server *s)
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->conns_lock, NULL);
     int rc = 1;
+    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)))
+        goto out;
+    s->hub =
+        hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers, last_seq);
+    /* After the hub: the manager publishes its commits into it. */
     if (s->cfg.role_manager) {
         ManagerConfig mc = {
             .database_url = s->cfg.database_url,
@@ -222,14 +235,12 @@ static int serve(Server *s)
                    .backoff_base_ms = s->cfg.backoff_base_ms,
                    .backoff_max_ms = s->cfg.backoff_max_ms,
                    .worker_timeout_ms = s->cfg.worker_timeout_ms},
+            .on_commit = on_commit,
+            .on_commit_ud = s,
         };
         if (!(s->mgr = manager_start(&mc, &err)))
             goto out;
     }
-    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)))
-        goto out;
-    s->hub =
-        hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers, last_seq);
     if (!(s->proxy = proxy_start(s, &err)) || !(s->listener = listener_start(s, &err)))
         goto out;
     if (s->cfg.role_frontend && http_start(s, &err) != 0)

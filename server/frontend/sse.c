@@ -275,6 +275,22 @@ void hub_publish(Hub *h, json_t *ev)
     fire_all(fires, nf);
 }
 
+void hub_publish_committed(Hub *h, const EventList *events)
+{
+    if (!events->len)
+        return;
+    int64_t first = events->items[0].seq, last = events->items[events->len - 1].seq;
+    if (hub_scanned_upto(h) < first - 1)
+        return; /* a gap before this commit: the listener reads it all in order */
+    for (size_t i = 0; i < events->len; i++)
+        if (event_is_final(events->items[i].type)) {
+            json_t *ev = event_result_json(&events->items[i]);
+            hub_publish(h, ev);
+            json_decref(ev);
+        }
+    hub_scanned(h, last);
+}
+
 void hub_scanned(Hub *h, int64_t seq)
 {
     pthread_mutex_lock(&h->lock);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "dbpool.h"
+#include "event.h"
 #include "err.h"
 #include "metrics.h"
 
@@ -27,6 +28,9 @@ void hub_free(Hub *h);
 /* ---- feeding (the listener thread) ---- */
 /* ev: {seq, id, queue, status, ...} from journal_finished_after; borrowed. */
 void hub_publish(Hub *h, json_t *ev);
+/* The leader's own commits, straight from its manager: published at once when
+ * they continue what the hub has (else the listener brings them). */
+void hub_publish_committed(Hub *h, const EventList *events);
 /* Everything up to seq has been read (no finished event is missing below it). */
 void hub_scanned(Hub *h, int64_t seq);
 int64_t hub_scanned_upto(Hub *h);

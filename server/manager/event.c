@@ -198,6 +198,23 @@ fail:
     return -1;
 }
 
+json_t *event_result_json(const Event *e)
+{
+    char at[40];
+    time_format(e->at, at, sizeof at);
+    json_t *o =
+        json_pack("{s:I, s:s, s:s, s:s, s:s}", "seq", (json_int_t)e->seq, "id", e->work_id, "queue",
+                  e->queue ? e->queue : "", "status", event_type_name(e->type), "at", at);
+    if (e->type == EV_COMPLETED) {
+        json_object_set(o, "result", e->result ? e->result : json_null());
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+    } else if (e->type == EV_DEAD) {
+        json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+        json_object_set_new(o, "attempts", json_integer(e->attempt));
+    }
+    return o;
+}
+
 void event_clear(Event *e)
 {
     free(e->work_id);

@@ -72,6 +72,11 @@ json_t *event_data_encode(const Event *e);
 int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int version,
                  const char *work_id, json_t *data, Event *out, Err *err) WARN_UNUSED;
 
+/* A finished work's event as /results publishes it: {seq, id, queue, status,
+ * at, result and attempt | error and attempts} (a new reference). e->queue must
+ * be set (final events do not carry it in the table; callers fill it in). */
+json_t *event_result_json(const Event *e);
+
 /* ---- lifetime ---- */
 void event_clear(Event *e);
 /* Deep copy. */

@@ -406,8 +406,9 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
     const char *params[] = {a, l};
     PGresult *r = db_exec(
         c,
-        "SELECT e.seq, " MS(
-            "e.at") ", e.type, e.work_id, w.queue, e.data::text, w.attempts"
+        "SELECT e.seq, e.term, " MS(
+            "e.at") ", e.type, e.version, e.work_id,"
+                    " e.data::text, w.queue, w.attempts"
                     " FROM workd_events e JOIN workd_work w ON w.id = e.work_id"
                     " WHERE e.seq > $1::bigint AND e.type IN ('completed', 'dead', 'cancelled')"
                     " ORDER BY e.seq LIMIT $2::int",
@@ -416,26 +417,20 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
         return -1;
     int n = PQntuples(r);
     for (int i = 0; i < n; i++) {
-        json_t *data = json_col(r, i, 5);
-        json_t *o = json_object();
-        json_object_set_new(o, "seq", json_integer(db_int(r, i, 0)));
-        json_object_set_new(o, "id", json_string(db_str(r, i, 3)));
-        json_object_set_new(o, "queue", json_string(db_str(r, i, 4)));
-        json_object_set_new(o, "status", json_string(db_str(r, i, 2)));
-        set_time_field(o, "at", r, i, 1);
-        const char *type = db_str(r, i, 2);
-        if (!strcmp(type, "completed")) {
-            json_object_set(o, "result", json_object_get(data, "result"));
-            json_object_set(o, "attempt", json_object_get(data, "attempt"));
-        } else if (!strcmp(type, "dead")) {
-            json_object_set(o, "error", json_object_get(data, "error"));
-            /* The event's own count (the row's may have grown by a retry since). */
-            json_t *made = json_object_get(data, "attempts");
-            json_object_set_new(o, "attempts",
-                                json_integer(made ? json_integer_value(made) : db_int(r, i, 6)));
+        json_t *data = json_col(r, i, 6);
+        Event e;
+        if (event_decode(db_int(r, i, 0), db_int(r, i, 1), db_int(r, i, 2), db_str(r, i, 3),
+                         (int)db_int(r, i, 4), db_str(r, i, 5), data, &e, err) != 0) {
+            json_decref(data);
+            PQclear(r);
+            return -1;
         }
         json_decref(data);
-        json_array_append_new(out, o);
+        e.queue = xstrdup(db_str(r, i, 7));
+        if (e.type == EV_DEAD && !e.attempt) /* logs before schema 3 */
+            e.attempt = (int)db_int(r, i, 8);
+        json_array_append_new(out, event_result_json(&e));
+        event_clear(&e);
     }
     PQclear(r);
     return n;

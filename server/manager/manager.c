@@ -238,6 +238,10 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
         e->seq = ++m->last_seq;
         e->term = atomic_load(&m->term);
         e->at = now;
+        if (event_is_final(e->type) && !e->queue) {
+            const WorkItem *it = ws_get(m->ws, e->work_id);
+            e->queue = xstrdup(it ? it->queue : "");
+        }
         ws_apply(m->ws, e);
         if (e->work_id) {
             ProjRow *row = hmap_get(&m->proj, e->work_id);
@@ -277,6 +281,8 @@ static int commit_batch(Manager *m)
         return -1;
     }
     long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
+    if (m->cfg.on_commit)
+        m->cfg.on_commit(&m->batch, m->cfg.on_commit_ud);
     histogram_observe(&m->stats.commit_us, us);
     histogram_observe(&m->stats.commit_events, (int64_t)m->batch.len);
     for (size_t i = 0; i < m->batch.len; i++) {

@@ -22,6 +22,11 @@ typedef struct ManagerConfig {
     int64_t heartbeat_interval_ms; /* announced to workers */
     int64_t pull_wait_max_ms;      /* cap on a pull's long-poll */
     WsConfig ws;
+    /* Called on the manager thread after each commit with its events, in seq
+     * order (final events carry their queue): the front-end publishes results
+     * without waiting for its listener's round trip. May be NULL. */
+    void (*on_commit)(const EventList *events, void *ud);
+    void *on_commit_ud;
 } ManagerConfig;
 
 typedef enum {

@@ -33,22 +33,11 @@ static void usage(FILE *out)
 
 int bench_options(const char *synopsis, const OptSpec *specs, size_t n, int argc, char **argv)
 {
-    Err err = {0};
-    int rest;
-    bool help;
-    if (config_parse(specs, n, argc, argv, 1, &rest, &help, &err) != 0) {
-        fprintf(stderr, "workd-bench %s: %s\n", argv[0], err.msg);
-        return -1;
-    }
-    if (help) {
-        config_usage(stdout, synopsis, specs, n);
-        return 1;
-    }
-    if (rest < argc) {
-        fprintf(stderr, "workd-bench %s: unexpected argument '%s' (see --help)\n", argv[0],
-                argv[rest]);
-        return -1;
-    }
+    char prog[64];
+    snprintf(prog, sizeof prog, "workd-bench %s", argv[0]);
+    int cli = config_cli(specs, n, argc, argv, 1, prog, synopsis);
+    if (cli != 0)
+        return cli;
     return 0;
 }
 

@@ -129,6 +129,31 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
     return 0;
 }
 
+int config_cli(const OptSpec *specs, size_t n, int argc, char **argv, int first, const char *prog,
+               const char *synopsis)
+{
+    for (int i = first; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            config_usage(stdout, synopsis, specs, n);
+            return 1;
+        }
+    }
+    Err err = {0};
+    int rest;
+    bool help;
+    if (config_parse(specs, n, argc, argv, first, &rest, &help, &err) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err.msg);
+        return -1;
+    }
+    if (rest < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, argv[rest]);
+        return -1;
+    }
+    return 0;
+}
+
 void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t n)
 {
     fprintf(out, "%s\n\nOptions (each also read from the environment variable shown):\n", synopsis);

@@ -243,18 +243,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", synopsis);
         return 2;
     }
-    Err err = {0};
-    int rest;
-    bool help;
-    if (config_parse(options, NOPT, argc, argv, 2, &rest, &help, &err) != 0 || rest < argc) {
-        fprintf(stderr, "workd-demo: %s\n", err.msg[0] ? err.msg : "unexpected argument");
+    int cli = config_cli(options, NOPT, argc, argv, 2, "workd-demo", synopsis);
+    if (cli != 0) {
         config_free(options, NOPT);
-        return 2;
-    }
-    if (help) {
-        config_usage(stdout, synopsis, options, NOPT);
-        config_free(options, NOPT);
-        return 0;
+        return cli > 0 ? 0 : 2;
     }
     LogLevel lvl = LOG_INFO;
     if (log_level_parse(cfg.log_level, &lvl) != 0) {

@@ -289,24 +289,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "workd-server: unknown command '%s'\n\n%s\n", cmd, synopsis);
         return 2;
     }
+    int cli = config_cli(options, NOPT, argc, argv, first, "workd-server", synopsis);
+    if (cli != 0) {
+        config_free(options, NOPT);
+        return cli > 0 ? 0 : 2;
+    }
     Err err = {0};
-    int rest;
-    bool help;
-    if (config_parse(options, NOPT, argc, argv, first, &rest, &help, &err) != 0) {
-        fprintf(stderr, "workd-server: %s\n", err.msg);
-        config_free(options, NOPT);
-        return 2;
-    }
-    if (help) {
-        config_usage(stdout, synopsis, options, NOPT);
-        config_free(options, NOPT);
-        return 0;
-    }
-    if (rest < argc) {
-        fprintf(stderr, "workd-server: unexpected argument '%s' (see --help)\n", argv[rest]);
-        config_free(options, NOPT);
-        return 2;
-    }
     if (finish_config(&C, &err) != 0) {
         fprintf(stderr, "workd-server: %s\n", err.msg);
         config_free(options, NOPT);

@@ -160,8 +160,8 @@ int main(int argc, char **argv)
     };
     const size_t nspecs = sizeof specs / sizeof specs[0];
 
-    int status = 2, rest = argc, sfd = -1;
-    bool help = false, json = false;
+    int status = 2, sfd = -1;
+    bool json = false;
     char **queues = NULL;
     char id[ID_MAX + 1];
     LogLevel level = LOG_INFO;
@@ -170,16 +170,10 @@ int main(int argc, char **argv)
     Err err;
     err_clear(&err);
 
-    if (config_parse(specs, nspecs, argc, argv, 1, &rest, &help, &err) != 0)
-        goto bad_config;
-    if (help) {
-        config_usage(stdout, SYNOPSIS, specs, nspecs);
-        status = 0;
+    int cli = config_cli(specs, nspecs, argc, argv, 1, "workd-worker", SYNOPSIS);
+    if (cli != 0) {
+        status = cli > 0 ? 0 : 2;
         goto out;
-    }
-    if (rest < argc) {
-        err_set(&err, 400, "bad-config", "unexpected argument '%s' (see --help)", argv[rest]);
-        goto bad_config;
     }
     if (check(&o, &cfg, &queues, id, sizeof id, &level, &json, &err) != 0)
         goto bad_config;

@@ -181,6 +181,7 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
         char gen[37];
         id_generate(gen);
         it->id = xstrdup(gen);
+        it->generated = true;
     }
 
     json_t *q = json_object_get(o, "queue");

@@ -632,8 +632,9 @@ static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
         json_t *rep;
         size_t i;
         if (c->type == MC_SUBMIT) {
+            /* A UUID this node just generated cannot exist yet (2^-122). */
             for (i = 0; i < c->n_items; i++)
-                if (!ws_get(m->ws, c->items[i].id)) {
+                if (!c->items[i].generated && !ws_get(m->ws, c->items[i].id)) {
                     if (n == cap)
                         ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
                     ids[n++] = c->items[i].id;

@@ -87,6 +87,7 @@ typedef struct SubmitItem {
     int64_t run_at; /* 0: now */
     int64_t timeout_ms;
     int max_attempts;
+    bool generated; /* the id is a fresh UUID of this server's: no need to look it up */
 } SubmitItem;
 
 typedef struct SubmitResult {

@@ -621,47 +621,53 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 }
 
 /* Ids the commands name that are not open: the database tells what they are. */
+/* Collects ids that are not open (the database must say what they are). */
+typedef struct IdList {
+    char **ids;
+    size_t n, cap;
+} IdList;
+
+static void want_known(Manager *m, IdList *l, const char *id)
+{
+    if (!id || ws_get(m->ws, id))
+        return;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->ids = xrealloc(l->ids, l->cap * sizeof *l->ids);
+    }
+    l->ids[l->n++] = (char *)id;
+}
+
 static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
 {
-    size_t n = 0, cap = 16;
-    char **ids = xcalloc(cap, sizeof *ids);
+    IdList l = {0};
     for (MgrCmd *c = list; c; c = c->next) {
-        const char *one[1];
-        size_t k = 0;
-        const char **names = one;
-        json_t *rep;
         size_t i;
-        if (c->type == MC_SUBMIT) {
+        json_t *rep;
+        switch (c->type) {
+        case MC_SUBMIT:
             /* A UUID this node just generated cannot exist yet (2^-122). */
             for (i = 0; i < c->n_items; i++)
-                if (!c->items[i].generated && !ws_get(m->ws, c->items[i].id)) {
-                    if (n == cap)
-                        ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
-                    ids[n++] = c->items[i].id;
-                }
-        } else if (c->type == MC_CANCEL || c->type == MC_RETRY) {
-            one[k++] = c->work_id;
-        } else if (c->type == MC_REPORTS) {
+                if (!c->items[i].generated)
+                    want_known(m, &l, c->items[i].id);
+            break;
+        case MC_CANCEL:
+        case MC_RETRY:
+            want_known(m, &l, c->work_id);
+            break;
+        case MC_REPORTS:
             json_array_foreach(c->reports, i, rep)
             {
-                const char *id = json_string_value(json_object_get(rep, "id"));
-                if (!ws_get(m->ws, id)) {
-                    if (n == cap)
-                        ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
-                    ids[n++] = (char *)id;
-                }
+                want_known(m, &l, json_string_value(json_object_get(rep, "id")));
             }
+            break;
+        default:
+            break;
         }
-        for (i = 0; i < k; i++)
-            if (!ws_get(m->ws, names[i])) {
-                if (n == cap)
-                    ids = xrealloc(ids, (cap *= 2) * sizeof *ids);
-                ids[n++] = (char *)names[i];
-            }
     }
     Err err = {0};
-    int rc = journal_known(m->conn, ids, n, known, &err);
-    free(ids);
+    int rc = journal_known(m->conn, l.ids, l.n, known, &err);
+    free(l.ids);
     if (rc != 0)
         step_down(m, err.msg);
     return rc;

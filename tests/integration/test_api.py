@@ -147,6 +147,13 @@ def test_failures_retry_then_dead(cluster):
     res = report(s.url, "w1", [{"id": work_id, "attempt": 1, "outcome": "failed",
                                 "error": "boom", "retry": True}])[0]
     assert res["accepted"] and res["status"] == "scheduled", res
+    # The same failure reported again (its answer was lost) is acknowledged
+    # and records nothing more.
+    again = report(s.url, "w1", [{"id": work_id, "attempt": 1, "outcome": "failed",
+                                  "error": "boom", "retry": True}])[0]
+    assert again["accepted"] is True, f"a repeated failure report must be acknowledged: {again}"
+    failed = [e for e in events_of(cluster, ["failed"]) if e["work_id"] == work_id]
+    assert len(failed) == 1, f"a repeated report recorded a second failure: {failed}"
     w = get_work(s.url, work_id)
     assert w["last_error"] == "boom" and w["status"] in ("scheduled", "pending"), w
     # The stale attempt can no longer report.

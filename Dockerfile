@@ -1,4 +1,7 @@
-# workd images: one multi-stage build for workd-server, workd-worker and workd-demo.
+# workd images: one multi-stage build for workd-server, workd-worker and
+# workd-demo. The build stage has the compilers; the runtime stage has only the
+# shared libraries the binaries link, curl for healthchecks and the entrypoint.
+#   docker build -t workd:latest .      (docker-compose.yml builds it too)
 FROM debian:12 AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake pkg-config \
@@ -12,9 +15,11 @@ COPY server server
 COPY worker worker
 COPY demo demo
 COPY migrations migrations
-COPY tests/CMakeLists.txt tests/CMakeLists.txt
-RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
- && cmake --build build -j"$(nproc)" --target workd-server workd-worker workd-demo
+COPY dashboard dashboard
+# WORKD_TESTS=OFF: the test suite (cmocka, python3) is not part of an image.
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWORKD_TESTS=OFF >/dev/null \
+ && cmake --build build -j"$(nproc)" --target workd-server workd-worker workd-demo \
+ && strip --strip-debug build/bin/workd-server build/bin/workd-worker build/bin/workd-demo
 
 FROM debian:12-slim
 RUN apt-get update \
@@ -23,6 +28,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/workd-server /src/build/bin/workd-worker \
      /src/build/bin/workd-demo /usr/local/bin/
+COPY deploy/docker-entrypoint.sh /usr/local/bin/workd-entrypoint
 USER nobody
 EXPOSE 8080
+ENTRYPOINT ["workd-entrypoint"]
 CMD ["workd-server", "--listen", "0.0.0.0:8080"]

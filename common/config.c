@@ -20,7 +20,8 @@ static void env_name(const char *name, char *out, size_t outlen)
 static int set_value(const OptSpec *o, const char *val, const char *source, Err *err)
 {
     switch (o->type) {
-    case OPT_STRING: {
+    case OPT_STRING:
+    case OPT_LIST: {
         char **t = o->target;
         free(*t);
         *t = xstrdup(val);
@@ -74,22 +75,37 @@ static const OptSpec *find(const OptSpec *specs, size_t n, const char *name, siz
     return NULL;
 }
 
+/* Adds val to the list in o's target: "old,val". */
+static void list_append(const OptSpec *o, const char *val)
+{
+    char **t = o->target;
+    SBuf s;
+    sbuf_init(&s);
+    sbuf_printf(&s, "%s,%s", *t, val);
+    free(*t);
+    *t = sbuf_steal(&s);
+}
+
 int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int first, int *rest,
                  bool *help_wanted, Err *err)
 {
     *help_wanted = false;
+    /* The OPT_LIST options already given on the command line: their next
+     * occurrence appends instead of replacing. */
+    bool *given = xcalloc(n ? n : 1, sizeof *given);
+    int rc = -1;
     /* Defaults, then environment. */
     for (size_t i = 0; i < n; i++) {
         const OptSpec *o = &specs[i];
         char src[96];
         snprintf(src, sizeof src, "default of --%s", o->name);
         if (o->def && set_value(o, o->def, src, err) != 0)
-            return -1;
+            goto out;
         char env[80];
         env_name(o->name, env, sizeof env);
         const char *v = getenv(env);
         if (v && set_value(o, v, env, err) != 0)
-            return -1;
+            goto out;
     }
     int i = first;
     for (; i < argc; i++) {
@@ -108,8 +124,10 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const OptSpec *o = find(specs, n, name, len);
-        if (!o)
-            return err_set(err, 400, "bad-config", "unknown option '%s' (see --help)", a);
+        if (!o) {
+            err_set(err, 400, "bad-config", "unknown option '%s' (see --help)", a);
+            goto out;
+        }
         char src[96];
         snprintf(src, sizeof src, "--%s", o->name);
         const char *val;
@@ -118,15 +136,24 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         } else if (o->type == OPT_BOOL) {
             val = "true";
         } else {
-            if (i + 1 >= argc)
-                return err_set(err, 400, "bad-config", "%s needs a value", src);
+            if (i + 1 >= argc) {
+                err_set(err, 400, "bad-config", "%s needs a value", src);
+                goto out;
+            }
             val = argv[++i];
         }
-        if (set_value(o, val, src, err) != 0)
-            return -1;
+        size_t k = (size_t)(o - specs);
+        if (o->type == OPT_LIST && given[k])
+            list_append(o, val);
+        else if (set_value(o, val, src, err) != 0)
+            goto out;
+        given[k] = true;
     }
     *rest = i;
-    return 0;
+    rc = 0;
+out:
+    free(given);
+    return rc;
 }
 
 int config_cli(const OptSpec *specs, size_t n, int argc, char **argv, int first, const char *prog,
@@ -164,6 +191,7 @@ void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t 
         const char *arg = o->type == OPT_BOOL       ? ""
                           : o->type == OPT_INT      ? " N"
                           : o->type == OPT_DURATION ? " DURATION"
+                          : o->type == OPT_LIST     ? " VALUE[,VALUE...]"
                                                     : " VALUE";
         fprintf(out, "  --%s%s\n      %s\n      env %s", o->name, arg, o->help, env);
         if (o->def && *o->def)
@@ -176,7 +204,7 @@ void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t 
 void config_free(const OptSpec *specs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (specs[i].type == OPT_STRING) {
+        if (specs[i].type == OPT_STRING || specs[i].type == OPT_LIST) {
             char **t = specs[i].target;
             free(*t);
             *t = NULL;

@@ -16,6 +16,9 @@ typedef enum {
     OPT_INT,      /* int64_t *, bounded by [min, max] */
     OPT_DURATION, /* int64_t * milliseconds: "2s", "250ms", "1.5" (seconds); bounded in ms */
     OPT_BOOL,     /* bool *: a flag without a value; env accepts 1/0/true/false/yes/no */
+    OPT_LIST,     /* char ** as OPT_STRING, a comma-separated list: a flag given several
+                     times adds to it ("--server A --server B" is "A,B"); the first one on
+                     the command line replaces the environment's or the default's value */
 } OptType;
 
 typedef struct OptSpec {

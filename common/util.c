@@ -103,7 +103,8 @@ bool id_valid(const char *s)
         if (n >= ID_MAX)
             return false;
     }
-    return n > 0;
+    /* "." and ".." are path segments that URL handling resolves away. */
+    return n > 0 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
 double rand_unit(void)
@@ -287,6 +288,8 @@ int duration_parse(const char *s, int64_t *ms_out)
         scale = 60000;
     else if (strcmp(end, "h") == 0)
         scale = 3600000;
+    else if (strcmp(end, "d") == 0)
+        scale = 86400000;
     else
         return -1;
     double ms = v * scale;

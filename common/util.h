@@ -24,7 +24,8 @@ void sleep_ms(int64_t ms);
 #define ID_MAX 128
 /* Writes a random UUIDv4 (36 chars + NUL) to out. */
 void id_generate(char out[37]);
-/* True if s is a valid work or worker id: 1..128 chars of [A-Za-z0-9._:@-]. */
+/* True if s is a valid work or worker id: 1..128 chars of [A-Za-z0-9._:@-],
+ * not "." or ".." (which a URL's path resolves away). */
 bool id_valid(const char *s);
 
 /* Uniform random double in [0, 1), thread-safe, for jitter. */
@@ -51,7 +52,7 @@ void time_format(int64_t ms, char *out, size_t outlen);
 int time_parse(const char *s, int64_t *ms_out, Err *err) WARN_UNUSED;
 
 /* Parses a duration: a plain number is seconds ("1.5"), or a number with a unit
- * "ms", "s", "m", "h" ("250ms", "2s"). */
+ * "ms", "s", "m", "h", "d" ("250ms", "2s", "7d"). */
 int duration_parse(const char *s, int64_t *ms_out) WARN_UNUSED;
 
 #endif

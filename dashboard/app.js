@@ -80,14 +80,20 @@ function fmtClock(t) {
   return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/** The browser's offset from UTC at that time, as "+01:00" (summer time included). */
+function fmtZone(d) {
+  const off = -d.getTimezoneOffset();
+  return `${off < 0 ? '-' : '+'}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
+}
+
+/** A full time stamp in the browser's zone, never ambiguous:
+ *  "2026-11-23 08:35:57.482 +01:00" (the zone's name is in the page header). */
 function fmtDateTime(t) {
   const ms = toMs(t);
   if (ms === null) return '—';
   const d = new Date(ms);
-  const today = new Date();
   const clock = `${fmtClock(ms)}.${pad(d.getMilliseconds(), 3)}`;
-  if (d.toDateString() === today.toDateString()) return clock;
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}`;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock} ${fmtZone(d)}`;
 }
 
 function fmtDuration(ms) {
@@ -284,7 +290,8 @@ async function loadCluster() {
       h('dt', {}, 'Leader'), h('dd', {class: 'mono', id: 'cluster-leader'}, c.leader || 'none'),
       h('dt', {}, 'Term'), h('dd', {id: 'cluster-term'}, c.term),
       h('dt', {}, 'Workers'), h('dd', {}, `${workers.length} (${busy} of ${slots} slots busy)`),
-      h('dt', {}, 'Open work'), h('dd', {}, c.open_total)),
+      h('dt', {}, 'Open work'), h('dd', {}, c.open_total),
+      ...storageRows(c.storage)),
     h('h3', {}, `Front-end nodes (${nodes.length})`),
     h('div', {class: 'scroll'}, h('table', {id: 'nodes'},
       h('thead', {}, h('tr', {}, h('th', {}, 'Node'), h('th', {}, 'URL'), h('th', {}, 'Roles'),
@@ -299,6 +306,30 @@ async function loadCluster() {
           h('tbody', {}, workerRows)))
       : h('p', {class: 'muted', id: 'workers'},
           'No worker is registered. Start one: workd-worker --server URL --demo'));
+}
+
+/** Bytes as B, kB, MB, GB (powers of 1024). */
+function fmtBytes(n) {
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+
+/** The history kept and its retention, from /cluster's storage. */
+function storageRows(st) {
+  if (!st) return [];
+  const days = st.retain_s >= 86400 ? `${+(st.retain_s / 86400).toFixed(1)} d` : `${st.retain_s} s`;
+  return [
+    h('dt', {}, 'History'),
+    h('dd', {id: 'cluster-storage'},
+      `${fmtBytes(st.events_bytes + st.done_bytes)} in ${st.parts} parts, open work ${fmtBytes(st.open_bytes)}`),
+    h('dt', {}, 'Retention'),
+    h('dd', {id: 'cluster-retention'}, `keeps ${days}; oldest part `,
+      st.oldest_part_at ? agoEl(st.oldest_part_at) : 'none', '; last run ',
+      st.retention_last_run_at ? agoEl(st.retention_last_run_at) : 'not yet',
+      `; ${st.parts_dropped} dropped`),
+  ];
 }
 
 // ------------------------------------------------------------------- queues
@@ -891,7 +922,14 @@ async function showNode() {
   }
 }
 
+/** Says in the header which zone the page's times are in. */
+function showZone() {
+  const name = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local time';
+  $('zone').textContent = `times: ${name} (UTC${fmtZone(new Date())})`;
+}
+
 function main() {
+  showZone();
   auth.init();
   overview.init();
   workList.init();

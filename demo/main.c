@@ -1,7 +1,9 @@
 /* workd-demo: the sample's producer and consumer, as plain clients of the
  * public API. `produce` submits a number at random intervals and resubmits the
  * same id with backoff until it is accepted; `consume` follows /results and
- * resumes with Last-Event-ID after a disconnect. */
+ * resumes with Last-Event-ID after a disconnect. Both know a list of servers and
+ * move to the next when one cannot be reached; both stop with an error when the
+ * server refuses their token, which no retry can mend. */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include "config.h"
 #include "httpc.h"
 #include "log.h"
+#include "servers.h"
 #include "util.h"
 
 static atomic_bool stopping;
@@ -38,10 +41,13 @@ static struct {
     char *server, *token, *log_level, *log_format;
     int64_t interval_ms, count;
 } cfg;
+static Servers *servers; /* from cfg.server */
 
 static const OptSpec options[] = {
-    {"server", OPT_STRING, &cfg.server, "http://127.0.0.1:8080",
-     "workd server or load balancer URL", 0, 0},
+    {"server", OPT_LIST, &cfg.server, "http://127.0.0.1:8080",
+     "workd server or load balancer URL; several (repeated or comma-separated) are tried in "
+     "turn when one cannot be reached",
+     0, 0},
     {"token", OPT_STRING, &cfg.token, "", "bearer token to send, if the server wants one", 0, 0},
     {"interval", OPT_DURATION, &cfg.interval_ms, "1s", "produce: mean time between submissions", 0,
      3600000},
@@ -57,6 +63,25 @@ static const char synopsis[] =
     "  produce  submit a number at random intervals (the sample's FrontEnd)\n"
     "  consume  print every result from GET /results, resuming after disconnects";
 
+/* The server at pos gave no answer: the next request goes to the next one. */
+static void unreachable(size_t pos)
+{
+    char next[SERVERS_URL_MAX];
+    if (servers_unreachable(servers, pos, next, sizeof next))
+        log_info("trying server %s", next);
+}
+
+/* A refusal no retry can mend: a missing or wrong token (401), or one without
+ * the client scope (403). Says so; the caller then exits with an error. */
+static bool refused_for_good(long status)
+{
+    if (status != 401 && status != 403)
+        return false;
+    log_error("HTTP %ld: the token (--token or WORKD_TOKEN) %s; stopping", status,
+              status == 403 ? "lacks the client scope" : "is missing or wrong");
+    return true;
+}
+
 /* ---- produce ---- */
 
 static int produce(void)
@@ -66,9 +91,8 @@ static int produce(void)
     id_generate(boot);
     boot[8] = '\0';
     long long accepted = 0;
-    char url[600];
-    snprintf(url, sizeof url, "%s/work", cfg.server);
-    for (long long i = 1; !atomic_load(&stopping); i++) {
+    int rc = 0;
+    for (long long i = 1; !atomic_load(&stopping) && rc == 0; i++) {
         int n = 1 + (int)(rand_unit() * 20);
         char id[64];
         snprintf(id, sizeof id, "demo-%s-%lld", boot, i);
@@ -79,12 +103,21 @@ static int produce(void)
         while (!atomic_load(&stopping)) {
             HttpResp r;
             Err err = {0};
+            char url[SERVERS_URL_MAX];
+            size_t pos = servers_url(servers, "/work", url, sizeof url);
             if (httpc_request(c, "POST", url, body, 15000, &r, &err) == 0 && r.status == 202) {
                 log_info("accepted work %s", id);
                 httpc_resp_free(&r);
                 accepted++;
                 break;
             }
+            if (refused_for_good(r.status)) {
+                httpc_resp_free(&r);
+                rc = 1;
+                break;
+            }
+            if (r.status == 0)
+                unreachable(pos);
             int64_t wait = r.retry_after_ms > 0 ? r.retry_after_ms : backoff;
             if (r.status)
                 log_warn("work %s not accepted (HTTP %ld), resubmitting in %lld ms", id, r.status,
@@ -96,12 +129,12 @@ static int produce(void)
             nap(wait);
             backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
         }
-        if (cfg.count && accepted >= cfg.count)
+        if (rc != 0 || (cfg.count && accepted >= cfg.count))
             break;
         nap((int64_t)((0.5 + rand_unit()) * (double)cfg.interval_ms));
     }
     httpc_free(c);
-    return 0;
+    return rc;
 }
 
 /* ---- consume ---- */
@@ -122,7 +155,8 @@ static void on_event(Stream *s)
         return;
     }
     json_t *ev = json_loads(s->data.data, 0, NULL);
-    if (ev) {
+    /* Results carry a status; the stream's first "ready" event does not. */
+    if (ev && json_object_get(ev, "status")) {
         const char *status = json_string_value(json_object_get(ev, "status"));
         const char *id = json_string_value(json_object_get(ev, "id"));
         json_t *result = json_object_get(ev, "result");
@@ -135,8 +169,8 @@ static void on_event(Stream *s)
                          ? json_string_value(json_object_get(ev, "error"))
                          : "");
         free(txt);
-        json_decref(ev);
     }
+    json_decref(ev);
     sbuf_reset(&s->data);
     s->id[0] = '\0';
 }
@@ -180,11 +214,12 @@ static int consume(void)
     sbuf_init(&s.line);
     sbuf_init(&s.data);
     CURL *h = curl_easy_init();
-    char url[600];
-    snprintf(url, sizeof url, "%s/results", cfg.server);
     bool was_connected = true;
     int64_t backoff = 200;
+    int exit_status = 0;
     while (!atomic_load(&stopping)) {
+        char url[SERVERS_URL_MAX];
+        size_t pos = servers_url(servers, "/results", url, sizeof url);
         struct curl_slist *hdrs = NULL;
         char hdr[128];
         if (s.last[0]) {
@@ -218,8 +253,14 @@ static int consume(void)
         sbuf_reset(&s.data);
         if (atomic_load(&stopping))
             break;
+        if (refused_for_good(status)) {
+            exit_status = 1;
+            break;
+        }
         if (status == 200)
             backoff = 200;
+        else if (status == 0)
+            unreachable(pos);
         if (was_connected)
             log_warn("results stream ended (%s), reconnecting",
                      rc == CURLE_OK ? "closed by the server" : curl_easy_strerror(rc));
@@ -230,7 +271,7 @@ static int consume(void)
     curl_easy_cleanup(h);
     sbuf_free(&s.line);
     sbuf_free(&s.data);
-    return 0;
+    return exit_status;
 }
 
 int main(int argc, char **argv)
@@ -255,9 +296,13 @@ int main(int argc, char **argv)
         config_free(options, NOPT);
         return 2;
     }
-    size_t n = strlen(cfg.server);
-    if (n && cfg.server[n - 1] == '/')
-        cfg.server[n - 1] = '\0';
+    Err err = {0};
+    servers = servers_new(cfg.server, "--server", &err);
+    if (!servers) {
+        fprintf(stderr, "workd-demo: %s\n", err.msg);
+        config_free(options, NOPT);
+        return 2;
+    }
     log_setup(argv[1][0] == 'p' ? "producer" : "consumer", "demo", lvl,
               !strcmp(cfg.log_format, "json"));
     struct sigaction sa = {.sa_handler = on_signal};
@@ -267,6 +312,7 @@ int main(int argc, char **argv)
     httpc_global_init();
     int rc = argv[1][0] == 'p' ? produce() : consume();
     httpc_global_cleanup();
+    servers_free(servers);
     config_free(options, NOPT);
     return rc;
 }

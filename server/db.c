@@ -1,45 +1,109 @@
 /* db: see db.h. */
 #include "db.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
 
+/* Settings workd gives every connection unless its URL sets them itself. */
+static const struct {
+    const char *key, *val;
+} DB_CONNECT_DEFAULTS[] = {
+    /* Every session writes (the leader) or must read what the leader committed
+     * (front-ends): with several hosts libpq skips standbys and reconnects find
+     * the new primary after a failover. No read goes to a replica. */
+    {"target_session_attrs", "read-write"},
+    /* A server that vanished without closing the session (power loss, a
+     * partition): an idle session ends after 5 + 2 * 3 = 11 s of silence, one
+     * with unacknowledged data after 10 s, a connection attempt after 5 s per
+     * host. */
+    {"keepalives", "1"},
+    {"keepalives_idle", "5"},
+    {"keepalives_interval", "2"},
+    {"keepalives_count", "3"},
+    {"tcp_user_timeout", "10000"},
+    {"connect_timeout", "5"},
+};
+#define N_DEFAULTS (sizeof DB_CONNECT_DEFAULTS / sizeof DB_CONNECT_DEFAULTS[0])
+
+/* Added after the URL's own options (so these win):
+ * - every statement of workd looks rows up by key among few: the planner,
+ *   misled by young tables and unnest()'s row estimate, picked hash joins that
+ *   read all of workd_work per commit (5x the CPU);
+ * - search_path: workd's tables live in public. The default path starts with
+ *   "$user", so under a role named workd the schema workd (migration 5) would
+ *   take new tables and hide the existing ones (test_db_role.py). */
+#define DB_SESSION_OPTIONS "-c enable_hashjoin=off -c enable_mergejoin=off -c search_path=public"
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+        s[--n] = '\0';
+}
+
 PGconn *db_connect(const char *url, const char *app, Err *err)
 {
-    char appname[64];
+    char *perr = NULL;
+    PQconninfoOption *given = PQconninfoParse(url, &perr);
+    if (!given) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", perr ? perr : "out of memory");
+        trim(msg);
+        PQfreemem(perr);
+        err_set(err, 400, "bad-config", "the database URL cannot be read: %s", msg);
+        return NULL;
+    }
+    char appname[64], options[512];
     snprintf(appname, sizeof appname, "workd-%s", app);
-    /* Every statement of workd looks rows up by key among few: the planner,
-     * misled by young tables and unnest()'s row estimate, picked hash joins
-     * that read all of workd_work per commit (5x the CPU). */
-    const char *keys[] = {"dbname",
-                          "application_name",
-                          "keepalives",
-                          "keepalives_idle",
-                          "keepalives_interval",
-                          "keepalives_count",
-                          "tcp_user_timeout",
-                          "connect_timeout",
-                          "options",
-                          NULL};
-    const char *vals[] = {url,     appname, "1",
-                          "5",     "2",     "3",
-                          "10000", "5",     "-c enable_hashjoin=off -c enable_mergejoin=off",
-                          NULL};
+    snprintf(options, sizeof options, "%s", DB_SESSION_OPTIONS);
+    const char *keys[N_DEFAULTS + 4], *vals[N_DEFAULTS + 4];
+    size_t n = 0;
+    keys[n] = "dbname"; /* expanded: the URL's own settings, overridden by what follows */
+    vals[n++] = url;
+    keys[n] = "application_name";
+    vals[n++] = appname;
+    for (size_t i = 0; i < N_DEFAULTS; i++) {
+        bool set = false;
+        for (const PQconninfoOption *o = given; o->keyword; o++)
+            if (!strcmp(o->keyword, DB_CONNECT_DEFAULTS[i].key) && o->val && o->val[0])
+                set = true;
+        if (!set) {
+            keys[n] = DB_CONNECT_DEFAULTS[i].key;
+            vals[n++] = DB_CONNECT_DEFAULTS[i].val;
+        }
+    }
+    for (const PQconninfoOption *o = given; o->keyword; o++)
+        if (!strcmp(o->keyword, "options") && o->val && o->val[0])
+            snprintf(options, sizeof options, "%s %s", o->val, DB_SESSION_OPTIONS);
+    keys[n] = "options";
+    vals[n++] = options;
+    keys[n] = vals[n] = NULL;
+    PQconninfoFree(given);
+
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c || PQstatus(c) != CONNECTION_OK) {
-        const char *msg = c ? PQerrorMessage(c) : "out of memory";
         char clean[400];
-        snprintf(clean, sizeof clean, "%s", msg);
-        size_t n = strlen(clean);
-        while (n && (clean[n - 1] == '\n' || clean[n - 1] == ' '))
-            clean[--n] = '\0';
+        snprintf(clean, sizeof clean, "%s", c ? PQerrorMessage(c) : "out of memory");
+        trim(clean);
         err_set(err, 503, "database-unavailable", "cannot connect to PostgreSQL: %s", clean);
         PQfinish(c);
         return NULL;
     }
     return c;
+}
+
+bool db_alive(PGconn *c)
+{
+    if (!c || PQstatus(c) != CONNECTION_OK)
+        return false;
+    /* An idle session that does not LISTEN has nothing to read: anything
+     * readable is the server ending it (a message, then EOF), or a report that
+     * it changed under us (e.g. it became read-only). Either way: reconnect. */
+    struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+    return pfd.fd >= 0 && poll(&pfd, 1, 0) == 0;
 }
 
 int db_check(PGconn *c, PGresult *res, const char *what, Err *err)
@@ -49,9 +113,7 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err)
         return 0;
     char msg[400];
     snprintf(msg, sizeof msg, "%s", res ? PQresultErrorMessage(res) : PQerrorMessage(c));
-    size_t n = strlen(msg);
-    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
-        msg[--n] = '\0';
+    trim(msg);
     bool gone = PQstatus(c) != CONNECTION_OK;
     err_set(err, gone ? 503 : 500, gone ? "database-unavailable" : "database-error", "%s: %s", what,
             msg);

@@ -1,11 +1,15 @@
 /* db: PostgreSQL connections for the server, and small helpers around libpq
  * results. Every connection is direct (never through a transaction pooler:
- * advisory locks and LISTEN need a session) and uses TCP keepalives and
- * tcp_user_timeout so that a half-open session is noticed within seconds. */
+ * advisory locks and LISTEN need a session), goes to a server that accepts
+ * writes (target_session_attrs=read-write: with a multi-host URL libpq skips
+ * standbys, so after a failover every reconnect finds the new primary) and uses
+ * TCP keepalives and tcp_user_timeout so that a half-open session is noticed
+ * within seconds. All of that connection policy lives in db_connect. */
 #ifndef WORKD_DB_H
 #define WORKD_DB_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -15,9 +19,17 @@
 #define DB_LOCK_LEADER 1
 #define DB_LOCK_MIGRATE 2
 
-/* Opens a connection; app is the application_name suffix ("manager", "listener"...).
- * Returns NULL and sets err on failure. */
+/* Opens a connection to url (a libpq URL or key=value string, one host or
+ * several); app is the application_name suffix ("manager", "listener"...).
+ * Settings the URL gives itself win; workd fills in the rest (DB_CONNECT_DEFAULTS
+ * in db.c: read-write target, keepalives, timeouts). Returns NULL and sets err
+ * (503 database-unavailable) on failure. The caller PQfinish()es. */
 PGconn *db_connect(const char *url, const char *app, Err *err);
+
+/* For an idle connection that does not LISTEN (no query running): false if its
+ * server has gone away or said anything meanwhile (the socket tells without a
+ * round trip), so that the caller reconnects before using it. NULL is not alive. */
+bool db_alive(PGconn *c);
 
 /* True if res is PGRES_COMMAND_OK or PGRES_TUPLES_OK; otherwise sets err from the
  * result (status 503 when the connection is gone, 500 otherwise), clears res. */

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "db.h"
 #include "dbpool.h"
+#include "dbwatch.h"
 #include "http.h"
 #include "httpc.h"
 #include "journal.h"
@@ -43,7 +44,7 @@ static const OptSpec options[] = {
     {"database-url", OPT_STRING, &C.database_url, "",
      "PostgreSQL connection URL (direct, not through a transaction pooler)", 0, 0},
     {"roles", OPT_STRING, &C.roles, "frontend,manager",
-     "roles of this node: frontend, manager, or both", 0, 0},
+     "roles of this node: frontend (never leads), or frontend,manager (may lead)", 0, 0},
     {"node-id", OPT_STRING, &C.node_id, "",
      "name of this node in logs and /cluster (default: host:port)", 0, 0},
     {"log-level", OPT_STRING, &C.log_level, "info", "debug, info, warn or error", 0, 0},
@@ -70,6 +71,9 @@ static const OptSpec options[] = {
      "a worker silent this long is gone and its attempts are retried", 500, MS(3600000)},
     {"lease-grace", OPT_DURATION, &C.lease_grace_ms, "10s",
      "an attempt times out at its job timeout plus this", 0, MS(3600000)},
+    {"retain", OPT_DURATION, &C.retain_ms, "7d",
+     "finished work and its events are kept this long, then dropped a whole part at a time", 1000,
+     MS(3650) * 86400000},
     {"max-open", OPT_INT, &C.max_open, "1000000",
      "open (unfinished) work items at most; past it, 429", 1, 100000000},
     {"backoff-base", OPT_DURATION, &C.backoff_base_ms, "1s",
@@ -85,6 +89,20 @@ static const OptSpec options[] = {
      "comment line interval on idle result streams", 100, MS(600000)},
     {"sse-max-subscribers", OPT_INT, &C.sse_max_subscribers, "10000",
      "result streams per node at most", 1, 1000000},
+    {"sse-buffer-bytes", OPT_INT, &C.sse_buffer_bytes, "262144",
+     "unsent bytes a result stream may hold (at least one event); results are read from the "
+     "database in pages of this size",
+     4096, 1LL << 30},
+    {"results-ring-bytes", OPT_INT, &C.results_ring_bytes, "33554432",
+     "bytes of recent results each node keeps in memory for result streams (older ones are "
+     "read from the database)",
+     65536, 1LL << 40},
+    {"max-workers", OPT_INT, &C.max_workers, "10000",
+     "registered workers at most; past it a new worker id gets 429", 1, 10000000},
+    {"max-reply-bytes", OPT_INT, &C.max_reply_bytes, "16777216",
+     "largest pull answer (jobs are handed out up to it, at least one) and largest reply a node "
+     "forwards from the leader (502 above)",
+     65536, 1LL << 40},
     {"default-timeout", OPT_DURATION, &C.default_timeout_ms, "60s",
      "job timeout when a submission gives none", 1, MS(604800000)},
     {"default-max-attempts", OPT_INT, &C.default_max_attempts, "3",
@@ -92,10 +110,15 @@ static const OptSpec options[] = {
     {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1,
      64},
     {"tokens", OPT_STRING, &C.tokens, "",
-     "bearer tokens as SCOPES:TOKEN words (scopes: client, worker, admin); none: the API is open",
+     "bearer tokens as SCOPES:TOKEN words (scopes: client, worker, admin; worker[ID,PREFIX*]: "
+     "bound to those worker ids); none: the API is open",
      0, 0},
     {"tokens-file", OPT_STRING, &C.tokens_file, "",
      "file with one SCOPES:TOKEN per line ('#' comments)", 0, 0},
+    {"cluster-secret", OPT_STRING, &C.cluster_secret, "",
+     "the same on every node (16-255 characters, set it through the environment): a node "
+     "forwarding a request proves with it that it is one of the cluster",
+     0, 0},
 };
 #define NOPT (sizeof options / sizeof options[0])
 
@@ -123,7 +146,15 @@ static int finish_config(ServerConfig *c, Err *err)
         }
     strv_free(roles);
     if (!c->role_frontend && !c->role_manager)
-        return err_set(err, 400, "bad-config", "--roles: give frontend, manager or both");
+        return err_set(err, 400, "bad-config", "--roles: give frontend, or frontend,manager");
+    /* A node that can lead must answer at its advertise URL: the other nodes
+     * forward every leader-only request there. A manager without the HTTP
+     * front-end won elections and served nothing (issue 13.10). */
+    if (c->role_manager && !c->role_frontend)
+        return err_set(err, 400, "bad-config",
+                       "--roles: a manager must serve HTTP at its advertise URL, where the other "
+                       "nodes forward leader-only requests; run it as frontend,manager (and leave "
+                       "it out of the load balancer to keep public traffic off it)");
     if (!strchr(c->listen, ':'))
         return err_set(err, 400, "bad-config", "--listen: '%s' is not HOST:PORT", c->listen);
     if (!c->advertise_url[0]) {
@@ -149,6 +180,12 @@ static int finish_config(ServerConfig *c, Err *err)
     if (log_level_parse(c->log_level, &lvl) != 0)
         return err_set(err, 400, "bad-config",
                        "--log-level: '%s' is not debug, info, warn or error", c->log_level);
+    size_t sn = strlen(c->cluster_secret);
+    if (sn && (sn < AUTH_SECRET_MIN || sn > AUTH_SECRET_MAX ||
+               strcspn(c->cluster_secret, " \t\r\n;,") != sn))
+        return err_set(err, 400, "bad-config",
+                       "--cluster-secret must be %d to %d characters without spaces, ';' or ','",
+                       AUTH_SECRET_MIN, AUTH_SECRET_MAX);
     if (c->backoff_max_ms < c->backoff_base_ms)
         return err_set(err, 400, "bad-config", "--backoff-max must not be below --backoff-base");
     char roles_txt[64];
@@ -211,6 +248,9 @@ static int serve(Server *s)
                  s->cfg.listen);
     else if (s->cfg.role_frontend)
         log_info("authentication on: %zu token(s) configured", auth_count(s->auth));
+    if (!s->cfg.cluster_secret[0] && s->cfg.role_frontend)
+        log_warn("no cluster secret (--cluster-secret, WORKD_CLUSTER_SECRET): requests forwarded "
+                 "to the leader get no more than --max-body, like any client's");
     s->metrics = xcalloc(1, sizeof *s->metrics);
     metrics_init(s->metrics);
     s->started_ms = wall_ms();
@@ -218,10 +258,11 @@ static int serve(Server *s)
     pthread_mutex_init(&s->stats_lock, NULL);
     pthread_mutex_init(&s->conns_lock, NULL);
     int rc = 1;
-    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)))
+    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
+        !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
         goto out;
-    s->hub =
-        hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers, last_seq);
+    s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
+                     s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, last_seq);
     /* After the hub: the manager publishes its commits into it. */
     if (s->cfg.role_manager) {
         ManagerConfig mc = {
@@ -230,11 +271,16 @@ static int serve(Server *s)
             .election_interval_ms = s->cfg.election_interval_ms,
             .heartbeat_interval_ms = s->cfg.heartbeat_interval_ms,
             .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
+            .max_workers = s->cfg.max_workers,
+            .max_reply_bytes = s->cfg.max_reply_bytes,
             .ws = {.max_open = s->cfg.max_open,
                    .lease_grace_ms = s->cfg.lease_grace_ms,
                    .backoff_base_ms = s->cfg.backoff_base_ms,
                    .backoff_max_ms = s->cfg.backoff_max_ms,
                    .worker_timeout_ms = s->cfg.worker_timeout_ms},
+            .retain_ms = s->cfg.retain_ms,
+            .default_timeout_ms = s->cfg.default_timeout_ms,
+            .default_max_attempts = (int)s->cfg.default_max_attempts,
             .on_commit = on_commit,
             .on_commit_ud = s,
         };
@@ -245,8 +291,8 @@ static int serve(Server *s)
         goto out;
     if (s->cfg.role_frontend && http_start(s, &err) != 0)
         goto out;
-    log_info("workd-server listening on %s (advertised as %s)%s", s->cfg.listen,
-             s->cfg.advertise_url, s->cfg.role_frontend ? "" : " [manager only: no HTTP API]");
+    log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
+             s->cfg.advertise_url);
 
     siginfo_t si;
     while (sigwaitinfo(&sigs, &si) < 0 && errno == EINTR) {
@@ -264,6 +310,7 @@ out:
     listener_stop(s->listener);
     dbpool_stop(s->pool);
     http_stop(s);
+    dbwatch_stop(s->dbwatch);
     manager_free(s->mgr);
     proxy_free(s->proxy);
     dbpool_free(s->pool);

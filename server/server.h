@@ -29,17 +29,23 @@ typedef struct ServerConfig {
     int64_t worker_timeout_ms;
     int64_t lease_grace_ms;
     int64_t max_open;
+    int64_t retain_ms; /* finished work and events are kept this long */
     int64_t backoff_base_ms, backoff_max_ms;
     int64_t pull_wait_max_ms;
     int64_t get_wait_max_ms;
     int64_t proxy_deadline_ms;
     int64_t sse_keepalive_ms;
     int64_t sse_max_subscribers;
+    int64_t sse_buffer_bytes;   /* unsent bytes per result stream; page size of result reads */
+    int64_t results_ring_bytes; /* finished events kept in memory for result streams */
+    int64_t max_workers;        /* registered workers at most (429 past it) */
+    int64_t max_reply_bytes;    /* largest pull answer, and forwarded reply */
     int64_t default_timeout_ms;
     int64_t default_max_attempts;
     int64_t db_pool_size;
-    char *tokens;      /* "scopes:token ..." (WORKD_TOKENS) */
-    char *tokens_file; /* one "scopes:token" per line */
+    char *tokens;         /* "scopes:token ..." (WORKD_TOKENS) */
+    char *tokens_file;    /* one "scopes:token" per line */
+    char *cluster_secret; /* shared by the nodes: proves a forwarded request ("": none) */
 } ServerConfig;
 
 /* What this node knows of the leader, kept by the listener; read by anyone. */
@@ -57,6 +63,7 @@ struct DbPool;
 struct Metrics;
 struct MHD_Daemon;
 struct Auth;
+struct DbWatch;
 
 typedef struct Server {
     ServerConfig cfg;
@@ -67,7 +74,8 @@ typedef struct Server {
     struct DbPool *pool;
     struct Metrics *metrics;
     struct MHD_Daemon *mhd;
-    struct Auth *auth; /* bearer tokens; none configured: the API is open */
+    struct Auth *auth;       /* bearer tokens; none configured: the API is open */
+    struct DbWatch *dbwatch; /* what the database offers a 202 (dbwatch.h) */
     LeaderInfo leader;
     /* Connections still receiving their first request, for the slow-client
      * sweep (http_sweep); guarded by conns_lock. */

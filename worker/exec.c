@@ -38,6 +38,75 @@
 static int guard_fd = -1;
 static pid_t guard_pid = -1;
 
+/* ---- reaping what jobs leave behind ---- */
+
+/* Children that their own code reaps (each job's shell, the guard): the orphan
+ * reaper must leave them alone. A job's shell is added under owned_lock
+ * together with its fork, so the reaper never sees it unlisted. */
+static pthread_mutex_t owned_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t *owned;
+static size_t n_owned, cap_owned;
+
+static void owned_add_locked(pid_t pid)
+{
+    if (n_owned == cap_owned) {
+        cap_owned = cap_owned ? cap_owned * 2 : 16;
+        owned = xrealloc(owned, cap_owned * sizeof *owned);
+    }
+    owned[n_owned++] = pid;
+}
+
+static void owned_remove(pid_t pid)
+{
+    pthread_mutex_lock(&owned_lock);
+    for (size_t i = 0; i < n_owned; i++)
+        if (owned[i] == pid) {
+            owned[i] = owned[--n_owned];
+            break;
+        }
+    if (!n_owned) {
+        free(owned);
+        owned = NULL;
+        cap_owned = 0;
+    }
+    pthread_mutex_unlock(&owned_lock);
+}
+
+static bool owned_locked(pid_t pid)
+{
+    for (size_t i = 0; i < n_owned; i++)
+        if (owned[i] == pid)
+            return true;
+    return false;
+}
+
+int exec_become_subreaper(Err *err)
+{
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        return err_set(err, 500, "internal", "prctl(PR_SET_CHILD_SUBREAPER): %s", strerror(errno));
+    return 0;
+}
+
+size_t exec_reap_orphans(void)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&owned_lock);
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        /* Look first (WNOWAIT): the exited child may be one that its own code
+         * reaps, and then the rest waits for the next call. */
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid <= 0 ||
+            owned_locked(si.si_pid))
+            break;
+        if (waitpid(si.si_pid, NULL, WNOHANG) != si.si_pid)
+            break;
+        n++;
+    }
+    pthread_mutex_unlock(&owned_lock);
+    return n;
+}
+
 /* The guard: reads records (int32 process group ids: positive when a job
  * starts, negated once it is reaped) until the worker's end closes, which
  * happens however the worker ends, then kills the groups still listed. */
@@ -97,11 +166,13 @@ int exec_guard_start(Err *err)
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return err_set(err, 500, "internal", "cannot start the job guard: socketpair: %s",
                        strerror(errno));
+    pthread_mutex_lock(&owned_lock);
     pid_t pid = fork();
     if (pid == 0) {
         close(sv[0]);
         guard_child(sv[1]);
     }
+    pthread_mutex_unlock(&owned_lock);
     int fork_errno = errno;
     close(sv[1]);
     if (pid < 0) {
@@ -111,6 +182,9 @@ int exec_guard_start(Err *err)
     }
     guard_fd = sv[0];
     guard_pid = pid;
+    pthread_mutex_lock(&owned_lock);
+    owned_add_locked(pid);
+    pthread_mutex_unlock(&owned_lock);
     return 0;
 }
 
@@ -122,6 +196,7 @@ void exec_guard_stop(void)
     guard_fd = -1;
     while (waitpid(guard_pid, NULL, 0) < 0 && errno == EINTR) {
     }
+    owned_remove(guard_pid);
     guard_pid = -1;
 }
 
@@ -484,6 +559,7 @@ static void child_try_reap(Child *ch, int64_t now)
             ch->status = -1; /* someone else reaped it (SIGCHLD ignored?) */
         kill(-ch->pid, SIGKILL);
         guard_note(ch->pid, false);
+        owned_remove(ch->pid);
         ch->exited = true;
         ch->killed_by_ctl = ch->ctl && ch->ctl->level == 2;
         ch->eof_deadline = now + EOF_WAIT_MS;
@@ -663,10 +739,14 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     }
     /* Forked under the ctl lock so that a stop sees either no child or its group. */
     pid_t parent = getpid();
+    pthread_mutex_lock(&owned_lock);
     pid_t pid = fork();
     if (pid == 0)
         child_exec(argv, envp, in_p[0], out_p[1], err_p[1], parent, &no_signals);
     int fork_errno = errno;
+    if (pid > 0)
+        owned_add_locked(pid);
+    pthread_mutex_unlock(&owned_lock);
     if (pid > 0) {
         setpgid(pid, pid); /* also done by the child: whichever runs first wins */
         guard_note(pid, true);
@@ -733,6 +813,7 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
             while (waitpid(pid, &ch.status, 0) < 0 && errno == EINTR) {
             }
             guard_note(pid, false);
+            owned_remove(pid);
             if (ctl) {
                 ctl->pgid = 0;
                 pthread_mutex_unlock(&ctl->lock);

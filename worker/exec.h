@@ -78,6 +78,20 @@ int exec_guard_start(Err *err) WARN_UNUSED;
  * Only while no job runs. Idempotent. */
 void exec_guard_stop(void);
 
+/* ---- what jobs leave behind ---- */
+
+/* A job's processes that outlive its shell are re-parented to the nearest
+ * "subreaper" ancestor, or to PID 1, which the worker is in a container
+ * without an init: their exit status must then be collected here, or they
+ * stay zombies. exec_become_subreaper() makes the worker that reaper in any
+ * case (PR_SET_CHILD_SUBREAPER), so the behaviour does not depend on where it
+ * runs; call it once at start. */
+int exec_become_subreaper(Err *err) WARN_UNUSED;
+/* Collects every exited child except the ones exec_run and the guard reap
+ * themselves (a job's shell, the guard). Returns how many. Call it regularly
+ * (about once a second) from one thread; thread-safe with exec_run. */
+size_t exec_reap_orphans(void);
+
 /* Runs spec->cmd in a new process group and waits for it, enforcing the timeout
  * and output bound and obeying ctl (may be NULL). The child gets
  * PR_SET_PDEATHSIG(SIGKILL) tied to the calling thread, so the thread must not

@@ -11,10 +11,16 @@
 
 static const char *channel_names[LINK_CHANNELS] = {"heartbeat", "pull", "reports"};
 
-void link_init(Link *l)
+void link_init(Link *l, Servers *servers)
 {
     memset(l, 0, sizeof *l);
+    l->servers = servers;
     pthread_mutex_init(&l->lock, NULL);
+}
+
+size_t link_url(Link *l, const char *path, char *out, size_t outlen)
+{
+    return servers_url(l->servers, path, out, outlen);
 }
 
 void link_destroy(Link *l)
@@ -42,15 +48,20 @@ void link_ok(Link *l, LinkChannel ch)
     pthread_mutex_unlock(&l->lock);
 }
 
-void link_unreachable(Link *l, LinkChannel ch, const char *why)
+void link_unreachable(Link *l, LinkChannel ch, size_t pos, const char *why)
 {
+    char next[SERVERS_URL_MAX];
+    /* Under l->lock, so that "unreachable" and "trying" lines keep their order. */
     pthread_mutex_lock(&l->lock);
+    bool moved = servers_unreachable(l->servers, pos, next, sizeof next);
     if (!l->unreachable) {
         l->unreachable = true;
         log_warn("server unreachable: %s", why);
     } else {
         log_debug("%s: still unreachable: %s", channel_names[ch], why);
     }
+    if (moved)
+        log_info("trying server %s", next);
     pthread_mutex_unlock(&l->lock);
 }
 

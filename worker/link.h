@@ -1,7 +1,9 @@
-/* link: the worker's view of its connection to the server. The state is logged
- * once per change ("server unreachable: ...", "server reachable again"), never
- * per retry; retries wait with capped exponential backoff and jitter. Also the
- * monotonic condition-variable waits the worker's threads sleep in. */
+/* link: the worker's view of its connection to the servers it knows. Requests
+ * go to the server in use (servers.h); one that gets no answer moves every
+ * thread on to the next server. The state is logged once per change ("server
+ * unreachable: ...", "server reachable again"), never per retry; retries wait
+ * with capped exponential backoff and jitter. Also the monotonic
+ * condition-variable waits the worker's threads sleep in. */
 #ifndef WORKD_LINK_H
 #define WORKD_LINK_H
 
@@ -12,6 +14,7 @@
 
 #include "err.h"
 #include "httpc.h"
+#include "servers.h"
 
 /* ---- link state, shared by every thread that talks to the server ---- */
 
@@ -20,17 +23,23 @@
 typedef enum { LINK_HEARTBEAT, LINK_PULL, LINK_REPORTS, LINK_CHANNELS } LinkChannel;
 
 typedef struct Link {
+    Servers *servers;            /* borrowed, outlives the link; thread-safe itself */
     pthread_mutex_t lock;        /* guards the fields below */
     bool unreachable;            /* the last request got no HTTP answer */
     long refused[LINK_CHANNELS]; /* HTTP status a channel was last refused with, 0: none */
 } Link;
 
-void link_init(Link *l);
+/* servers is borrowed and must outlive the link. */
+void link_init(Link *l, Servers *servers);
 void link_destroy(Link *l);
+/* Writes the URL of path on the server in use into out (SERVERS_URL_MAX bytes)
+ * and returns that server's position, for link_unreachable. */
+size_t link_url(Link *l, const char *path, char *out, size_t outlen);
 /* A request on ch got the answer it wanted. */
 void link_ok(Link *l, LinkChannel ch);
-/* A request on ch got no HTTP answer (why: the transport error). */
-void link_unreachable(Link *l, LinkChannel ch, const char *why);
+/* A request on ch to the server at pos (from link_url) got no HTTP answer (why:
+ * the transport error): the next request goes to the next server, if any. */
+void link_unreachable(Link *l, LinkChannel ch, size_t pos, const char *why);
 /* A request on ch got an HTTP answer that is an error (or unreadable). */
 void link_refused(Link *l, LinkChannel ch, long status, const char *why);
 

@@ -7,13 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "err.h"
+#include "exec.h"
 #include "httpc.h"
 #include "log.h"
+#include "servers.h"
 #include "util.h"
 #include "worker.h"
 
@@ -40,13 +43,10 @@ static int check(Options *o, WorkerConfig *cfg, char ***queues, char *id_buf, si
     if (kinds != 1)
         return err_set(err, 400, "bad-config",
                        "choose exactly one of --exec CMD, --demo and --noop (see --help)");
-    size_t n = strlen(o->server);
-    while (n && o->server[n - 1] == '/')
-        o->server[--n] = '\0';
-    if ((strncmp(o->server, "http://", 7) != 0 || n == 7) &&
-        (strncmp(o->server, "https://", 8) != 0 || n == 8))
-        return err_set(err, 400, "bad-config", "--server: '%s' is not an http:// or https:// URL",
-                       o->server);
+    Servers *servers = servers_new(o->server, "--server", err);
+    if (!servers)
+        return -1;
+    servers_free(servers);
     if (o->id && *o->id) {
         if (!id_valid(o->id))
             return err_set(err, 400, "bad-config",
@@ -60,7 +60,8 @@ static int check(Options *o, WorkerConfig *cfg, char ***queues, char *id_buf, si
         for (char *p = host; *p; p++)
             if (!isalnum((unsigned char)*p) && !strchr("._:@-", *p))
                 *p = '-';
-        snprintf(id_buf, id_len, "%s-%ld", host, (long)getpid());
+        /* %.100s: the bound the compiler can see (an id is at most 128). */
+        snprintf(id_buf, id_len, "%.100s-%ld", host, (long)getpid());
     }
     *queues = strv_split(o->queues);
     for (char **q = *queues; *q; q++)
@@ -93,14 +94,40 @@ static int check(Options *o, WorkerConfig *cfg, char ***queues, char *id_buf, si
     return 0;
 }
 
-/* Waits for the stop to complete or for signals; returns the exit status. */
+/* Wipes the bytes of `value` from the process's original environment and
+ * arguments (what /proc/PID/environ and /proc/PID/cmdline show, whatever
+ * environ points to later), and removes WORKD_TOKEN from the environment. */
+static void hide_token(int argc, char **argv, const char *value)
+{
+    size_t n = value ? strlen(value) : 0;
+    if (!n)
+        return;
+    for (char **e = environ; *e; e++)
+        if (!strncmp(*e, "WORKD_TOKEN=", 12))
+            explicit_bzero(*e + 12, strlen(*e + 12));
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (!strcmp(a, "--token") && i + 1 < argc)
+            explicit_bzero(argv[i + 1], strlen(argv[i + 1]));
+        else if (!strncmp(a, "--token=", 8))
+            explicit_bzero(a + 8, strlen(a + 8));
+    }
+    unsetenv("WORKD_TOKEN");
+}
+
+/* Waits for the stop to complete or for signals; returns the exit status.
+ * Meanwhile, once a second, collects what jobs left behind (exec.h). */
 static int supervise(Worker *w, int sfd)
 {
     int signals = 0;
     for (;;) {
+        exec_reap_orphans();
         struct pollfd p[2] = {{.fd = sfd, .events = POLLIN},
                               {.fd = worker_done_fd(w), .events = POLLIN}};
-        if (poll(p, 2, -1) < 0) {
+        int ready = poll(p, 2, 1000);
+        if (ready == 0)
+            continue;
+        if (ready < 0) {
             if (errno == EINTR)
                 continue;
             log_error("cannot wait for signals any more (poll: %s): stopping", strerror(errno));
@@ -132,8 +159,10 @@ int main(int argc, char **argv)
 {
     Options o = {0};
     OptSpec specs[] = {
-        {"server", OPT_STRING, &o.server, "http://127.0.0.1:8080",
-         "base URL of a workd server or of a load balancer in front of several", 0, 0},
+        {"server", OPT_LIST, &o.server, "http://127.0.0.1:8080",
+         "base URL of a workd server or of a load balancer; several (repeated or "
+         "comma-separated) are tried in turn when one cannot be reached",
+         0, 0},
         {"concurrency", OPT_INT, &o.concurrency, "2", "jobs run at once (1..1024)", 1, 1024},
         {"queues", OPT_STRING, &o.queues, "",
          "comma-separated queues to take work from (empty: all)", 0, 0},
@@ -179,6 +208,18 @@ int main(int argc, char **argv)
         goto bad_config;
     log_setup(id, "worker", level, json);
 
+    /* A job runs as our user unless the operator says otherwise
+     * (docs/operations.md): it must not find the token in /proc/$PPID. The
+     * token is kept in o.token only; our /proc entries become readable by
+     * root alone (as ssh-agent does), which also covers /proc/$PPID/mem. */
+    hide_token(argc, argv, o.token);
+    if (prctl(PR_SET_DUMPABLE, 0) != 0)
+        log_warn("prctl(PR_SET_DUMPABLE, 0): %s: jobs may read this process's memory",
+                 strerror(errno));
+    if (exec_become_subreaper(&err) != 0)
+        log_warn("%s: processes that jobs leave behind are reaped only when this is PID 1",
+                 err.msg);
+
     /* Before any thread exists, so that every thread inherits the mask and only
      * the signalfd receives these. Jobs get a clean mask (exec.c). */
     signal(SIGPIPE, SIG_IGN);
@@ -208,6 +249,8 @@ int main(int argc, char **argv)
         _exit(status);
     }
     worker_join(w);
+    if (worker_failed(w))
+        status = 1;
 cleanup:
     worker_free(w);
     httpc_global_cleanup();

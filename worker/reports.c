@@ -26,7 +26,8 @@ typedef struct Report {
 } Report;
 
 struct Reporter {
-    char *url;
+    char *path;
+    char *instance;   /* sent with every batch: the server binds a report to its sender */
     HttpClient *http; /* used by the sending thread only */
     Link *link;
     atomic_bool stop; /* also cancels the request in flight */
@@ -48,10 +49,11 @@ static void report_free(Report *p)
     free(p->json);
 }
 
-Reporter *reporter_new(const char *url, const char *token, Link *link)
+Reporter *reporter_new(const char *path, const char *token, const char *instance, Link *link)
 {
     Reporter *r = xcalloc(1, sizeof *r);
-    r->url = xstrdup(url);
+    r->path = xstrdup(path);
+    r->instance = xstrdup(instance);
     r->http = httpc_new(token);
     httpc_set_cancel(r->http, &r->stop);
     r->link = link;
@@ -148,8 +150,10 @@ int reports_read_answer(const char *body, const ReportKey *keys, size_t n, Repor
             snprintf(a->reason, sizeof a->reason, "entry %zu of the answer has no accepted", i);
         else if (json_is_true(acc))
             a->verdict = REPORT_ACCEPTED;
-        else if (reason && (!strcmp(reason, "superseded") || !strcmp(reason, "not-found"))) {
-            /* Final refusals: the attempt lost, or the work does not exist. */
+        else if (reason && (!strcmp(reason, "superseded") || !strcmp(reason, "cancelled") ||
+                            !strcmp(reason, "not-found") || !strcmp(reason, "not-holder"))) {
+            /* Final refusals: the attempt lost, was cancelled, the work does
+             * not exist, or another worker (or instance) holds the attempt. */
             a->verdict = REPORT_SUPERSEDED;
             snprintf(a->reason, sizeof a->reason, "%s", reason);
         } else
@@ -172,11 +176,12 @@ static int64_t send_batch(Reporter *r, const ReportKey *keys, char *body, size_t
     Err err;
     err_clear(&err);
     int64_t retry_after = 0;
-    char why[600];
-    if (httpc_request(r->http, "POST", r->url, body, REQUEST_TIMEOUT_MS, &resp, &err) != 0) {
+    char why[600], url[SERVERS_URL_MAX];
+    size_t pos = link_url(r->link, r->path, url, sizeof url);
+    if (httpc_request(r->http, "POST", url, body, REQUEST_TIMEOUT_MS, &resp, &err) != 0) {
         if (!atomic_load(&r->stop)) {
             link_describe(NULL, &err, why, sizeof why);
-            link_unreachable(r->link, LINK_REPORTS, why);
+            link_unreachable(r->link, LINK_REPORTS, pos, why);
         }
         return 0;
     }
@@ -251,7 +256,7 @@ static void *reporter_main(void *arg)
          * the array itself may move (xrealloc) while the lock is released. */
         size_t n = 0;
         sbuf_reset(&body);
-        sbuf_puts(&body, "{\"reports\":[");
+        sbuf_printf(&body, "{\"instance\":\"%s\",\"reports\":[", r->instance);
         while (n < r->len && n < r->batch_limit &&
                (n == 0 || body.len + r->items[n].json_len < BATCH_BYTES)) {
             if (n)
@@ -291,7 +296,9 @@ static void *reporter_main(void *arg)
                 log_warn("job %s attempt %lld: result dropped: %s", keys[i].id,
                          (long long)keys[i].attempt,
                          !strcmp(answers[i].reason, "not-found") ? "the work does not exist"
-                                                                 : "the attempt was superseded");
+                         : !strcmp(answers[i].reason, "not-holder")
+                             ? "another worker holds the attempt"
+                             : "the attempt was superseded");
             else
                 log_debug("job %s attempt %lld: report acknowledged", keys[i].id,
                           (long long)keys[i].attempt);
@@ -362,7 +369,8 @@ void reporter_free(Reporter *r)
     reporter_stop(r);
     httpc_free(r->http);
     free(r->items);
-    free(r->url);
+    free(r->path);
+    free(r->instance);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     free(r);

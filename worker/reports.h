@@ -18,9 +18,11 @@
 /* Thread-safe: every function may be called from any thread. */
 typedef struct Reporter Reporter;
 
-/* url is the full reports URL and token the bearer token (may be NULL); both
- * are copied. link is borrowed and must outlive the reporter. */
-Reporter *reporter_new(const char *url, const char *token, Link *link);
+/* path is the reports path ("/workers/ID/reports"), sent to the server the link
+ * uses, token the bearer token (may be NULL) and instance this worker
+ * process's instance, sent with every batch (a URL-safe id); all are copied.
+ * link is borrowed and must outlive the reporter. */
+Reporter *reporter_new(const char *path, const char *token, const char *instance, Link *link);
 /* Starts the sending thread. */
 int reporter_start(Reporter *r, Err *err) WARN_UNUSED;
 /* Queues the report of attempt (id, attempt) ending as o says: "completed" with
@@ -43,7 +45,7 @@ void reporter_free(Reporter *r);
 
 typedef enum {
     REPORT_ACCEPTED,   /* recorded (now or before): forget it */
-    REPORT_SUPERSEDED, /* the attempt is no longer current: drop it */
+    REPORT_SUPERSEDED, /* the attempt is no longer current (or not ours): drop it */
     REPORT_RETRY,      /* anything else: send it again later */
 } ReportVerdict;
 
@@ -59,8 +61,8 @@ typedef struct ReportAnswer {
 
 /* Reads the answer body to a batch of n reports sent in the order of keys into
  * answers[n]. An entry that is missing, names another attempt or is refused for
- * a reason other than "superseded" is REPORT_RETRY. Returns -1 (err says why)
- * when body is not {"results": [...]}. */
+ * a reason other than "superseded", "not-found" or "not-holder" is REPORT_RETRY. Returns -1 (err
+ * says why) when body is not {"results": [...]}. */
 int reports_read_answer(const char *body, const ReportKey *keys, size_t n, ReportAnswer *answers,
                         Err *err) WARN_UNUSED;
 

@@ -23,6 +23,7 @@
 #include "link.h"
 #include "log.h"
 #include "reports.h"
+#include "servers.h"
 #include "util.h"
 
 #define HEARTBEAT_DEFAULT_MS 2000 /* until the server says otherwise */
@@ -30,13 +31,16 @@
 #define PULL_SLACK_MS 15000    /* HTTP timeout of a pull beyond the wait asked for */
 #define EMPTY_PULL_MIN_MS 1000 /* an empty answer sooner than this: wait the rest */
 #define RETRY_AFTER_CAP_MS 60000
-#define FLUSH_TIMEOUT_MS 10000 /* graceful stop: how long to try delivering reports */
-#define DEREGISTER_TIMEOUT_MS 5000
+#define FLUSH_TIMEOUT_MS 10000      /* graceful stop: how long to try delivering reports */
+#define DEREGISTER_TIMEOUT_MS 10000 /* graceful stop: how long to try deregistering */
+#define DEREGISTER_TRY_MS 3000      /* ... in tries of at most this long */
+#define DEREGISTER_PAUSE_MS 200
 #define SLOT_STACK (1024 * 1024)
 
 typedef struct Job {
     char *id;
     int64_t attempt;
+    bool cancelled; /* w->lock: the server ended the attempt; stop it, report nothing */
     char *queue;
     json_t *payload;    /* owned reference */
     int64_t timeout_ms; /* <= 0: none */
@@ -59,7 +63,8 @@ struct Worker {
     char *server, *id, *token, *exec_cmd;
     char **queues;
     char instance[37];
-    char *url_worker, *url_pull, *url_reports;
+    Servers *servers; /* the list in cfg.server; the link sends to one of them */
+    char *path_worker, *path_pull, *path_reports;
     char **env_base; /* our environment minus the worker's own WORKD_* settings */
 
     Link link;
@@ -73,6 +78,7 @@ struct Worker {
     int free_slots;         /* w->lock */
     bool registered;        /* w->lock: a heartbeat succeeded */
     bool stop_requested;    /* w->lock */
+    bool failed;            /* w->lock: stopped by a refusal that retrying cannot mend */
     int64_t hb_interval_ms; /* w->lock */
     atomic_bool pull_stop;  /* ends the pull thread and cancels its long-poll */
     atomic_bool hb_stop;    /* ends the heartbeat thread */
@@ -130,6 +136,25 @@ static json_t *queues_json(const Worker *w)
     return a;
 }
 
+/* A refusal no retry can mend (a wrong token, or one without the worker
+ * scope)? Then says so once and stops the worker, which exits with an error
+ * instead of retrying forever. Returns whether it was one. */
+static bool refused_for_good(Worker *w, long status, const char *why)
+{
+    if (status != 401 && status != 403)
+        return false;
+    pthread_mutex_lock(&w->lock);
+    if (!w->failed) {
+        w->failed = true;
+        log_error("%s: the token (--token or WORKD_TOKEN) %s; stopping", why,
+                  status == 403 ? "lacks the worker scope" : "is missing or wrong");
+        w->stop_requested = true;
+        pthread_cond_broadcast(&w->cond);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return true;
+}
+
 /* ---- heartbeat ---- */
 
 /* The body of PUT /workers/{id}. w->lock held. Running attempts include those
@@ -178,6 +203,35 @@ int64_t worker_read_heartbeat_answer(const char *body, int64_t interval)
     return interval;
 }
 
+/* The heartbeat's answer lists attempts that are no longer current (an
+ * operator cancelled the work, or its lease ran out): the slots running them
+ * stop their jobs (SIGTERM to the process group, SIGKILL after the grace). */
+static void stop_cancelled(Worker *w, const char *body)
+{
+    json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *cancel = json_object_get(j, "cancel");
+    size_t i;
+    json_t *c;
+    pthread_mutex_lock(&w->lock);
+    json_array_foreach(cancel, i, c)
+    {
+        const char *id = json_string_value(json_object_get(c, "id"));
+        json_int_t attempt = json_integer_value(json_object_get(c, "attempt"));
+        for (int k = 0; id && k < w->nslots; k++) {
+            Job *job = w->slots[k].job;
+            if (job && !job->cancelled && job->attempt == attempt && !strcmp(job->id, id)) {
+                job->cancelled = true;
+                log_info("job %s attempt %lld cancelled by the server: stopping it", id,
+                         (long long)attempt);
+                if (w->slots[k].ctl_ready)
+                    exec_ctl_stop(&w->slots[k].ctl, false);
+            }
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    json_decref(j);
+}
+
 /* Sends one heartbeat; returns when the next one is due, in ms from now. */
 static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Backoff *b,
                               int64_t interval)
@@ -185,18 +239,20 @@ static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Bac
     HttpResp resp;
     Err err;
     err_clear(&err);
-    char why[600];
-    if (httpc_request(http, "PUT", w->url_worker, body, HEARTBEAT_TIMEOUT_MS, &resp, &err) != 0) {
+    char why[600], url[SERVERS_URL_MAX];
+    size_t pos = link_url(&w->link, w->path_worker, url, sizeof url);
+    if (httpc_request(http, "PUT", url, body, HEARTBEAT_TIMEOUT_MS, &resp, &err) != 0) {
         if (atomic_load(&w->hb_stop))
             return 0;
         link_describe(NULL, &err, why, sizeof why);
-        link_unreachable(&w->link, LINK_HEARTBEAT, why);
+        link_unreachable(&w->link, LINK_HEARTBEAT, pos, why);
         int64_t d = backoff_next(b);
         return d < interval ? d : interval;
     }
     if (resp.status != 200) {
         link_describe(&resp, NULL, why, sizeof why);
-        link_refused(&w->link, LINK_HEARTBEAT, resp.status, why);
+        if (!refused_for_good(w, resp.status, why))
+            link_refused(&w->link, LINK_HEARTBEAT, resp.status, why);
         int64_t d = backoff_next(b);
         if (resp.retry_after_ms > d)
             d = resp.retry_after_ms;
@@ -204,6 +260,7 @@ static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Bac
         return d < interval ? d : interval;
     }
     interval = worker_read_heartbeat_answer(resp.body, interval);
+    stop_cancelled(w, resp.body);
     httpc_resp_free(&resp);
     link_ok(&w->link, LINK_HEARTBEAT);
     backoff_reset(b);
@@ -212,7 +269,8 @@ static int64_t heartbeat_send(Worker *w, HttpClient *http, const char *body, Bac
     w->hb_interval_ms = interval;
     if (!w->registered) {
         w->registered = true;
-        log_info("registered with %s as %s (capacity %d)", w->server, w->id, w->nslots);
+        url[strlen(url) - strlen(w->path_worker)] = '\0';
+        log_info("registered with %s as %s (capacity %d)", url, w->id, w->nslots);
         pthread_cond_broadcast(&w->cond);
     }
     pthread_mutex_unlock(&w->lock);
@@ -349,15 +407,16 @@ static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
     HttpResp resp;
     Err err;
     err_clear(&err);
-    char why[600];
-    int rc = httpc_request(http, "POST", w->url_pull, body, w->cfg.poll_wait_ms + PULL_SLACK_MS,
-                           &resp, &err);
+    char why[600], url[SERVERS_URL_MAX];
+    size_t pos = link_url(&w->link, w->path_pull, url, sizeof url);
+    int rc =
+        httpc_request(http, "POST", url, body, w->cfg.poll_wait_ms + PULL_SLACK_MS, &resp, &err);
     free(body);
     if (rc != 0) {
         if (atomic_load(&w->pull_stop))
             return 0;
         link_describe(NULL, &err, why, sizeof why);
-        link_unreachable(&w->link, LINK_PULL, why);
+        link_unreachable(&w->link, LINK_PULL, pos, why);
         return backoff_next(b);
     }
     json_t *ans = resp.status == 200 ? json_loads(resp.body, 0, NULL) : NULL;
@@ -374,7 +433,8 @@ static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
         link_describe(&resp, NULL, why, sizeof why);
         if (resp.status == 200)
             snprintf(why, sizeof why, "HTTP 200 without a jobs array");
-        link_refused(&w->link, LINK_PULL, resp.status, why);
+        if (!refused_for_good(w, resp.status, why))
+            link_refused(&w->link, LINK_PULL, resp.status, why);
         delay = backoff_next(b);
         if (resp.retry_after_ms > delay)
             delay =
@@ -471,6 +531,15 @@ static void job_run(Worker *w, Slot *s, const Job *j)
         break;
     }
     char line[200];
+    pthread_mutex_lock(&w->lock);
+    bool cancelled = j->cancelled;
+    pthread_mutex_unlock(&w->lock);
+    if (cancelled) {
+        /* The server ended the attempt: its report would be refused. */
+        log_info("job %s attempt %lld stopped: cancelled", j->id, (long long)j->attempt);
+        exec_outcome_free(&o);
+        return;
+    }
     if (o.ok) {
         char *r = json_dumps(o.result, JSON_COMPACT | JSON_ENCODE_ANY);
         abbreviate(r ? r : "?", line, 80);
@@ -502,6 +571,8 @@ static void *slot_main(void *arg)
         /* The report is queued before the slot shows free, so that a heartbeat
          * always lists the attempt somewhere until it is acknowledged. */
         pthread_mutex_lock(&w->lock);
+        if (s->job->cancelled && s->ctl_ready)
+            exec_ctl_reset(&s->ctl); /* the stop was for that job only */
         job_free(s->job);
         s->job = NULL;
         w->free_slots++;
@@ -513,25 +584,46 @@ static void *slot_main(void *arg)
 
 /* ---- stopping ---- */
 
+/* Deregisters through the server in use, moving to the next one when a try
+ * gets no answer, until DEREGISTER_TIMEOUT_MS have passed. Each try is short:
+ * a name lookup that hangs for a moment (a container network's DNS while
+ * another container stops) must not cost the whole deregistration. */
 static void deregister(Worker *w)
 {
     HttpClient *http = httpc_new(w->token);
-    HttpResp resp;
-    Err err;
-    err_clear(&err);
-    if (httpc_request(http, "DELETE", w->url_worker, NULL, DEREGISTER_TIMEOUT_MS, &resp, &err) !=
-        0) {
-        log_warn("could not deregister: %s", err.msg);
-    } else {
+    int64_t deadline = mono_ms() + DEREGISTER_TIMEOUT_MS;
+    /* Named, so that a successor instance under our id is not deregistered. */
+    char *path = url_join(w->path_worker, "?instance=", w->instance, NULL);
+    for (;;) {
+        HttpResp resp;
+        Err err;
+        err_clear(&err);
+        char url[SERVERS_URL_MAX];
+        size_t pos = link_url(&w->link, path, url, sizeof url);
+        int64_t left = deadline - mono_ms();
+        if (httpc_request(http, "DELETE", url, NULL,
+                          left < DEREGISTER_TRY_MS ? left : DEREGISTER_TRY_MS, &resp, &err) != 0) {
+            if (mono_ms() + DEREGISTER_PAUSE_MS >= deadline) {
+                log_warn("could not deregister: %s", err.msg);
+                break;
+            }
+            log_debug("deregistering: %s; trying again", err.msg);
+            servers_unreachable(w->servers, pos, NULL, 0);
+            sleep_ms(DEREGISTER_PAUSE_MS);
+            continue;
+        }
         if (resp.status == 204 || resp.status == 200 || resp.status == 404) {
-            log_info("deregistered from %s", w->server);
+            url[strlen(url) - strlen(path)] = '\0';
+            log_info("deregistered from %s", url);
         } else {
             char why[600];
             link_describe(&resp, NULL, why, sizeof why);
             log_warn("could not deregister: %s", why);
         }
         httpc_resp_free(&resp);
+        break;
     }
+    free(path);
     httpc_free(http);
 }
 
@@ -637,6 +729,14 @@ int worker_done_fd(const Worker *w)
     return w->done_rd;
 }
 
+bool worker_failed(Worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool failed = w->failed;
+    pthread_mutex_unlock(&w->lock);
+    return failed;
+}
+
 void worker_kill_jobs(Worker *w)
 {
     for (int i = 0; i < w->nslots; i++)
@@ -664,9 +764,13 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
         err_set(err, 400, "bad-config", "--exec needs a command");
         return NULL;
     }
+    Servers *servers = servers_new(cfg->server, "--server", err);
+    if (!servers)
+        return NULL;
     Worker *w = xcalloc(1, sizeof *w);
     w->cfg = *cfg;
-    w->server = xstrdup(cfg->server);
+    w->servers = servers;
+    w->server = xstrdup(servers_text(servers));
     w->id = xstrdup(cfg->id);
     w->token = cfg->token && *cfg->token ? xstrdup(cfg->token) : NULL;
     w->exec_cmd = xstrdup(cfg->exec_cmd);
@@ -680,9 +784,9 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     w->cfg.exec_cmd = w->exec_cmd;
     w->cfg.queues = w->queues;
     id_generate(w->instance);
-    w->url_worker = url_join(w->server, "/workers/", w->id, NULL);
-    w->url_pull = url_join(w->server, "/workers/", w->id, "/pull");
-    w->url_reports = url_join(w->server, "/workers/", w->id, "/reports");
+    w->path_worker = url_join("/workers/", w->id, NULL, NULL);
+    w->path_pull = url_join("/workers/", w->id, "/pull", NULL);
+    w->path_reports = url_join("/workers/", w->id, "/reports", NULL);
 
     /* Jobs inherit our environment, but not the worker's own settings (the token). */
     size_t ne = strv_len(environ), k = 0;
@@ -691,8 +795,8 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
         if (strncmp(environ[i], "WORKD_", 6) != 0)
             w->env_base[k++] = xstrdup(environ[i]);
 
-    link_init(&w->link);
-    w->reporter = reporter_new(w->url_reports, w->token, &w->link);
+    link_init(&w->link, w->servers);
+    w->reporter = reporter_new(w->path_reports, w->token, w->instance, &w->link);
     pthread_mutex_init(&w->lock, NULL);
     cond_init_mono(&w->cond);
     cond_init_mono(&w->hb_cond);
@@ -794,9 +898,10 @@ void worker_free(Worker *w)
         close(w->done_wr);
     strv_free(w->env_base);
     strv_free(w->queues);
-    free(w->url_worker);
-    free(w->url_pull);
-    free(w->url_reports);
+    free(w->path_worker);
+    free(w->path_pull);
+    free(w->path_reports);
+    servers_free(w->servers);
     free(w->server);
     free(w->id);
     free(w->token);

@@ -5,6 +5,7 @@
 #ifndef WORKD_WORKER_H
 #define WORKD_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,7 +19,7 @@ typedef enum {
 
 /* Everything the worker needs to know. worker_new() copies it. */
 typedef struct WorkerConfig {
-    const char *server;  /* base URL without a trailing slash, e.g. http://127.0.0.1:8080 */
+    const char *server;  /* base URLs, comma-separated: http://127.0.0.1:8080,http://... */
     const char *id;      /* worker id, valid per id_valid() */
     const char *token;   /* bearer token, NULL or "" for none */
     char *const *queues; /* NULL-terminated; NULL or empty: every queue */
@@ -56,6 +57,9 @@ void worker_free(Worker *w);
 void worker_stop(Worker *w);
 /* A descriptor that becomes readable when the graceful stop is complete. */
 int worker_done_fd(const Worker *w);
+/* Whether the worker stopped by itself because the server refused it for good
+ * (a wrong token): its process should exit with an error. */
+bool worker_failed(Worker *w);
 /* Sends SIGKILL to every running job's process group now, for a stop that
  * cannot wait; jobs started afterwards are killed at once too. */
 void worker_kill_jobs(Worker *w);

@@ -6,6 +6,7 @@
 
 #include "auth.h"
 #include "dbpool.h"
+#include "dbwatch.h"
 #include "http.h"
 #include "journal.h"
 #include "listener.h"
@@ -38,17 +39,35 @@ static bool check_id(Req *r, const char *id, const char *what)
         return true;
     char msg[200];
     snprintf(msg, sizeof msg,
-             "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", what);
+             "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..",
+             what);
     problem(r, 400, "invalid-path", msg);
     return false;
+}
+
+/* Whether the request's token may act for worker_id (a token bound to other
+ * worker ids may not: 403). Sets c->claim: may it claim the id without naming
+ * the registered instance (manager.h)? */
+static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
+{
+    AuthWorkerAccess acc =
+        auth_worker_access(r->srv->auth, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                           req_query(r, "access_token"), worker_id);
+    if (acc == AUTH_WORKER_DENIED) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "this token is bound to other worker ids than '%s'", worker_id);
+        problem(r, 403, "forbidden", msg);
+        return false;
+    }
+    c->claim = acc == AUTH_WORKER_OWNS;
+    return true;
 }
 
 /* Runs on the HTTP thread once the manager has answered. */
 static void cmd_reply(Req *r)
 {
     MgrCmd *c = r->cmd;
-    if (c->status == 503 && !strcmp(c->err.type, "not-leader") &&
-        !req_header(r, "X-Workd-Forwarded")) {
+    if (c->status == 503 && !strcmp(c->err.type, "not-leader") && !r->forwarded) {
         /* Leadership moved while the command waited: forward it like any
          * request that reaches a node that does not lead (delayed, not failed). */
         char *fwd = NULL;
@@ -85,6 +104,14 @@ static void cmd_reply(Req *r)
             const char *reason = json_string_value(json_object_get(res, "reason"));
             if (json_is_true(json_object_get(res, "accepted"))) {
                 req_finish_json(r, 200, json_incref(res));
+            } else if (reason && !strcmp(reason, "not-holder")) {
+                char msg[300];
+                snprintf(msg, sizeof msg,
+                         "attempt %lld of work '%s' is held by another worker (or instance); "
+                         "its report was not recorded",
+                         (long long)json_integer_value(json_object_get(res, "attempt")),
+                         json_string_value(json_object_get(res, "id")));
+                problem(r, 409, "attempt-not-held", msg);
             } else if (reason && !strcmp(reason, "not-found")) {
                 char msg[200];
                 snprintf(msg, sizeof msg, "no work with id '%s'",
@@ -104,6 +131,7 @@ static void cmd_reply(Req *r)
         break;
     case MC_CLUSTER:
         json_object_set_new(c->reply, "nodes", listener_nodes(r->srv->listener));
+        json_object_set_new(c->reply, "database", dbwatch_json(r->srv->dbwatch));
         break;
     default:
         break;
@@ -140,7 +168,7 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
         return;
     }
     mgrcmd_free(c);
-    if (req_header(r, "X-Workd-Forwarded")) {
+    if (r->forwarded) {
         free(forward_body);
         problem(r, 503, "not-leader",
                 "this node is not the leader (forwarded requests are not forwarded again)");
@@ -187,10 +215,15 @@ static void h_submit(Req *r, char *const *p)
     to_leader(r, c, fwd);
 }
 
+/* Events of one work item in one answer, at most (GET /work/{id}/events). */
+#define EVENTS_PAGE 1000
+
 typedef struct GetTask {
     Req *r;
     char *id;
     int64_t wait_ms;
+    int64_t after; /* events: the page after this seq, */
+    int limit;     /* this many at most */
     bool events, waited;
 } GetTask;
 
@@ -218,7 +251,7 @@ static void get_task(PGconn *conn, void *arg)
         problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
         goto done;
     }
-    json_t *o = t->events ? journal_work_events(conn, t->id, &err)
+    json_t *o = t->events ? journal_work_events(conn, t->id, t->after, t->limit, &err)
                           : journal_work_get(conn, t->id, wall_ms(), &err);
     if (!o) {
         req_finish_problem(r, &err);
@@ -229,6 +262,7 @@ static void get_task(PGconn *conn, void *arg)
         int64_t after = json_integer_value(json_object_get(o, "updated_seq"));
         json_decref(o);
         hub_wait(r->srv->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
+        listener_wake(r->srv->listener); /* to answer at the deadline, not after it */
         return;
     }
     json_object_del(o, "updated_seq");
@@ -247,13 +281,21 @@ static void start_get(Req *r, const char *id, bool events)
     t->id = xstrdup(id);
     t->events = events;
     const char *wait = events ? NULL : req_query(r, "wait");
+    const char *after = events ? req_query(r, "after") : NULL;
+    const char *limit = events ? req_query(r, "limit") : NULL;
+    int64_t l = EVENTS_PAGE;
     Err err = {0};
-    if (wait && parse_wait(wait, r->srv->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) {
+    if ((wait && parse_wait(wait, r->srv->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) ||
+        (after && parse_seq(after, &t->after, &err) != 0) ||
+        (limit && parse_seq(limit, &l, &err) != 0) ||
+        ((l < 1 || l > EVENTS_PAGE) &&
+         err_set(&err, 400, "invalid-parameter", "'limit' must be from 1 to %d", EVENTS_PAGE))) {
         free(t->id);
         free(t);
         req_finish_problem(r, &err);
         return;
     }
+    t->limit = (int)l;
     req_park(r);
     dbpool_submit(r->srv->pool, get_task, t);
 }
@@ -286,6 +328,89 @@ static void h_retry(Req *r, char *const *p)
     to_leader(r, c, NULL);
 }
 
+/* ---- queues: flow control (admin) ---- */
+
+static bool check_queue(Req *r, const char *q)
+{
+    if (queue_name_valid(q))
+        return true;
+    problem(r, 400, "invalid-path",
+            "the queue in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
+    return false;
+}
+
+static void queue_set(Req *r, const char *queue, const QueueLimits *l, int set)
+{
+    MgrCmd *c = mgrcmd_new(MC_QUEUE_SET);
+    c->queue = xstrdup(queue);
+    c->limits = *l;
+    c->limits_set = set;
+    to_leader(r, c, NULL);
+}
+
+static void h_queue_put(Req *r, char *const *p)
+{
+    if (!check_queue(r, p[0]))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    QueueLimits l;
+    int set = 0;
+    if (!body || parse_queue_limits(body, &l, &set, &err) != 0) {
+        json_decref(body);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    queue_set(r, p[0], &l, set);
+}
+
+static void h_queue_pause(Req *r, char *const *p)
+{
+    if (!check_queue(r, p[0]))
+        return;
+    QueueLimits l = {.paused = true};
+    queue_set(r, p[0], &l, QL_PAUSED);
+}
+
+static void h_queue_resume(Req *r, char *const *p)
+{
+    if (!check_queue(r, p[0]))
+        return;
+    QueueLimits l = {.paused = false};
+    queue_set(r, p[0], &l, QL_PAUSED);
+}
+
+/* ---- bulk actions (admin) ---- */
+
+static void bulk(Req *r, MgrCmdType type)
+{
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    MgrCmd *c = mgrcmd_new(type);
+    if (!body || parse_bulk_filter(body, type == MC_BULK_CANCEL, &c->queue, &c->key, &c->state,
+                                   &c->max, &err) != 0) {
+        json_decref(body);
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    to_leader(r, c, NULL);
+}
+
+static void h_bulk_cancel(Req *r, char *const *p)
+{
+    (void)p;
+    bulk(r, MC_BULK_CANCEL);
+}
+
+static void h_bulk_retry(Req *r, char *const *p)
+{
+    (void)p;
+    bulk(r, MC_BULK_RETRY);
+}
+
 static void single_report(Req *r, char *const *p, bool completed)
 {
     if (!check_id(r, p[0], "work id"))
@@ -293,14 +418,18 @@ static void single_report(Req *r, char *const *p, bool completed)
     Err err = {0};
     json_t *body = body_json(r, &err);
     MgrCmd *c = mgrcmd_new(MC_REPORTS);
-    if (!body ||
-        parse_single_report(body, p[0], p[1], completed, &c->reports, &c->worker_id, &err) != 0) {
+    if (!body || parse_single_report(body, p[0], p[1], completed, &c->reports, &c->worker_id,
+                                     &c->instance, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);
         return;
     }
     json_decref(body);
+    if (!worker_allowed(r, c->worker_id, c)) {
+        mgrcmd_free(c);
+        return;
+    }
     r->single_report = true;
     to_leader(r, c, NULL);
 }
@@ -409,6 +538,13 @@ static void queues_task(PGconn *conn, void *arg)
         req_finish_problem(r, &err);
         return;
     }
+    json_t *limits = journal_queue_limits(conn, &err);
+    if (!limits) {
+        json_decref(open);
+        json_decref(finished);
+        req_finish_problem(r, &err);
+        return;
+    }
     json_t *rates = hub_throughput(s->hub, wall_ms());
     json_t *names = json_object(), *queues = json_array();
     const char *k;
@@ -422,6 +558,10 @@ static void queues_task(PGconn *conn, void *arg)
         json_object_set_new(names, k, json_true());
     }
     json_object_foreach(json_object_get(rates, "queues"), k, v)
+    {
+        json_object_set_new(names, k, json_true());
+    }
+    json_object_foreach(limits, k, v)
     {
         json_object_set_new(names, k, json_true());
     }
@@ -442,6 +582,11 @@ static void queues_task(PGconn *conn, void *arg)
         json_object_set_new(q, "oldest_pending_age_s", json_real(age ? json_real_value(age) : 0));
         json_t *rate = json_object_get(json_object_get(rates, "queues"), k);
         json_object_set(q, "throughput", rate ? rate : json_null());
+        json_t *lim = json_object_get(limits, k);
+        json_object_set_new(q, "limits",
+                            lim ? json_incref(lim)
+                                : json_pack("{s:b, s:n, s:n, s:n}", "paused", 0, "max_running",
+                                            "max_running_per_key", "rate"));
         json_array_append_new(queues, q);
     }
     req_finish_json(r, 200,
@@ -452,6 +597,7 @@ static void queues_task(PGconn *conn, void *arg)
     json_decref(open);
     json_decref(finished);
     json_decref(rates);
+    json_decref(limits);
 }
 
 static void h_queues(Req *r, char *const *p)
@@ -461,6 +607,11 @@ static void h_queues(Req *r, char *const *p)
 }
 
 /* ---- results ---- */
+
+static ssize_t no_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
 
 static void h_results(Req *r, char *const *p)
 {
@@ -480,6 +631,23 @@ static void h_results(Req *r, char *const *p)
     }
     if (queue && !queue_name_valid(queue)) {
         problem(r, 400, "invalid-parameter", "'queue' is not a valid queue name");
+        return;
+    }
+    if (!strcmp(r->method, "HEAD")) {
+        /* The head a stream would have, without subscribing to one (the
+         * daemon never asks a HEAD answer for its body). */
+        r->stream =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, no_stream, NULL, NULL);
+        MHD_add_response_header(r->stream, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r->stream, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r->stream, "X-Accel-Buffering", "no");
+        /* A stream has no length: the head of one ends its connection.
+         * (libmicrohttpd 0.9.75 at times sends the chunked terminator after a
+         * HEAD answer of unknown size, which a kept-alive client would read
+         * as the start of its next answer.) */
+        MHD_add_response_header(r->stream, MHD_HTTP_HEADER_CONNECTION, "close");
+        r->status = 200;
+        r->answered = true;
         return;
     }
     r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue, &err);
@@ -512,6 +680,10 @@ static void h_heartbeat(Req *r, char *const *p)
     c->capacity = hb.capacity;
     c->queues = hb.queues;
     c->running = hb.running;
+    if (!worker_allowed(r, p[0], c)) {
+        mgrcmd_free(c);
+        return;
+    }
     to_leader(r, c, NULL);
 }
 
@@ -519,8 +691,19 @@ static void h_deregister(Req *r, char *const *p)
 {
     if (!check_id(r, p[0], "worker id"))
         return;
+    const char *instance = req_query(r, "instance");
+    if (instance && !id_valid(instance)) {
+        problem(r, 400, "invalid-parameter",
+                "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+        return;
+    }
     MgrCmd *c = mgrcmd_new(MC_DEREGISTER);
     c->worker_id = xstrdup(p[0]);
+    c->instance = xstrdup(instance);
+    if (!worker_allowed(r, p[0], c)) {
+        mgrcmd_free(c);
+        return;
+    }
     to_leader(r, c, NULL);
 }
 
@@ -543,6 +726,10 @@ static void h_pull(Req *r, char *const *p)
     c->max = pm.max;
     c->wait_ms = pm.wait_ms;
     c->queues = pm.queues;
+    if (!worker_allowed(r, p[0], c)) {
+        mgrcmd_free(c);
+        return;
+    }
     to_leader(r, c, NULL);
 }
 
@@ -553,7 +740,8 @@ static void h_reports(Req *r, char *const *p)
     Err err = {0};
     json_t *body = body_json(r, &err);
     MgrCmd *c = mgrcmd_new(MC_REPORTS);
-    if (!body || parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &err) != 0) {
+    if (!body ||
+        parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->instance, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);
@@ -561,6 +749,10 @@ static void h_reports(Req *r, char *const *p)
     }
     json_decref(body);
     c->worker_id = xstrdup(p[0]);
+    if (!worker_allowed(r, p[0], c)) {
+        mgrcmd_free(c);
+        return;
+    }
     to_leader(r, c, NULL);
 }
 
@@ -584,6 +776,11 @@ static void h_readyz(Req *r, char *const *p)
         problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
         return;
     }
+    char stuck[600];
+    if (dbwatch_stalled(r->srv->dbwatch, stuck, sizeof stuck)) {
+        problem(r, 503, "not-ready", stuck);
+        return;
+    }
     if (!url[0]) {
         problem(r, 503, "not-ready", "no leader has been elected yet");
         return;
@@ -597,11 +794,15 @@ static void h_readyz(Req *r, char *const *p)
 static void render_manager_metrics(SBuf *b, Server *s)
 {
     const ManagerStats *st = manager_stats(s->mgr);
+    sbuf_puts(b, "# HELP workd_commit_duration_seconds Time of one group commit of the leader.\n"
+                 "# TYPE workd_commit_duration_seconds histogram\n");
     histogram_render(b, "workd_commit_duration_seconds", "", &st->commit_us);
+    sbuf_puts(b, "# HELP workd_commit_events Events written by one group commit.\n"
+                 "# TYPE workd_commit_events histogram\n");
     histogram_render(b, "workd_commit_events", "", &st->commit_events);
     sbuf_puts(b, "# HELP workd_events_total Events committed by this node as leader, by type.\n"
                  "# TYPE workd_events_total counter\n");
-    for (int t = EV_TERM; t <= EV_RETRIED; t++)
+    for (int t = EV_TERM; t <= EV_LAST; t++)
         sbuf_printf(b, "workd_events_total{type=\"%s\"} %lld\n", event_type_name((EventType)t),
                     (long long)atomic_load(&st->events_by_type[t]));
     sbuf_printf(b,
@@ -614,7 +815,9 @@ static void render_manager_metrics(SBuf *b, Server *s)
                 "# TYPE workd_lease_expiries_total counter\nworkd_lease_expiries_total %lld\n"
                 "# HELP workd_workers_lost_total Attempts ended because their worker went silent.\n"
                 "# TYPE workd_workers_lost_total counter\nworkd_workers_lost_total %lld\n"
+                "# HELP workd_elections_won_total Elections this node won.\n"
                 "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
+                "# HELP workd_step_downs_total Times this node stopped leading.\n"
                 "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
                 (long long)atomic_load(&st->events_by_type[EV_COMPLETED]),
                 (long long)atomic_load(&st->events_by_type[EV_FAILED]),
@@ -625,11 +828,50 @@ static void render_manager_metrics(SBuf *b, Server *s)
                 (long long)atomic_load(&st->step_downs));
     if (manager_is_leader(s->mgr))
         sbuf_printf(b,
+                    "# HELP workd_open_work Work not finished (pending, scheduled, running).\n"
                     "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
+                    "# HELP workd_workers Workers known to the leader.\n"
                     "# TYPE workd_workers gauge\nworkd_workers %lld\n"
+                    "# HELP workd_waiting_pulls Workers' pulls waiting for work.\n"
                     "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
                     (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
                     (long long)atomic_load(&st->waiting_pulls));
+    sbuf_printf(b,
+                "# HELP workd_sql_submissions_total Work submitted in SQL (workd.submit) that this "
+                "node took from the inbox as leader: taken into the log, or refused there (an id "
+                "with another payload).\n"
+                "# TYPE workd_sql_submissions_total counter\n"
+                "workd_sql_submissions_total{outcome=\"taken\"} %lld\n"
+                "workd_sql_submissions_total{outcome=\"refused\"} %lld\n",
+                (long long)(atomic_load(&st->inbox_taken) - atomic_load(&st->inbox_refused)),
+                (long long)atomic_load(&st->inbox_refused));
+    const RetentionStats *rs = manager_retention_stats(s->mgr);
+    if (manager_is_leader(s->mgr) && atomic_load(&rs->last_run_ms))
+        sbuf_printf(
+            b,
+            "# HELP workd_storage_bytes Size of workd's tables with their indexes.\n"
+            "# TYPE workd_storage_bytes gauge\n"
+            "workd_storage_bytes{table=\"events\"} %lld\n"
+            "workd_storage_bytes{table=\"done\"} %lld\n"
+            "workd_storage_bytes{table=\"open\"} %lld\n"
+            "# HELP workd_parts Parts (partitions) of the history kept.\n"
+            "# TYPE workd_parts gauge\nworkd_parts %lld\n"
+            "# HELP workd_oldest_part_timestamp_seconds When the oldest part kept was first "
+            "written.\n"
+            "# TYPE workd_oldest_part_timestamp_seconds gauge\n"
+            "workd_oldest_part_timestamp_seconds %.3f\n"
+            "# HELP workd_retention_last_run_timestamp_seconds When retention last completed a "
+            "pass.\n"
+            "# TYPE workd_retention_last_run_timestamp_seconds gauge\n"
+            "workd_retention_last_run_timestamp_seconds %.3f\n"
+            "# HELP workd_parts_dropped_total Parts dropped by retention since this node "
+            "started.\n"
+            "# TYPE workd_parts_dropped_total counter\nworkd_parts_dropped_total %lld\n",
+            (long long)atomic_load(&rs->events_bytes), (long long)atomic_load(&rs->done_bytes),
+            (long long)atomic_load(&rs->open_bytes), (long long)atomic_load(&rs->parts),
+            (double)atomic_load(&rs->oldest_part_ms) / 1000.0,
+            (double)atomic_load(&rs->last_run_ms) / 1000.0,
+            (long long)atomic_load(&rs->parts_dropped));
 }
 
 /* Runs on a read-pool thread: queue depths come from the projection, so that
@@ -668,14 +910,23 @@ static void metrics_task(PGconn *conn, void *arg)
     char url[256];
     int64_t term = server_leader(s, url, sizeof url);
     sbuf_printf(&b,
+                "# HELP workd_leader_term The term of the leader this node knows.\n"
                 "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
+                "# HELP workd_is_leader 1 while this node leads.\n"
                 "# TYPE workd_is_leader gauge\nworkd_is_leader %d\n"
+                "# HELP workd_database_up 1 while this node's listener session is up.\n"
                 "# TYPE workd_database_up gauge\nworkd_database_up %d\n"
+                "# HELP workd_sse_subscribers Open result streams on this node.\n"
                 "# TYPE workd_sse_subscribers gauge\nworkd_sse_subscribers %lld\n"
+                "# HELP workd_sse_events_sent_total Results sent to streams by this node.\n"
                 "# TYPE workd_sse_events_sent_total counter\nworkd_sse_events_sent_total %lld\n"
+                "# HELP workd_get_waits_total GET /work/{id}?wait= that waited.\n"
                 "# TYPE workd_get_waits_total counter\nworkd_get_waits_total %lld\n"
+                "# HELP workd_proxy_requests_total Requests forwarded to the leader.\n"
                 "# TYPE workd_proxy_requests_total counter\nworkd_proxy_requests_total %lld\n"
+                "# HELP workd_proxy_retries_total Retries of forwards (leader unknown or moving).\n"
                 "# TYPE workd_proxy_retries_total counter\nworkd_proxy_retries_total %lld\n"
+                "# HELP workd_proxy_failures_total Forwards that no leader answered in time.\n"
                 "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
                 (long long)term, s->mgr && manager_is_leader(s->mgr) ? 1 : 0,
                 atomic_load(&s->db_ok) ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
@@ -718,25 +969,34 @@ static void h_metrics(Req *r, char *const *p)
 }
 
 const Route api_routes[] = {
-    {"POST", "/work", h_submit, "submit", true, SCOPE_CLIENT},
-    {"GET", "/work", h_work_list, "work_list", false, SCOPE_CLIENT},
-    {"GET", "/queues", h_queues, "queues", false, SCOPE_CLIENT},
-    {"GET", "/work/:id", h_work_get, "work_get", false, SCOPE_CLIENT},
-    {"DELETE", "/work/:id", h_cancel, "work_cancel", false, SCOPE_ADMIN},
-    {"GET", "/work/:id/events", h_work_events, "work_events", false, SCOPE_CLIENT},
-    {"POST", "/work/:id/retry", h_retry, "work_retry", false, SCOPE_ADMIN},
-    {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true, SCOPE_WORKER},
-    {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true, SCOPE_WORKER},
-    {"GET", "/results", h_results, "results", false, SCOPE_CLIENT},
-    {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true, SCOPE_WORKER},
-    {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER},
-    {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER},
-    {"POST", "/workers/:id/reports", h_reports, "worker_reports", true, SCOPE_WORKER},
-    {"GET", "/cluster", h_cluster, "cluster", false, SCOPE_ADMIN},
-    {"GET", "/healthz", h_healthz, "healthz", false, SCOPE_NONE},
-    {"GET", "/readyz", h_readyz, "readyz", false, SCOPE_NONE},
-    {"GET", "/metrics", h_metrics, "metrics", false, SCOPE_ADMIN},
-    {"GET", "/", static_index, "index", false, SCOPE_NONE},
-    {"GET", "/dashboard/:file", static_asset, "dashboard_asset", false, SCOPE_NONE},
+    {"POST", "/work", h_submit, "submit", true, SCOPE_CLIENT, ""},
+    {"GET", "/work", h_work_list, "work_list", false, SCOPE_CLIENT, "status queue before limit"},
+    {"POST", "/bulk/cancel", h_bulk_cancel, "work_bulk_cancel", true, SCOPE_ADMIN, ""},
+    {"POST", "/bulk/retry", h_bulk_retry, "work_bulk_retry", true, SCOPE_ADMIN, ""},
+    {"GET", "/queues", h_queues, "queues", false, SCOPE_CLIENT, ""},
+    {"PUT", "/queues/:queue", h_queue_put, "queue_put", true, SCOPE_ADMIN, ""},
+    {"POST", "/queues/:queue/pause", h_queue_pause, "queue_pause", false, SCOPE_ADMIN, ""},
+    {"POST", "/queues/:queue/resume", h_queue_resume, "queue_resume", false, SCOPE_ADMIN, ""},
+    {"GET", "/work/:id", h_work_get, "work_get", false, SCOPE_CLIENT, "wait"},
+    {"DELETE", "/work/:id", h_cancel, "work_cancel", false, SCOPE_ADMIN, ""},
+    {"GET", "/work/:id/events", h_work_events, "work_events", false, SCOPE_CLIENT, "after limit"},
+    {"POST", "/work/:id/retry", h_retry, "work_retry", false, SCOPE_ADMIN, ""},
+    {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true, SCOPE_WORKER,
+     ""},
+    {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true, SCOPE_WORKER, ""},
+    {"GET", "/results", h_results, "results", false, SCOPE_CLIENT,
+     "after work_id queue access_token"},
+    {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true, SCOPE_WORKER, ""},
+    {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER, "instance"},
+    {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER, ""},
+    {"POST", "/workers/:id/reports", h_reports, "worker_reports", true, SCOPE_WORKER, ""},
+    {"GET", "/cluster", h_cluster, "cluster", false, SCOPE_ADMIN, ""},
+    {"GET", "/healthz", h_healthz, "healthz", false, SCOPE_NONE, ""},
+    {"GET", "/readyz", h_readyz, "readyz", false, SCOPE_NONE, ""},
+    {"GET", "/metrics", h_metrics, "metrics", false, SCOPE_ADMIN, ""},
+    {"GET", "/", static_index, "index", false, SCOPE_NONE, NULL},
+    {"GET", "/dashboard/:file", static_asset, "dashboard_asset", false, SCOPE_NONE, NULL},
 };
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];
+_Static_assert(sizeof api_routes / sizeof api_routes[0] < METRICS_ROUTES,
+               "METRICS_ROUTES needs a slot per route and one for unmatched requests");

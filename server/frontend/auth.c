@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config.h"
 #include "util.h"
 
 #define TOKEN_MAX 256
@@ -15,6 +16,7 @@ typedef struct Token {
     char value[TOKEN_MAX];
     size_t len;
     int scopes;
+    char **workers; /* worker-id patterns it is bound to ("gpu-*": a prefix); NULL: any */
 } Token;
 
 struct Auth {
@@ -45,6 +47,35 @@ static int parse_scopes(const char *s, size_t len, int *out, Err *err)
     return 0;
 }
 
+/* Parses the comma-separated worker-id patterns of "worker[...]" into *out. */
+static int parse_workers(const char *s, size_t len, char ***out, const char *source, Err *err)
+{
+    char *list = xmalloc(len + 1);
+    memcpy(list, s, len);
+    list[len] = '\0';
+    char **v = strv_split(list);
+    free(list);
+    size_t n = strv_len(v);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(v[i]);
+        char id[ID_MAX + 2];
+        snprintf(id, sizeof id, "%.*s", (int)(l && v[i][l - 1] == '*' ? l - 1 : l), v[i]);
+        if (l > ID_MAX || !id_valid(id)) {
+            err_set(err, 400, "bad-config",
+                    "%s: '%s' is not a worker id (or a prefix of one followed by '*')", source,
+                    v[i]);
+            strv_free(v);
+            return -1;
+        }
+    }
+    if (!n) {
+        strv_free(v);
+        return err_set(err, 400, "bad-config", "%s: '[]' binds a token to no worker id", source);
+    }
+    *out = v;
+    return 0;
+}
+
 /* Adds every "scopes:token" word of text. */
 static int add_entries(Auth *a, const char *text, const char *source, Err *err)
 {
@@ -64,16 +95,26 @@ static int add_entries(Auth *a, const char *text, const char *source, Err *err)
         if (!n)
             break;
         const char *colon = memchr(w, ':', n);
+        /* SCOPES[IDS]:TOKEN binds the token to worker ids, which may hold ':'. */
+        const char *open = memchr(w, '[', n), *close = NULL;
+        if (open && (!colon || open < colon)) {
+            close = memchr(open, ']', (size_t)(w + n - open));
+            colon = close && close + 1 < w + n && close[1] == ':' ? close + 1 : NULL;
+        }
         if (!colon || colon == w || colon == w + n - 1)
             return err_set(err, 400, "bad-config",
-                           "%s: entries are SCOPES:TOKEN, e.g. client,worker:s3cret", source);
+                           "%s: entries are SCOPES:TOKEN or SCOPES[WORKER-IDS]:TOKEN, e.g. "
+                           "client,worker:s3cret or worker[gpu-*]:s3cret",
+                           source);
         size_t tlen = n - (size_t)(colon + 1 - w);
         if (tlen < 16 || tlen >= TOKEN_MAX)
             return err_set(err, 400, "bad-config", "%s: a token must be 16 to %d characters long",
                            source, TOKEN_MAX - 1);
         Token t = {.len = tlen};
         memcpy(t.value, colon + 1, tlen);
-        if (parse_scopes(w, (size_t)(colon - w), &t.scopes, err) != 0)
+        if (parse_scopes(w, (size_t)((close ? open : colon) - w), &t.scopes, err) != 0 ||
+            (close &&
+             parse_workers(open + 1, (size_t)(close - open - 1), &t.workers, source, err) != 0))
             return -1;
         a->tokens = xrealloc(a->tokens, (a->n + 1) * sizeof *a->tokens);
         a->tokens[a->n++] = t;
@@ -115,6 +156,8 @@ void auth_free(Auth *a)
 {
     if (!a)
         return;
+    for (size_t i = 0; i < a->n; i++)
+        strv_free(a->tokens[i].workers);
     if (a->tokens)
         explicit_bzero(a->tokens, a->n * sizeof *a->tokens);
     free(a->tokens);
@@ -138,6 +181,18 @@ static bool same(const Token *t, const char *given, size_t len)
     for (size_t i = 0; i < t->len; i++)
         diff |= (unsigned char)(t->value[i] ^ (i < len ? given[i] : 0));
     return diff == 0;
+}
+
+bool auth_secret_matches(const char *secret, const char *given)
+{
+    size_t n = strlen(secret);
+    if (n == 0 || n > AUTH_SECRET_MAX)
+        return false;
+    Token t = {.len = n};
+    memcpy(t.value, secret, n);
+    bool ok = same(&t, given, strnlen(given, TOKEN_MAX));
+    explicit_bzero(t.value, sizeof t.value);
+    return ok;
 }
 
 int auth_check(const Auth *a, int scope, const char *authorization, const char *access_token,
@@ -169,4 +224,40 @@ int auth_check(const Auth *a, int scope, const char *authorization, const char *
                        : scope == SCOPE_ADMIN ? "admin"
                                               : "client");
     return 0;
+}
+
+static bool worker_matches(char *const *patterns, const char *worker_id)
+{
+    for (size_t i = 0; patterns[i]; i++) {
+        size_t l = strlen(patterns[i]);
+        if (l && patterns[i][l - 1] == '*' ? !strncmp(patterns[i], worker_id, l - 1)
+                                           : !strcmp(patterns[i], worker_id))
+            return true;
+    }
+    return false;
+}
+
+AuthWorkerAccess auth_worker_access(const Auth *a, const char *authorization,
+                                    const char *access_token, const char *worker_id)
+{
+    if (!auth_enabled(a))
+        return AUTH_WORKER_OWNS;
+    const char *given = access_token;
+    if (authorization && !strncasecmp(authorization, "Bearer ", 7)) {
+        given = authorization + 7;
+        while (*given == ' ')
+            given++;
+    }
+    if (!given)
+        return AUTH_WORKER_DENIED;
+    size_t len = strnlen(given, TOKEN_MAX);
+    const Token *found = NULL;
+    for (size_t i = 0; i < a->n; i++) /* no early exit, as in auth_check */
+        if (same(&a->tokens[i], given, len))
+            found = &a->tokens[i];
+    if (!found)
+        return AUTH_WORKER_DENIED;
+    if (found->workers)
+        return worker_matches(found->workers, worker_id) ? AUTH_WORKER_OWNS : AUTH_WORKER_DENIED;
+    return found->scopes & SCOPE_ADMIN ? AUTH_WORKER_OWNS : AUTH_WORKER_SHARED;
 }

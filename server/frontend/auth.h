@@ -32,4 +32,24 @@ size_t auth_count(const Auth *a);
 int auth_check(const Auth *a, int scope, const char *authorization, const char *access_token,
                Err *err) WARN_UNUSED;
 
+/* ---- the cluster secret (forwarding between nodes) ---- */
+#define AUTH_SECRET_MIN 16
+#define AUTH_SECRET_MAX 255
+/* Whether given is secret, in time that depends only on secret's length. */
+bool auth_secret_matches(const char *secret, const char *given);
+
+/* ---- tokens bound to worker ids ----
+ * An entry may bind its token to worker ids: "worker[gpu-*,w7]:TOKEN" may act
+ * only for worker id w7 and ids starting with gpu- ('*' ends a prefix). */
+typedef enum {
+    AUTH_WORKER_DENIED, /* the token is bound to other worker ids */
+    AUTH_WORKER_SHARED, /* an unbound worker token: it may act only as a registered instance */
+    AUTH_WORKER_OWNS,   /* bound to this id, an admin token, or an open server: it may claim it */
+} AuthWorkerAccess;
+
+/* What the request's token (as for auth_check, which must have passed) may do
+ * with worker_id. */
+AuthWorkerAccess auth_worker_access(const Auth *a, const char *authorization,
+                                    const char *access_token, const char *worker_id);
+
 #endif

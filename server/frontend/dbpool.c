@@ -44,7 +44,9 @@ static void *pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         if (!t)
             break;
-        if (!stop && (!conn || PQstatus(conn) != CONNECTION_OK)) {
+        /* A session whose server went away while it sat idle (a restart, a
+         * failover) is replaced before the task sees it, not after it failed. */
+        if (!stop && !db_alive(conn)) {
             PQfinish(conn);
             Err err = {0};
             conn = db_connect(p->url, "frontend", &err);

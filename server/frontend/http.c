@@ -17,15 +17,19 @@
 #include "auth.h"
 #include "log.h"
 #include "metrics.h"
+#include "parse.h"
 
-#define MAX_SEGMENTS 8
+#define MAX_SEGMENTS HTTP_MAX_SEGMENTS
 
-/* A connection from accept until it is closed; `seen` once a whole request
- * header has arrived. Listed in Server.conns under conns_lock. */
+/* A connection from accept until it is closed. `receiving` while a request is
+ * on its way in: from the accept, or from the end of the previous request on
+ * the connection (since_ms), until the whole request has arrived. Listed in
+ * Server.conns under conns_lock; the two atomics are written by the HTTP
+ * thread of the connection and read by the sweep. */
 typedef struct ConnTrack {
     int fd;
-    int64_t accepted_ms;
-    atomic_bool seen;
+    atomic_llong since_ms;
+    atomic_bool receiving;
     bool cut;
     struct ConnTrack *prev, *next;
 } ConnTrack;
@@ -115,10 +119,16 @@ static const char *reason(int status)
         return "Content Too Large";
     case 415:
         return "Unsupported Media Type";
+    case 431:
+        return "Request Header Fields Too Large";
     case 429:
         return "Too Many Requests";
     case 500:
         return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
     case 503:
         return "Service Unavailable";
     default:
@@ -126,16 +136,27 @@ static const char *reason(int status)
     }
 }
 
+#define DB_DOWN_DETAIL "the database cannot be reached; retry"
+
 void req_finish_problem(Req *r, const Err *err)
 {
     int status = err->status ? err->status : 500;
+    const char *detail = err->msg[0] ? err->msg : "internal error";
+    if (!strncmp(err->type, "database-", 9)) {
+        /* libpq's words name hosts, users and SQL: they go to the log, the
+         * client gets what it can act on. */
+        if (strcmp(err->msg, DB_DOWN_DETAIL) != 0)
+            log_warn("%s %s: %s", r->method, r->path, err->msg);
+        detail = status == 503 ? DB_DOWN_DETAIL
+                               : "the database refused this request; the node's log says why";
+    }
     if (status == 429 || status == 503)
         r->retry_after_s = 1;
     char type[96];
     snprintf(type, sizeof type, "https://workd.dev/problems/%s",
              err->type[0] ? err->type : "internal");
     json_t *p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status), "status",
-                          status, "detail", err->msg[0] ? err->msg : "internal error");
+                          status, "detail", detail);
     if (!p) /* a detail that is not valid UTF-8 (a bug upstream): still answer */
         p = json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", reason(status), "status",
                       status, "detail", "the request was refused (no readable detail)");
@@ -156,6 +177,26 @@ const char *req_header(Req *r, const char *name)
 const char *req_query(Req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+/* ---- the request head: framing (RFC 9112) ---- */
+
+static enum MHD_Result on_header_line(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      size_t key_size, const char *value, size_t value_size)
+{
+    head_line(cls, key, key_size, value, value_size);
+    return MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 takes the first of two Content-Lengths, lets
+ * Transfer-Encoding win over Content-Length and serves a request without
+ * Host: head_check (parse.c) judges every line it kept, before anything else
+ * reads the head. */
+static int check_framing(struct MHD_Connection *conn, const char *version, Err *err)
+{
+    HeadCheck h = {0};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, on_header_line, &h);
+    return head_check(&h, strcmp(version, MHD_HTTP_VERSION_1_0) != 0, err);
 }
 
 /* ---- routing ---- */
@@ -201,63 +242,169 @@ static bool is_json(const char *ct)
            (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-static void dispatch(Req *r)
+/* Whether the space-separated list holds word. */
+static bool listed(const char *list, const char *word)
 {
-    char *copy = xstrdup(r->path);
+    size_t n = strlen(word);
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ')
+            p++;
+        const char *e = strchr(p, ' ');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, word, n))
+            return true;
+        p += len;
+    }
+    return false;
+}
+
+typedef struct QueryCheck {
+    const Route *rt;
+    char bad[65];      /* the first parameter the route does not take */
+    char repeated[65]; /* ...or the first given twice */
+    const char *seen[16];
+    size_t nseen;
+} QueryCheck;
+
+static void copy_name(char *dst, size_t n, const char *s)
+{
+    size_t o = 0;
+    for (; *s && o + 1 < n; s++)
+        dst[o++] = (unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f ? *s : '?';
+    dst[o] = '\0';
+}
+
+static enum MHD_Result on_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    QueryCheck *q = cls;
+    if (!listed(q->rt->query, key)) {
+        if (!q->bad[0])
+            copy_name(q->bad, sizeof q->bad, key[0] ? key : "(empty)");
+        return MHD_YES;
+    }
+    for (size_t i = 0; i < q->nseen; i++)
+        if (!strcmp(q->seen[i], key) && !q->repeated[0])
+            copy_name(q->repeated, sizeof q->repeated, key);
+    if (q->nseen < sizeof q->seen / sizeof q->seen[0])
+        q->seen[q->nseen++] = key;
+    return MHD_YES;
+}
+
+/* Refuses a query parameter the route does not take, so that a misspelt one
+ * is an error rather than a silent default. */
+static int check_query(Req *r, Err *err)
+{
+    if (!r->rt->query)
+        return 0;
+    QueryCheck q = {.rt = r->rt};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, on_query_arg, &q);
+    if (q.bad[0])
+        return err_set(err, 400, "unknown-parameter", "%s %s takes no query parameter '%s'%s%s",
+                       r->method, r->rt->pattern, q.bad,
+                       r->rt->query[0] ? "; it takes: " : " (it takes none)", r->rt->query);
+    if (q.repeated[0])
+        return err_set(err, 400, "repeated-parameter", "the query parameter '%s' is given twice",
+                       q.repeated);
+    return 0;
+}
+
+/* Finds the route of r (r->rt, r->params, r->route), or refuses with 404/405. */
+static int route(Req *r, Err *err)
+{
+    r->segs = xstrdup(r->path);
     char *segs[MAX_SEGMENTS + 1];
-    size_t nsegs = split_path(copy, segs);
+    size_t nsegs = split_path(r->segs, segs);
+    /* HEAD is GET without the body (RFC 9110 9.3.2). */
+    const char *method = strcmp(r->method, "HEAD") ? r->method : "GET";
     char allow[128] = "";
-    char *params[MAX_SEGMENTS] = {0};
-    const Route *found = NULL;
-    for (size_t i = 0; i < api_routes_count && !found; i++) {
+    for (size_t i = 0; i < api_routes_count; i++) {
         const Route *rt = &api_routes[i];
         char *p[MAX_SEGMENTS] = {0};
         if (nsegs > MAX_SEGMENTS || !match(rt->pattern, segs, nsegs, p))
             continue;
-        if (strcmp(rt->method, r->method) == 0) {
-            found = rt;
-            memcpy(params, p, sizeof params);
+        if (strcmp(rt->method, method) == 0) {
+            r->rt = rt;
+            memcpy(r->params, p, sizeof r->params);
             r->route = (int)i;
-        } else if (!strstr(allow, rt->method)) {
-            snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s",
-                     allow[0] ? ", " : "", rt->method);
+            return 0;
         }
+        if (!strstr(allow, rt->method))
+            snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s%s",
+                     allow[0] ? ", " : "", rt->method, strcmp(rt->method, "GET") ? "" : ", HEAD");
     }
-    Err err = {0};
-    if (found &&
-        auth_check(r->srv->auth, found->scope, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
-                   req_query(r, "access_token"), &err) != 0) {
-        if (err.status == 401)
+    if (!allow[0])
+        return err_set(err, 404, "no-route", "there is no %s on this server", r->path);
+    snprintf(r->location, sizeof r->location, "%s", allow);
+    return err_set(err, 405, "method-not-allowed", "%s is not allowed on %s; allowed: %s",
+                   r->method, r->path, allow);
+}
+
+/* What the request head alone decides, before a byte of the body is read:
+ * framing, the forwarding header, the route, the token, the query, the
+ * content type and the body's size. Returns 0 to go on, or -1 with err. */
+static int check_head(Req *r, const char *version, Err *err)
+{
+    Server *s = r->srv;
+    if (check_framing(r->conn, version, err) != 0) {
+        r->close = true;
+        return -1;
+    }
+    /* Only a node that knows the cluster secret may say it forwards: such a
+     * request is not forwarded again, and may be larger (ids and defaults
+     * filled in). Without a secret configured the header is believed only
+     * for the first, which can only make a node answer less. */
+    const char *fwd = req_header(r, "X-Workd-Forwarded");
+    bool trusted = false;
+    if (fwd && s->cfg.cluster_secret[0]) {
+        /* "secret=SECRET; node=NODE-ID", as proxy.c sends it. */
+        size_t n = strncmp(fwd, "secret=", 7) ? 0 : strcspn(fwd + 7, "; ");
+        char given[AUTH_SECRET_MAX + 1] = "";
+        if (n && n <= AUTH_SECRET_MAX)
+            snprintf(given, sizeof given, "%.*s", (int)n, fwd + 7);
+        trusted = auth_secret_matches(s->cfg.cluster_secret, given);
+        explicit_bzero(given, sizeof given);
+        if (!trusted)
+            return err_set(err, 403, "forwarding-refused",
+                           "X-Workd-Forwarded is reserved for the nodes of this cluster (it "
+                           "carries their shared secret); send the request without it");
+    }
+    r->forwarded = fwd != NULL;
+    r->body_limit = s->cfg.max_body * (trusted ? 4 : 1);
+    const char *cl =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int64_t length = cl ? strtoll(cl, NULL, 10) : 0;
+    if (length > r->body_limit)
+        /* Before routing: a body this large is refused on any path. */
+        return err_set(err, 413, "body-too-large",
+                       "the request body is %s bytes; the limit is %lld", cl,
+                       (long long)r->body_limit);
+    if (route(r, err) != 0)
+        return -1;
+    /* A token in the URL ends up in logs and histories: it counts only where
+     * a browser cannot send a header, and is refused elsewhere. */
+    bool url_token_ok = r->rt->query && listed(r->rt->query, "access_token");
+    if (!url_token_ok && req_query(r, "access_token"))
+        return err_set(err, 400, "token-in-url",
+                       "?access_token= is accepted only on GET /results (where a browser's "
+                       "EventSource cannot send headers); send 'Authorization: Bearer TOKEN'");
+    if (auth_check(s->auth, r->rt->scope, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                   url_token_ok ? req_query(r, "access_token") : NULL, err) != 0) {
+        if (err->status == 401)
             snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
-        req_finish_problem(r, &err);
-        free(copy);
-        return;
+        return -1;
     }
-    if (!found) {
-        if (allow[0]) {
-            snprintf(r->location, sizeof r->location, "%s", allow);
-            err_set(&err, 405, "method-not-allowed", "%s is not allowed on %s; allowed: %s",
-                    r->method, r->path, allow);
-            r->status = 405;
-        } else {
-            err_set(&err, 404, "no-route", "there is no %s on this server", r->path);
-        }
-        req_finish_problem(r, &err);
-        free(copy);
-        return;
-    }
-    if (r->body_too_large) {
-        err_set(&err, 413, "body-too-large", "the request body is over the limit of %lld bytes",
-                (long long)r->body_limit);
-        req_finish_problem(r, &err);
-    } else if (found->json_body && !is_json(req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE))) {
-        err_set(&err, 415, "unsupported-media-type",
-                "send the body as JSON with 'Content-Type: application/json'");
-        req_finish_problem(r, &err);
-    } else {
-        found->fn(r, params);
-    }
-    free(copy);
+    if (check_query(r, err) != 0)
+        return -1;
+    if (r->rt->json_body && !is_json(req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE)))
+        return err_set(err, 415, "unsupported-media-type",
+                       "send the body as JSON with 'Content-Type: application/json'");
+    if (!r->rt->json_body)
+        r->body_limit = 0;
+    if (length > r->body_limit)
+        return err_set(err, 413, "body-too-large", "%s %s takes no request body", r->method,
+                       r->rt->pattern);
+    return 0;
 }
 
 /* ---- the daemon's callbacks ---- */
@@ -285,10 +432,19 @@ static enum MHD_Result queue_answer(Req *r)
         snprintf(ra, sizeof ra, "%lld", (long long)r->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     metrics_observe(r->srv->metrics, r->route, r->status, now_us() - r->start_us);
     return rc;
+}
+
+static ConnTrack *conn_track(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -301,7 +457,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         t = xcalloc(1, sizeof *t);
         t->fd = ci ? ci->connect_fd : -1;
-        t->accepted_ms = mono_ms();
+        atomic_store(&t->since_ms, mono_ms());
+        atomic_store(&t->receiving, true);
         pthread_mutex_lock(&s->conns_lock);
         t->next = s->conns;
         if (s->conns)
@@ -329,8 +486,8 @@ void http_sweep(Server *s, int64_t now)
 {
     pthread_mutex_lock(&s->conns_lock);
     for (ConnTrack *t = s->conns; t; t = t->next)
-        if (!t->cut && !atomic_load(&t->seen) && t->fd >= 0 &&
-            now - t->accepted_ms > s->cfg.request_timeout_ms) {
+        if (!t->cut && atomic_load(&t->receiving) && t->fd >= 0 &&
+            now - atomic_load(&t->since_ms) > s->cfg.request_timeout_ms) {
             /* shutdown, not close: libmicrohttpd sees the end of the stream and
              * closes the connection itself. */
             shutdown(t->fd, SHUT_RDWR);
@@ -339,6 +496,23 @@ void http_sweep(Server *s, int64_t now)
                      (long long)s->cfg.request_timeout_ms);
         }
     pthread_mutex_unlock(&s->conns_lock);
+}
+
+/* The whole request has arrived (or is refused unread): the request timeout
+ * stops for this connection until the answer is sent. */
+static void received(Req *r)
+{
+    ConnTrack *t = conn_track(r->conn);
+    if (t)
+        atomic_store(&t->receiving, false);
+}
+
+static bool has_body(struct MHD_Connection *conn)
+{
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strtoll(cl, NULL, 10) != 0) ||
+           MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -357,25 +531,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->start_us = now_us();
         sbuf_init(&r->body);
         *con_cls = r;
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        if (ci && ci->socket_context)
-            atomic_store(&((ConnTrack *)ci->socket_context)->seen, true);
-        /* A node forwards submissions with their ids and defaults filled in,
-         * which makes them larger than what the client sent. */
-        r->body_limit = s->cfg.max_body;
-        if (MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Workd-Forwarded"))
-            r->body_limit *= 4;
-        const char *cl =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoll(cl, NULL, 10) > r->body_limit) {
-            /* Refuse before reading a byte of it. */
-            Err err;
-            err_set(&err, 413, "body-too-large", "the request body is %s bytes; the limit is %lld",
-                    cl, (long long)r->body_limit);
-            req_finish_problem(r, &err);
+        if (check_head(r, version, &r->refusal) == 0)
+            return MHD_YES; /* read the body (after "100 Continue" if asked) */
+        r->refused = true;
+        if (r->close || has_body(conn)) {
+            /* Answered before the body: libmicrohttpd sends no "100 Continue",
+             * reads none of the body and closes the connection after. */
+            received(r);
+            req_finish_problem(r, &r->refusal);
             return queue_answer(r);
         }
+        /* No body: answer once the request is complete, which keeps the
+         * connection open for the next one. */
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -406,7 +573,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return queue_answer(r);
     if (r->parked)
         return MHD_YES;
-    dispatch(r);
+    received(r);
+    if (r->refused) {
+        req_finish_problem(r, &r->refusal);
+    } else if (r->body_too_large) {
+        Err err;
+        if (r->body_limit)
+            err_set(&err, 413, "body-too-large", "the request body is over the limit of %lld bytes",
+                    (long long)r->body_limit);
+        else
+            err_set(&err, 413, "body-too-large", "%s %s takes no request body", r->method,
+                    r->rt->pattern);
+        req_finish_problem(r, &err);
+    } else {
+        r->rt->fn(r, r->params);
+    }
     if (r->answered && !r->parked)
         return queue_answer(r);
     return MHD_YES;
@@ -416,6 +597,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     Req *r = *con_cls;
+    /* The next request on this connection has --request-timeout from now. */
+    ConnTrack *t = conn_track(conn);
+    if (t) {
+        atomic_store(&t->since_ms, mono_ms());
+        atomic_store(&t->receiving, true);
+    }
     if (!r)
         return;
     if (r->state_free)
@@ -425,13 +612,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     mgrcmd_free(r->cmd);
     free(r->method);
     free(r->path);
+    free(r->segs);
     free(r->resp_body);
     sbuf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
 
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+/* The format comes from libmicrohttpd: say so, for -Wformat-nonliteral. */
+__attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -13,16 +13,28 @@
 #include "server.h"
 #include "util.h"
 
+#define HTTP_MAX_SEGMENTS 8 /* path segments a route may have */
+
+typedef struct Route Route;
 typedef struct Req Req;
 struct Req {
     Server *srv;
     struct MHD_Connection *conn;
-    char *method;
-    char *path; /* without the query */
-    int route;  /* index into the route table, for metrics */
+    char *method; /* as sent: "HEAD" runs the GET route, the answer has no body */
+    char *path;   /* without the query */
+    int route;    /* index into the route table, for metrics */
+    const Route *rt;
+    char *segs;                      /* owned copy of path, split */
+    char *params[HTTP_MAX_SEGMENTS]; /* the ":x" segments, into segs */
+    bool forwarded;                  /* sent by another node (never forwarded again) */
     SBuf body;
     int64_t body_limit;
     bool body_too_large;
+    /* A refusal decided from the request head, answered before the body is
+     * read (or, without a body, once the request is complete). */
+    bool refused;
+    Err refusal;
+    bool close; /* answer with Connection: close (a framing error) */
     int64_t start_us;
     /* The answer, set before the connection is resumed. */
     bool parked;
@@ -47,9 +59,10 @@ struct Req {
 /* ---- the daemon ---- */
 int http_start(Server *s, Err *err) WARN_UNUSED;
 void http_stop(Server *s);
-/* Cuts off connections that have not delivered their first request within
- * --request-timeout (a client sending a byte at a time). Call about once a
- * second, from any thread. */
+/* Cuts off connections that have not delivered a whole request (head and
+ * body) within --request-timeout of being accepted or of the previous answer
+ * on the same connection (a client sending a byte at a time). Call about once
+ * a second, from any thread. */
 void http_sweep(Server *s, int64_t now_ms);
 
 /* ---- answering (any thread) ---- */
@@ -72,14 +85,18 @@ const char *req_query(Req *r, const char *name);
 
 /* ---- routing (the table lives in api.c) ---- */
 typedef void (*Handler)(Req *r, char *const *params);
-typedef struct Route {
-    const char *method;
+struct Route {
+    const char *method;  /* a "GET" route answers HEAD too */
     const char *pattern; /* "/work/:id/events": ":x" matches one segment */
     Handler fn;
     const char *name; /* for metrics */
-    bool json_body;   /* requires a JSON body (415/400 otherwise) */
+    bool json_body;   /* requires a JSON body (415/400 otherwise); other routes take none */
     int scope;        /* SCOPE_* a bearer token needs (auth.h) */
-} Route;
+    /* The query parameters it takes, space-separated (others are refused);
+     * NULL: any (the dashboard's files). "access_token" only where a browser
+     * cannot send a header (EventSource). */
+    const char *query;
+};
 extern const Route api_routes[];
 extern const size_t api_routes_count;
 

@@ -70,7 +70,9 @@ static int pump(Listener *l, int64_t notified)
     for (;;) {
         json_t *rows = json_array();
         Err err = {0};
-        int n = journal_finished_after(l->conn, hub_scanned_upto(l->srv->hub), PAGE, rows, &err);
+        bool at_end = false;
+        int n = journal_finished_after(l->conn, hub_scanned_upto(l->srv->hub), PAGE,
+                                       l->srv->cfg.sse_buffer_bytes, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
             drop(l, err.msg);
@@ -83,7 +85,7 @@ static int pump(Listener *l, int64_t notified)
             hub_publish(l->srv->hub, ev);
         }
         json_decref(rows);
-        if (n < PAGE) {
+        if (at_end) {
             hub_scanned(l->srv->hub, notified);
             return 0;
         }
@@ -117,6 +119,14 @@ static int connect_listen(Listener *l)
         drop(l, err.msg);
         return -1;
     }
+    /* After a failover the log must go on from where it was: with synchronous
+     * replication the new primary has every event this node saw committed. */
+    int64_t seen = hub_scanned_upto(l->srv->hub);
+    if (last < seen)
+        log_error("the event log on this database server ends at seq %lld, but this node already "
+                  "saw seq %lld: committed events were lost (a failover to a standby that was not "
+                  "synchronous?); results after seq %lld may be missing from streams",
+                  (long long)last, (long long)seen, (long long)last);
     if (refresh_leader(l) != 0 || pump(l, last) != 0)
         return -1;
     atomic_store(&l->srv->db_ok, true);
@@ -173,21 +183,37 @@ json_t *listener_nodes(Listener *l)
     return n;
 }
 
+/* How long to sleep at most: `most` ms, less when a GET ?wait= ends sooner
+ * (its answer is due at its deadline, not at the next second). */
+static int tick_in(Listener *l, int64_t most)
+{
+    int64_t due = hub_next_deadline(l->srv->hub) - mono_ms();
+    return (int)(due < 0 ? 0 : due < most ? due : most);
+}
+
 static void *listener_main(void *arg)
 {
     Listener *l = arg;
-    int64_t backoff = 100;
+    int64_t backoff = 50;
     while (!atomic_load(&l->stopping)) {
         hub_tick(l->srv->hub, mono_ms());
         http_sweep(l->srv, mono_ms());
         if (!l->conn) {
             if (connect_listen(l) != 0) {
                 struct pollfd pfd = {.fd = l->efd, .events = POLLIN};
-                poll(&pfd, 1, (int)backoff);
-                backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+                if (poll(&pfd, 1, tick_in(l, backoff)) > 0) {
+                    uint64_t v;
+                    ssize_t rd = read(l->efd, &v, sizeof v);
+                    (void)rd;
+                    continue; /* woken for a timer: the backoff is not over */
+                }
+                /* Capped as low as the managers' election interval: after a
+                 * failover this node's streams, and its forwards to the leader
+                 * (the leader's URL comes from here), wait for this reconnect. */
+                backoff = backoff * 2 > 250 ? 250 : backoff * 2;
                 continue;
             }
-            backoff = 100;
+            backoff = 50;
         }
         if (mono_ms() >= l->next_node_ms) {
             announce(l);
@@ -198,7 +224,7 @@ static void *listener_main(void *arg)
         bool suspect = atomic_load(&l->srv->leader.suspect);
         struct pollfd pfd[2] = {{.fd = l->efd, .events = POLLIN},
                                 {.fd = PQsocket(l->conn), .events = POLLIN}};
-        poll(pfd, 2, suspect ? 100 : 1000);
+        poll(pfd, 2, tick_in(l, suspect ? 100 : 1000));
         if (pfd[0].revents) {
             uint64_t v;
             ssize_t rd = read(l->efd, &v, sizeof v);
@@ -247,6 +273,13 @@ Listener *listener_start(Server *s, Err *err)
         return NULL;
     }
     return l;
+}
+
+void listener_wake(Listener *l)
+{
+    uint64_t one = 1;
+    ssize_t w = write(l->efd, &one, sizeof one);
+    (void)w;
 }
 
 void listener_stop(Listener *l)

@@ -13,6 +13,9 @@ typedef struct Listener Listener;
 
 Listener *listener_start(Server *s, Err *err);
 void listener_stop(Listener *l);
+/* Makes the listener thread look at the hub's timers again now (a new
+ * GET ?wait= may end before it would next wake). Any thread. */
+void listener_wake(Listener *l);
 /* The live server nodes as JSON (a new reference), refreshed every few seconds. */
 json_t *listener_nodes(Listener *l);
 

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "config.h"
 #include "util.h"
@@ -109,14 +110,16 @@ bool queue_name_valid(const char *s)
     return n > 0;
 }
 
-static int seconds_to_ms(json_t *v, const char *field, int64_t max_ms, bool allow_zero,
-                         int64_t *out, Err *err)
+/* where names the item in a bulk submission ("item 3: "), or is "". */
+static int seconds_to_ms(json_t *v, const char *where, const char *field, int64_t max_ms,
+                         bool allow_zero, int64_t *out, Err *err)
 {
     if (!json_is_number(v))
-        return err_set(err, 400, "invalid-field", "'%s' must be a number of seconds", field);
+        return err_set(err, 400, "invalid-field", "%s'%s' must be a number of seconds", where,
+                       field);
     double secs = json_number_value(v);
     if (!isfinite(secs) || secs < 0 || (!allow_zero && secs == 0) || secs * 1000 > (double)max_ms)
-        return err_set(err, 400, "invalid-field", "'%s' must be %s %lld seconds", field,
+        return err_set(err, 400, "invalid-field", "%s'%s' must be %s %lld seconds", where, field,
                        allow_zero ? "between 0 and" : "above 0 and at most",
                        (long long)(max_ms / 1000));
     *out = (int64_t)llround(secs * 1000);
@@ -154,10 +157,12 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
                        where);
-    static const char *const known[] = {"payload", "id",      "queue",        "priority", "run_at",
-                                        "delay",   "timeout", "max_attempts", NULL};
+    static const char *const known[] = {"payload", "id",    "queue",   "key",          "priority",
+                                        "run_at",  "delay", "timeout", "max_attempts", NULL};
     if (check_fields(o, known, where, err) != 0)
         return -1;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", where);
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
         return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
@@ -166,16 +171,18 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
     json_t *id = json_object_get(o, "id");
     if (id) {
         if (!json_is_string(id) || !id_valid(json_string_value(id)))
-            return err_set(err, 400, "invalid-field",
-                           "%s: 'id' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", where);
+            return err_set(
+                err, 400, "invalid-field",
+                "%s: 'id' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..", where);
         if (idem_key && strcmp(idem_key, json_string_value(id)) != 0)
             return err_set(err, 400, "invalid-field",
                            "the Idempotency-Key header and the body's 'id' differ");
         it->id = xstrdup(json_string_value(id));
     } else if (idem_key) {
         if (!id_valid(idem_key))
-            return err_set(err, 400, "invalid-header",
-                           "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+            return err_set(
+                err, 400, "invalid-header",
+                "Idempotency-Key must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..");
         it->id = xstrdup(idem_key);
     } else {
         char gen[37];
@@ -189,6 +196,14 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
         return err_set(err, 400, "invalid-field",
                        "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -", where);
     it->queue = xstrdup(q ? json_string_value(q) : "default");
+
+    json_t *key = json_object_get(o, "key");
+    if (key && !json_is_null(key)) {
+        if (!json_is_string(key) || !id_valid(json_string_value(key)))
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'key' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -", where);
+        it->key = xstrdup(json_string_value(key));
+    }
 
     json_t *p = json_object_get(o, "priority");
     if (p) {
@@ -219,14 +234,14 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
                            where);
     } else if (delay) {
         int64_t ms;
-        if (seconds_to_ms(delay, "delay", MAX_DELAY_MS, true, &ms, err) != 0)
+        if (seconds_to_ms(delay, prefix, "delay", MAX_DELAY_MS, true, &ms, err) != 0)
             return -1;
         it->run_at = ms ? now + ms : 0;
     }
 
     it->timeout_ms = lim->default_timeout_ms;
     json_t *t = json_object_get(o, "timeout");
-    if (t && seconds_to_ms(t, "timeout", MAX_TIMEOUT_MS, false, &it->timeout_ms, err) != 0)
+    if (t && seconds_to_ms(t, prefix, "timeout", MAX_TIMEOUT_MS, false, &it->timeout_ms, err) != 0)
         return -1;
 
     it->max_attempts = lim->default_max_attempts;
@@ -280,6 +295,7 @@ void submit_items_free(SubmitItem *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(items[i].id);
         free(items[i].queue);
+        free(items[i].key);
         json_decref(items[i].payload);
     }
     free(items);
@@ -298,6 +314,8 @@ json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
             time_format(it->run_at, ts, sizeof ts);
             json_object_set_new(o, "run_at", json_string(ts));
         }
+        if (it->key)
+            json_object_set_new(o, "key", json_string(it->key));
         json_array_append_new(arr, o);
     }
     if (bulk)
@@ -338,7 +356,7 @@ static int parse_instance(json_t *body, char **out, Err *err)
         return 0;
     if (!json_is_string(v) || !id_valid(json_string_value(v)))
         return err_set(err, 400, "invalid-field",
-                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..");
     *out = xstrdup(json_string_value(v));
     return 0;
 }
@@ -399,7 +417,7 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
         return err_set(err, 400, "invalid-field", "'max' must be an integer from 1 to 10000");
     out->max = max ? (int)json_integer_value(max) : 1;
     json_t *wait = json_object_get(body, "wait");
-    if (wait && seconds_to_ms(wait, "wait", 3600 * 1000, true, &out->wait_ms, err) != 0)
+    if (wait && seconds_to_ms(wait, "", "wait", 3600 * 1000, true, &out->wait_ms, err) != 0)
         return -1;
     if (parse_instance(body, &out->instance, err) != 0)
         return -1;
@@ -440,10 +458,11 @@ static int check_report(json_t *r, size_t i, Err *err)
     return 0;
 }
 
-int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err)
+int parse_reports(json_t *body, size_t max_batch, json_t **reports, char **instance, Err *err)
 {
     *reports = NULL;
-    static const char *const known[] = {"reports", NULL};
+    *instance = NULL;
+    static const char *const known[] = {"reports", "instance", NULL};
     json_t *arr = json_is_object(body) ? json_object_get(body, "reports") : NULL;
     if (!json_is_array(arr))
         return err_set(err, 400, "invalid-body", "the body must be {\"reports\": [...]}");
@@ -459,17 +478,20 @@ int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err)
         if (check_report(r, i, err) != 0)
             return -1;
     }
+    if (parse_instance(body, instance, err) != 0)
+        return -1;
     *reports = json_incref(arr);
     return 0;
 }
 
 int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
-                        json_t **reports, char **worker_id, Err *err)
+                        json_t **reports, char **worker_id, char **instance, Err *err)
 {
     *reports = NULL;
     *worker_id = NULL;
-    static const char *const known_done[] = {"worker_id", "result", NULL};
-    static const char *const known_fail[] = {"worker_id", "error", "retry", NULL};
+    *instance = NULL;
+    static const char *const known_done[] = {"worker_id", "instance", "result", NULL};
+    static const char *const known_fail[] = {"worker_id", "instance", "error", "retry", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
     if (check_fields(body, completed ? known_done : known_fail, "the report", err) != 0)
@@ -481,6 +503,9 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
     json_t *w = json_object_get(body, "worker_id");
     if (w && (!json_is_string(w) || !id_valid(json_string_value(w))))
         return err_set(err, 400, "invalid-field", "'worker_id' must be a worker id");
+    char *inst = NULL;
+    if (parse_instance(body, &inst, err) != 0)
+        return -1;
     json_t *r = json_pack("{s:s, s:I, s:s}", "id", work_id, "attempt", (json_int_t)n, "outcome",
                           completed ? "completed" : "failed");
     if (completed) {
@@ -495,11 +520,111 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
     }
     if (check_report(r, 0, err) != 0) {
         json_decref(r);
+        free(inst);
         return -1;
     }
     *reports = json_pack("[o]", r);
     *worker_id = xstrdup(w ? json_string_value(w) : "anonymous");
+    *instance = inst;
     return 0;
+}
+
+/* ---- the request head ---- */
+
+/* RFC 9110 5.6.2: a header name is a token. */
+static bool is_token(const char *s, size_t n)
+{
+    if (!n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", c))
+            return false;
+    }
+    return true;
+}
+
+static bool same_name(const char *key, size_t n, const char *name)
+{
+    return strlen(name) == n && !strncasecmp(key, name, n);
+}
+
+void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value, size_t value_len)
+{
+    if (!is_token(key, key_len)) {
+        if (!h->bad_name) {
+            size_t o = 0;
+            for (size_t i = 0; i < key_len && o + 1 < sizeof h->name; i++)
+                h->name[o++] = key[i] > 0x20 && key[i] < 0x7f ? key[i] : '?';
+            h->name[o] = '\0';
+        }
+        h->bad_name = true;
+    } else if (same_name(key, key_len, "Host")) {
+        h->hosts++;
+        for (size_t i = 0; i < value_len; i++) {
+            unsigned char c = (unsigned char)value[i];
+            if (c <= 0x20 || c == 0x7f || c == '/' || c == '@')
+                h->bad_host = true;
+        }
+    } else if (same_name(key, key_len, "Content-Length")) {
+        if (h->lengths++ && strcmp(h->length, value) != 0)
+            h->length_differs = true;
+        h->length = value;
+    } else if (same_name(key, key_len, "Transfer-Encoding")) {
+        h->encodings++;
+        h->encoding = value;
+    }
+}
+
+/* Whether a Transfer-Encoding value (up to end) is exactly "chunked" (any
+ * case, optional whitespace), the only coding workd reads. */
+static bool only_chunked(const char *v, const char *end)
+{
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    if (end - v < 7 || strncasecmp(v, "chunked", 7) != 0)
+        return false;
+    for (v += 7; v < end; v++)
+        if (*v != ' ' && *v != '\t')
+            return false;
+    return true;
+}
+
+int head_check(const HeadCheck *h, bool http11, Err *err)
+{
+    if (h->bad_name)
+        return err_set(err, 400, "bad-request",
+                       "the header name '%s' is not a token (no whitespace before the colon)",
+                       h->name);
+    if (h->hosts > 1)
+        return err_set(err, 400, "bad-request", "the request has %d Host headers; send one",
+                       h->hosts);
+    if (http11 && h->hosts == 0)
+        return err_set(err, 400, "bad-request", "an HTTP/1.1 request must have a Host header");
+    if (h->bad_host)
+        return err_set(err, 400, "bad-request", "the Host header is not a valid host[:port]");
+    if (h->lengths > 1)
+        return err_set(err, 400, "bad-request", "the request has %d Content-Length headers%s",
+                       h->lengths, h->length_differs ? " that differ" : "; send one");
+    if (h->encodings && !http11)
+        return err_set(err, 400, "bad-request",
+                       "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+    if (h->encodings && h->lengths)
+        return err_set(err, 400, "bad-request",
+                       "the request has both Content-Length and Transfer-Encoding; send one");
+    if (!h->encodings)
+        return 0;
+    const char *v = h->encoding, *end = v + strlen(v);
+    if (h->encodings == 1 && only_chunked(v, end))
+        return 0;
+    /* "chunked" must come last, and once: anything else is a coding workd
+     * does not read (501), a list not ending in chunked a framing error. */
+    const char *last = strrchr(v, ',');
+    if (h->encodings == 1 && !only_chunked(last ? last + 1 : v, end))
+        return err_set(err, 400, "bad-request",
+                       "Transfer-Encoding must end with chunked (RFC 9112 section 6.1)");
+    return err_set(err, 501, "not-implemented",
+                   "the only Transfer-Encoding this server reads is 'chunked' alone");
 }
 
 int parse_seq(const char *s, int64_t *out, Err *err)
@@ -529,5 +654,102 @@ int parse_wait(const char *s, int64_t max_ms, int64_t *out_ms, Err *err)
         return err_set(err, 400, "invalid-parameter", "'wait' must be a number of seconds");
     double ms = v * 1000;
     *out_ms = ms > (double)max_ms ? max_ms : (int64_t)ms;
+    return 0;
+}
+
+int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
+{
+    *set = 0;
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body",
+                       "the queue's limits must be a JSON object: {\"paused\", \"max_running\", "
+                       "\"rate\": {\"limit\", \"per\"}}");
+    static const char *const known[] = {"paused", "max_running", "max_running_per_key", "rate",
+                                        NULL};
+    if (check_fields(body, known, "the queue's limits", err) != 0)
+        return -1;
+    json_t *v = json_object_get(body, "paused");
+    if (v) {
+        if (!json_is_boolean(v))
+            return err_set(err, 400, "invalid-field", "'paused' must be true or false");
+        out->paused = json_is_true(v);
+        *set |= QL_PAUSED;
+    }
+    v = json_object_get(body, "max_running");
+    if (v) {
+        if (!json_is_null(v) &&
+            (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000))
+            return err_set(err, 400, "invalid-field",
+                           "'max_running' must be an integer from 1 to 1000000, or null for "
+                           "no limit");
+        out->max_running = json_is_null(v) ? 0 : (int)json_integer_value(v);
+        *set |= QL_MAX_RUNNING;
+    }
+    v = json_object_get(body, "max_running_per_key");
+    if (v) {
+        if (!json_is_null(v) &&
+            (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000))
+            return err_set(err, 400, "invalid-field",
+                           "'max_running_per_key' must be an integer from 1 to 1000000, or null "
+                           "for no limit");
+        out->max_running_per_key = json_is_null(v) ? 0 : (int)json_integer_value(v);
+        *set |= QL_MAX_PER_KEY;
+    }
+    v = json_object_get(body, "rate");
+    if (v) {
+        if (!json_is_null(v)) {
+            json_t *limit = json_object_get(v, "limit"), *per = json_object_get(v, "per");
+            if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_integer(limit) ||
+                json_integer_value(limit) < 1 || json_integer_value(limit) > 1000000 ||
+                !json_is_number(per) || json_number_value(per) < 0.001 ||
+                json_number_value(per) > 86400)
+                return err_set(err, 400, "invalid-field",
+                               "'rate' must be {\"limit\": starts (1-1000000), \"per\": seconds "
+                               "(0.001-86400)}, or null for no limit");
+            out->rate_limit = (int)json_integer_value(limit);
+            out->rate_period_ms = (int64_t)(json_number_value(per) * 1000.0 + 0.5);
+        }
+        *set |= QL_RATE;
+    }
+    if (!*set)
+        return err_set(err, 400, "invalid-body",
+                       "nothing to set: give 'paused', 'max_running', 'max_running_per_key' or "
+                       "'rate'");
+    return 0;
+}
+
+int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, char **status,
+                      int *limit, Err *err)
+{
+    *queue = *key = *status = NULL;
+    *limit = 1000;
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body",
+                       "the filter must be a JSON object: {\"queue\", \"key\"%s, \"limit\"}",
+                       with_status ? ", \"status\"" : "");
+    static const char *const with[] = {"queue", "key", "status", "limit", NULL};
+    static const char *const without[] = {"queue", "key", "limit", NULL};
+    if (check_fields(body, with_status ? with : without, "the filter", err) != 0)
+        return -1;
+    json_t *q = json_object_get(body, "queue"), *k = json_object_get(body, "key"),
+           *st = json_object_get(body, "status"), *l = json_object_get(body, "limit");
+    if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
+        return err_set(err, 400, "invalid-field",
+                       "'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -");
+    if (k && !(json_is_string(k) && id_valid(json_string_value(k))))
+        return err_set(err, 400, "invalid-field",
+                       "'key' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+    const char *sv = json_string_value(st);
+    if (st &&
+        !(sv && (!strcmp(sv, "pending") || !strcmp(sv, "scheduled") || !strcmp(sv, "running"))))
+        return err_set(err, 400, "invalid-field",
+                       "'status' must be pending, scheduled or running (open work)");
+    if (l && (!json_is_integer(l) || json_integer_value(l) < 1 || json_integer_value(l) > 10000))
+        return err_set(err, 400, "invalid-field", "'limit' must be an integer from 1 to 10000");
+    *queue = q ? xstrdup(json_string_value(q)) : NULL;
+    *key = k ? xstrdup(json_string_value(k)) : NULL;
+    *status = sv ? xstrdup(sv) : NULL;
+    *limit = l ? (int)json_integer_value(l) : 1000;
     return 0;
 }

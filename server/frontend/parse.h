@@ -51,12 +51,33 @@ typedef struct PullMsg {
 } PullMsg;
 int parse_pull(json_t *body, PullMsg *out, Err *err) WARN_UNUSED;
 
-/* POST /workers/{id}/reports: {"reports": [...]}; returns the validated array
- * (new reference) in *reports. */
-int parse_reports(json_t *body, size_t max_batch, json_t **reports, Err *err) WARN_UNUSED;
-/* POST /work/{id}/attempts/{n}/complete|fail: builds the one-element reports array. */
+/* POST /workers/{id}/reports: {"reports": [...], "instance": "..."}; returns the
+ * validated array (new reference) in *reports and the sender's instance (NULL
+ * when absent; the caller frees it) in *instance. */
+int parse_reports(json_t *body, size_t max_batch, json_t **reports, char **instance,
+                  Err *err) WARN_UNUSED;
+/* POST /work/{id}/attempts/{n}/complete|fail: builds the one-element reports
+ * array; *worker_id and *instance (NULL when absent) are the caller's to free. */
 int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
-                        json_t **reports, char **worker_id, Err *err) WARN_UNUSED;
+                        json_t **reports, char **worker_id, char **instance, Err *err) WARN_UNUSED;
+
+/* ---- a request's head: framing (RFC 9112) ---- */
+/* What head_line has seen of a head's lines; zero it before the first. The
+ * string pointers borrow the lines given (valid while the head is). */
+typedef struct HeadCheck {
+    int hosts, lengths, encodings;
+    const char *length, *encoding; /* the last Content-Length, Transfer-Encoding */
+    bool bad_name, bad_host, length_differs;
+    char name[48]; /* the first header name that is not a token, printable */
+} HeadCheck;
+/* Takes one header line (every line, duplicates included, in order). */
+void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value, size_t value_len);
+/* Refuses a head whose framing two parties could read differently (request
+ * smuggling): 400 for two Hosts or none in HTTP/1.1, a header name that is not
+ * a token, two Content-Lengths, Content-Length with Transfer-Encoding,
+ * Transfer-Encoding in HTTP/1.0 or not ending in chunked; 501 for any coding
+ * but "chunked" alone. Returns 0 or -1 with err. */
+int head_check(const HeadCheck *h, bool http11, Err *err) WARN_UNUSED;
 
 /* A non-negative integer such as a Last-Event-ID or ?after=. */
 int parse_seq(const char *s, int64_t *out, Err *err) WARN_UNUSED;
@@ -64,5 +85,16 @@ int parse_seq(const char *s, int64_t *out, Err *err) WARN_UNUSED;
 int parse_wait(const char *s, int64_t max_ms, int64_t *out_ms, Err *err) WARN_UNUSED;
 /* A queue name: 1..64 of [A-Za-z0-9_.-]. */
 bool queue_name_valid(const char *s);
+
+/* The body of PUT /queues/{queue}: {"paused": bool, "max_running": n|null,
+ * "rate": {"limit": n, "per": seconds}|null}, any of them; *set says which
+ * (QL_* of manager.h); null clears a limit. */
+int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err) WARN_UNUSED;
+
+/* The body of POST /bulk/cancel and /bulk/retry: {"queue", "key", "status"
+ * (cancel only: pending, scheduled, running), "limit" (1-10000, default
+ * 1000)}, each optional (NULL: any). Strings are new (caller frees). */
+int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, char **status,
+                      int *limit, Err *err) WARN_UNUSED;
 
 #endif

@@ -21,7 +21,9 @@ typedef struct Fwd {
     int64_t deadline, next_try;
     int attempt;
     CURL *easy;
-    SBuf resp;
+    SBuf resp; /* at most --max-reply-bytes */
+    size_t resp_limit;
+    bool too_large; /* the leader's reply passed resp_limit: aborted, answered 502 */
     char content_type[128];
     char location[300];
     int64_t retry_after;
@@ -67,7 +69,12 @@ static void fly_remove(Proxy *p, Fwd *f)
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
-    sbuf_append(&((Fwd *)ud)->resp, p, size * n);
+    Fwd *f = ud;
+    if (f->resp.len + size * n > f->resp_limit) {
+        f->too_large = true;
+        return 0; /* aborts the transfer */
+    }
+    sbuf_append(&f->resp, p, size * n);
     return size * n;
 }
 
@@ -164,12 +171,19 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     CURL *e = f->easy;
     curl_easy_reset(e);
     sbuf_reset(&f->resp);
+    f->resp_limit = (size_t)p->srv->cfg.max_reply_bytes;
+    f->too_large = false;
     f->content_type[0] = f->location[0] = '\0';
     f->retry_after = 0;
     char url[1024];
     snprintf(url, sizeof url, "%s%s", leader, f->url_path);
     curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, f->req->method);
+    /* The path as this node routed it: curl would otherwise resolve "." and
+     * ".." segments into another route. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    /* HEAD is asked of the leader as GET; this node's daemon drops the body. */
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST,
+                     strcmp(f->req->method, "HEAD") ? f->req->method : "GET");
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->hdrs);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
@@ -226,10 +240,33 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
     fly_remove(p, f);
     long status = 0;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (f->too_large) {
+        /* Final: sending it again would only do again what the leader did. */
+        Err err;
+        err_set(&err, 502, "reply-too-large",
+                "the leader's reply is over --max-reply-bytes (%lld bytes)",
+                (long long)f->resp_limit);
+        req_finish_problem(f->req, &err);
+        fwd_free(f);
+        return;
+    }
     if (rc != CURLE_OK || retryable(f, status)) {
         snprintf(f->last_error, sizeof f->last_error, "%s",
                  rc != CURLE_OK ? curl_easy_strerror(rc) : "the node was not the leader");
         retry_or_fail(p, f, now);
+        return;
+    }
+    if (status == 403 && f->resp.data && strstr(f->resp.data, "/forwarding-refused")) {
+        /* The leader did not believe this node: an operator's mistake, not
+         * the client's. */
+        log_error("the leader refused a forward from this node: is --cluster-secret "
+                  "(WORKD_CLUSTER_SECRET) the same on every node?");
+        Err err;
+        err_set(&err, 503, "leader-unavailable",
+                "the leader does not take requests from this node (their cluster secrets "
+                "differ): try another node, and tell the operator");
+        req_finish_problem(f->req, &err);
+        fwd_free(f);
         return;
     }
     answer(p, f, (int)status);
@@ -404,9 +441,13 @@ void proxy_forward(Proxy *p, Req *r, char *body)
         snprintf(line, sizeof line, "Authorization: Bearer %s", tok);
         f->hdrs = curl_slist_append(f->hdrs, line);
     }
-    char fwd[200];
-    snprintf(fwd, sizeof fwd, "X-Workd-Forwarded: %s", p->srv->cfg.node_id);
+    /* Proof that a node of the cluster forwards (http.c checks it), and which. */
+    char fwd[600];
+    const char *secret = p->srv->cfg.cluster_secret;
+    snprintf(fwd, sizeof fwd, "X-Workd-Forwarded: %s%s%snode=%s", secret[0] ? "secret=" : "",
+             secret, secret[0] ? "; " : "", p->srv->cfg.node_id);
     f->hdrs = curl_slist_append(f->hdrs, fwd);
+    explicit_bzero(fwd, sizeof fwd);
     f->hdrs = curl_slist_append(f->hdrs, "Expect:");
     atomic_fetch_add(&p->srv->metrics->proxied, 1);
     pthread_mutex_lock(&p->lock);

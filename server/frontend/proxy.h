@@ -2,7 +2,8 @@
  * is not the leader, over libcurl with keep-alive connections. While the leader
  * is unknown or failing over it retries with backoff until a deadline, so a
  * client's request during a failover is delayed, not failed. Forwarded requests
- * carry X-Workd-Forwarded, and a node never forwards such a request again. */
+ * carry X-Workd-Forwarded ("secret=CLUSTER-SECRET; node=NODE-ID"), and a node
+ * never forwards such a request again. */
 #ifndef WORKD_PROXY_H
 #define WORKD_PROXY_H
 

@@ -12,9 +12,8 @@
 #include "log.h"
 #include "util.h"
 
-#define RING_CAP 8192
-#define CATCHUP_PAGE 500
-#define OUT_HIGH_WATER (64 * 1024)
+#define RING_CAP 8192    /* events, at most; and at most Hub.ring_bytes */
+#define CATCHUP_PAGE 500 /* events per read from the table, at most; and about Hub.buffer_bytes */
 
 typedef struct Entry {
     int64_t seq;
@@ -29,7 +28,7 @@ typedef struct Sub {
     struct MHD_Connection *conn;
     char *work_id, *queue; /* filters, NULL: any */
     int64_t cursor;        /* everything up to here was sent or skipped */
-    SBuf out;
+    SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
     bool suspended, catching_up, closed, keepalive_due;
     int64_t last_write_ms, retry_at_ms;
@@ -58,8 +57,10 @@ struct Hub {
     DbPool *pool;
     Metrics *metrics;
     int64_t keepalive_ms, max_subs;
+    int64_t ring_bytes, buffer_bytes; /* budgets (sse.h) */
     Entry ring[RING_CAP];
     size_t head, len;     /* oldest entry at head */
+    size_t bytes;         /* of the frames in the ring */
     int64_t covered_from; /* every finished event with seq > this is in the ring... */
     int64_t scanned_upto; /* ...up to this seq */
     Sub *subs;
@@ -71,7 +72,7 @@ struct Hub {
 /* ---- lifetime ---- */
 
 Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_subscribers,
-             int64_t last_seq)
+             int64_t ring_bytes, int64_t buffer_bytes, int64_t last_seq)
 {
     Hub *h = xcalloc(1, sizeof *h);
     pthread_mutex_init(&h->lock, NULL);
@@ -79,6 +80,8 @@ Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_s
     h->metrics = metrics;
     h->keepalive_ms = keepalive_ms;
     h->max_subs = max_subscribers;
+    h->ring_bytes = ring_bytes;
+    h->buffer_bytes = buffer_bytes;
     h->covered_from = h->scanned_upto = last_seq;
     return h;
 }
@@ -233,9 +236,14 @@ void hub_publish(Hub *h, json_t *ev)
         pthread_mutex_unlock(&h->lock);
         return; /* already have it */
     }
-    if (h->len == RING_CAP) {
+    char *frame;
+    size_t frame_len;
+    frame = frame_of(ev, &frame_len);
+    /* Room by count and by bytes; the newest event always fits, alone. */
+    while (h->len && (h->len == RING_CAP || h->bytes + frame_len > (size_t)h->ring_bytes)) {
         Entry *old = &h->ring[h->head];
         h->covered_from = old->seq;
+        h->bytes -= old->len;
         entry_clear(old);
         h->head = (h->head + 1) % RING_CAP;
         h->len--;
@@ -244,7 +252,9 @@ void hub_publish(Hub *h, json_t *ev)
     e->seq = seq;
     e->work_id = xstrdup(work_id);
     e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
-    e->frame = frame_of(ev, &e->len);
+    e->frame = frame;
+    e->len = frame_len;
+    h->bytes += frame_len;
     h->len++;
     h->scanned_upto = seq;
     count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
@@ -342,6 +352,17 @@ void hub_tick(Hub *h, int64_t now)
     fire_all(fires, nf);
 }
 
+int64_t hub_next_deadline(Hub *h)
+{
+    int64_t next = INT64_MAX;
+    pthread_mutex_lock(&h->lock);
+    for (const Waiter *w = h->waiters; w; w = w->next)
+        if (w->deadline < next)
+            next = w->deadline;
+    pthread_mutex_unlock(&h->lock);
+    return next;
+}
+
 /* ---- subscribers ---- */
 
 static void catch_up(PGconn *conn, void *arg);
@@ -366,15 +387,18 @@ static bool fill(Hub *h, Sub *s, int64_t now)
 {
     if (s->cursor < h->covered_from)
         return true;
-    for (size_t i = ring_after(h, s->cursor); i < h->len && s->out.len < OUT_HIGH_WATER; i++) {
+    size_t budget = (size_t)h->buffer_bytes, i = ring_after(h, s->cursor);
+    for (; i < h->len; i++) {
         const Entry *e = &h->ring[(h->head + i) % RING_CAP];
         if (wants(s, e->work_id, e->queue)) {
+            if (s->out.len && s->out.len + e->len > budget)
+                break; /* the rest when this is sent */
             sbuf_append(&s->out, e->frame, e->len);
             atomic_fetch_add(&h->metrics->sse_events_sent, 1);
         }
         s->cursor = e->seq;
     }
-    if (s->out.len < OUT_HIGH_WATER && h->scanned_upto > s->cursor)
+    if (i == h->len && h->scanned_upto > s->cursor)
         s->cursor = h->scanned_upto;
     if (s->keepalive_due && s->out.len == 0)
         sbuf_puts(&s->out, ": keep-alive\n\n");
@@ -390,7 +414,11 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
     bool start_catch_up = false;
     pthread_mutex_lock(&h->lock);
     if (s->out_pos == s->out.len) {
-        sbuf_reset(&s->out);
+        /* Sent: a buffer grown past the budget by one large event goes back. */
+        if (s->out.cap > 2 * (size_t)h->buffer_bytes)
+            sbuf_free(&s->out);
+        else
+            sbuf_reset(&s->out);
         s->out_pos = 0;
         if (h->stopping) {
             pthread_mutex_unlock(&h->lock);
@@ -432,7 +460,10 @@ static void catch_up(PGconn *conn, void *arg)
     pthread_mutex_unlock(&h->lock);
     json_t *rows = json_array();
     Err err = {0};
-    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, rows, &err) : -1;
+    bool at_end = false;
+    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, rows,
+                                          &at_end, &err)
+                 : -1;
     pthread_mutex_lock(&h->lock);
     if (n < 0) {
         if (conn)
@@ -454,9 +485,9 @@ static void catch_up(PGconn *conn, void *arg)
             }
             s->cursor = seq;
         }
-        /* A short page saw every finished event committed before it started,
+        /* The last page saw every finished event committed before it started,
          * including all that the ring had already dropped. */
-        if (n < CATCHUP_PAGE && s->cursor < covered)
+        if (at_end && s->cursor < covered)
             s->cursor = covered;
     }
     json_decref(rows);
@@ -507,9 +538,15 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it
-     * starts: an id with no data sets the client's Last-Event-ID, so a client
-     * that reconnects before any result resumes from here, without a gap. */
-    sbuf_printf(&s->out, ": workd results stream\nretry: 1000\nid: %lld\n\n", (long long)s->cursor);
+     * starts: its id becomes the client's Last-Event-ID, so a client that
+     * reconnects before any result resumes from here, without a gap. A block
+     * with an id and no data is dispatched by browsers but dropped, id and
+     * all, by some clients (npm's eventsource 2): a "ready" event with data
+     * is honoured by every client, and ignored by handlers of results. */
+    sbuf_printf(&s->out,
+                ": workd results stream\nretry: 1000\nid: %lld\nevent: ready\ndata: "
+                "{\"after\":%lld}\n\n",
+                (long long)s->cursor, (long long)s->cursor);
     s->last_write_ms = mono_ms();
     s->next = h->subs;
     if (h->subs)

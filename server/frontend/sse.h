@@ -18,9 +18,15 @@
 
 typedef struct Hub Hub;
 
-/* ---- lifetime ---- */
+/* ---- lifetime ----
+ * Byte budgets (docs/reliability.md): the ring keeps at most ring_bytes of
+ * formatted events (and 8,192 of them; always the newest one); a subscriber
+ * holds at most buffer_bytes of unsent output (at least one event), and reads
+ * from the table come in pages of about buffer_bytes. A subscriber that stops
+ * reading is cut off by the HTTP daemon's --connection-timeout (its
+ * connection makes no progress) and resumes with Last-Event-ID. */
 Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_subscribers,
-             int64_t last_seq);
+             int64_t ring_bytes, int64_t buffer_bytes, int64_t last_seq);
 /* Ends every stream and fires every waiter; call before stopping the daemon. */
 void hub_shutdown(Hub *h);
 void hub_free(Hub *h);
@@ -34,8 +40,12 @@ void hub_publish_committed(Hub *h, const EventList *events);
 /* Everything up to seq has been read (no finished event is missing below it). */
 void hub_scanned(Hub *h, int64_t seq);
 int64_t hub_scanned_upto(Hub *h);
-/* Keep-alives, retries and waiter deadlines: call about once a second. */
+/* Keep-alives, retries and waiter deadlines: call about once a second, and
+ * at hub_next_deadline. */
 void hub_tick(Hub *h, int64_t now_ms);
+/* The earliest deadline of a waiter (GET /work/{id}?wait=), INT64_MAX if none:
+ * when hub_tick must run next for a wait to end on time. */
+int64_t hub_next_deadline(Hub *h);
 
 /* ---- subscribing (HTTP threads) ---- */
 /* A text/event-stream response for events after `after` (-1: from now on),

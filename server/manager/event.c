@@ -10,18 +10,19 @@ static const char *type_names[] = {
     [EV_TERM] = "term",           [EV_ACCEPTED] = "accepted",   [EV_STARTED] = "started",
     [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",       [EV_TIMED_OUT] = "timed_out",
     [EV_DEAD] = "dead",           [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
+    [EV_QUEUE_SET] = "queue_set",
 };
 
 const char *event_type_name(EventType t)
 {
-    if (t < EV_TERM || t > EV_RETRIED)
+    if (t < EV_TERM || t > EV_LAST)
         return "unknown";
     return type_names[t];
 }
 
 int event_type_parse(const char *name, EventType *out)
 {
-    for (int t = EV_TERM; t <= EV_RETRIED; t++)
+    for (int t = EV_TERM; t <= EV_LAST; t++)
         if (strcmp(type_names[t], name) == 0) {
             *out = (EventType)t;
             return 0;
@@ -60,6 +61,8 @@ json_t *event_data_encode(const Event *e)
         set_time(o, "run_at", e->run_at);
         json_object_set_new(o, "timeout_ms", json_integer(e->timeout_ms));
         json_object_set_new(o, "max_attempts", json_integer(e->max_attempts));
+        if (e->key) /* since schema 7 */
+            json_object_set_new(o, "key", json_string(e->key));
         break;
     case EV_STARTED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
@@ -83,16 +86,40 @@ json_t *event_data_encode(const Event *e)
             json_object_set_new(o, "attempts", json_integer(e->attempt));
         break;
     case EV_CANCELLED:
+        if (e->attempt) /* running work was cancelled: the attempt it ended */
+            json_object_set_new(o, "attempt", json_integer(e->attempt));
+        break;
+    case EV_QUEUE_SET:
+        json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
+        json_object_set_new(o, "paused", json_boolean(e->limits.paused));
+        json_object_set_new(o, "max_running_per_key",
+                            e->limits.max_running_per_key
+                                ? json_integer(e->limits.max_running_per_key)
+                                : json_null());
+        json_object_set_new(o, "max_running",
+                            e->limits.max_running ? json_integer(e->limits.max_running)
+                                                  : json_null());
+        json_object_set_new(o, "rate",
+                            e->limits.rate_limit
+                                ? json_pack("{s:i, s:I}", "limit", e->limits.rate_limit,
+                                            "period_ms", (json_int_t)e->limits.rate_period_ms)
+                                : json_null());
         break;
     }
+    /* Since schema 4 the events that finish work name its queue, so that the
+     * results stream needs no other table (its row may be gone with its part). */
+    if (event_is_final(e->type) && e->queue)
+        json_object_set_new(o, "queue", json_string(e->queue));
     return o;
 }
 
+/* Always writes *out (0 unless the field holds an integer), so no caller can
+ * read an unset value on any path, whatever the optimiser concludes. */
 static int get_int(json_t *d, const char *key, int64_t *out, int required, Err *err)
 {
     json_t *v = json_object_get(d, key);
+    *out = 0;
     if (!v || json_is_null(v)) {
-        *out = 0;
         return required ? err_set(err, 500, "bad-event", "event lacks '%s'", key) : 0;
     }
     if (!json_is_integer(v))
@@ -134,6 +161,7 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         /* a retried event carries what accepted carried */
         __attribute__((fallthrough));
     case EV_ACCEPTED:
+        out->key = get_str(data, "key");
         out->queue = get_str(data, "queue");
         if (!out->queue) {
             err_set(err, 500, "bad-event", "accepted event lacks 'queue'");
@@ -186,9 +214,36 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         out->attempt = (int)v;
         break;
     case EV_CANCELLED:
+        if (get_int(data, "attempt", &v, 0, err))
+            goto fail;
+        out->attempt = (int)v;
+        break;
+    case EV_QUEUE_SET: {
+        out->queue = get_str(data, "queue");
+        if (!out->queue) {
+            err_set(err, 500, "bad-event", "queue_set event lacks 'queue'");
+            goto fail;
+        }
+        out->limits.paused = json_is_true(json_object_get(data, "paused"));
+        if (get_int(data, "max_running", &v, 0, err))
+            goto fail;
+        out->limits.max_running = (int)v;
+        if (get_int(data, "max_running_per_key", &v, 0, err))
+            goto fail;
+        out->limits.max_running_per_key = (int)v;
+        json_t *rate = json_object_get(data, "rate");
+        if (json_is_object(rate)) {
+            if (get_int(rate, "limit", &v, 1, err) ||
+                get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
+                goto fail;
+            out->limits.rate_limit = (int)v;
+        }
         break;
     }
-    if (out->type != EV_TERM && !out->work_id) {
+    }
+    if (event_is_final(out->type))
+        out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
+    if (out->type != EV_TERM && out->type != EV_QUEUE_SET && !out->work_id) {
         err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
         goto fail;
     }
@@ -219,6 +274,7 @@ void event_clear(Event *e)
 {
     free(e->work_id);
     free(e->queue);
+    free(e->key);
     json_decref(e->payload);
     free(e->worker_id);
     json_decref(e->result);
@@ -232,6 +288,7 @@ void event_copy(Event *dst, const Event *src)
     *dst = *src;
     dst->work_id = xstrdup(src->work_id);
     dst->queue = xstrdup(src->queue);
+    dst->key = xstrdup(src->key);
     dst->payload = json_incref(src->payload);
     dst->worker_id = xstrdup(src->worker_id);
     dst->result = json_incref(src->result);

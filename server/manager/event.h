@@ -5,6 +5,7 @@
 #define WORKD_EVENT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,7 +24,21 @@ typedef enum {
     EV_CANCELLED, /* cancelled before it started */
     EV_RETRIED,   /* dead work reopened by an operator: everything to rebuild it, one
                      more attempt (max_attempts) */
+    EV_QUEUE_SET, /* an operator set a queue's flow control: all of it (QueueLimits) */
 } EventType;
+#define EV_LAST EV_QUEUE_SET
+
+/* A queue's flow control, as operators set it (queue_set events). Kept across
+ * failovers: a new leader reads it back (workd_queues). */
+typedef struct QueueLimits {
+    bool paused;             /* hands out no work; submissions are still accepted */
+    int max_running;         /* attempts of the queue running at once; 0: no limit */
+    int max_running_per_key; /* attempts of one key of the queue at once; 0: no limit */
+    int rate_limit;          /* starts per rate_period_ms; 0: no limit */
+    int64_t rate_period_ms;  /* with rate_limit */
+} QueueLimits;
+/* Parts of a QueueLimits that a change sets (the rest is kept). */
+enum { QL_PAUSED = 1, QL_MAX_RUNNING = 2, QL_RATE = 4, QL_MAX_PER_KEY = 8 };
 
 /* One event. Strings and JSON values are owned by the event (event_clear frees
  * them). Times are milliseconds since the epoch; 0 means "none". Fields not
@@ -35,6 +50,7 @@ typedef struct Event {
     char *work_id; /* NULL for EV_TERM */
     /* EV_ACCEPTED */
     char *queue;
+    char *key; /* fair-share key (a tenant, a customer); NULL: none */
     int priority;
     json_t *payload;
     int64_t run_at;
@@ -50,6 +66,8 @@ typedef struct Event {
     /* EV_TERM */
     int64_t new_term;
     char *leader_url;
+    /* EV_QUEUE_SET (and queue) */
+    QueueLimits limits;
 } Event;
 
 /* A growable array of events (owned). */

@@ -6,60 +6,280 @@
 #include <string.h>
 
 #include "db.h"
+#include "manager.h"
 #include "util.h"
 
-#define MS(col) "(extract(epoch from " col ") * 1000)::bigint"
+/* ---- the append statement, generated from one table of columns ----
+ *
+ * Each commit writes, in one statement (one transaction), fenced by the
+ * leader lock (asked once, in the lk CTE):
+ *   ev   the events, into the leader's current part;
+ *   pt   the part's first seq and time, on the first write into it;
+ *   nw   new open rows (accepted, not finished in the same commit);
+ *   up   changes to open rows (HOT: no indexed column changes);
+ *   gone + dn  finished work: its open row is deleted and its workd_done row
+ *        written once, from the open row overlaid with the commit's changes
+ *        (or wholly from the commit, for work accepted in it);
+ * and NOTIFY workd_events with the last seq. The SQL text and the code that
+ * fills the array parameters are both generated from the tables below, so a
+ * placeholder cannot drift from the value that fills it. */
 
-/* Fencing: every part of the statement writes only if this session holds the
- * leader lock (workd_holds_leader_lock(), asked once, in the lk CTE). The
- * events, the new work rows and the changed ones go in one statement, which
- * is one transaction, with the NOTIFY that wakes the listeners. */
-static const char append_sql[] =
-    "WITH lk AS (SELECT workd_holds_leader_lock() AS ok),"
-    " ev AS ("
-    " INSERT INTO workd_events (seq, term, at, type, version, work_id, data)"
-    " SELECT u.seq, $2::bigint, workd_ts(u.at), u.type, u.version, u.work_id, u.data::jsonb"
-    " FROM unnest($1::bigint[], $3::bigint[], $4::text[], $5::int2[], $6::text[], $7::text[])"
-    "      AS u(seq, at, type, version, work_id, data)"
-    " WHERE (SELECT ok FROM lk)"
-    " RETURNING 1),"
-    " nw AS ("
-    " INSERT INTO workd_work (id, queue, priority, payload, status, attempts, max_attempts,"
-    "   timeout_ms, run_at, created_at, accepted_seq, started_at, finished_at, worker_id,"
-    "   deadline, result, last_error, updated_seq)"
-    " SELECT n.id, n.queue, n.priority, n.payload::jsonb, n.status, n.attempts, n.max_attempts,"
-    "   n.timeout_ms, workd_ts(n.run_at), workd_ts(n.created_at), n.accepted_seq,"
-    "   workd_ts(n.started_at), workd_ts(n.finished_at), n.worker_id, workd_ts(n.deadline),"
-    "   n.result::jsonb, n.last_error, n.updated_seq"
-    " FROM unnest($9::text[], $10::text[], $11::int[], $12::text[], $13::text[], $14::int[],"
-    "   $15::int[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::bigint[],"
-    "   $21::bigint[], $22::text[], $23::bigint[], $24::text[], $25::text[], $26::bigint[])"
-    "   AS n(id, queue, priority, payload, status, attempts, max_attempts, timeout_ms, run_at,"
-    "   created_at, accepted_seq, started_at, finished_at, worker_id, deadline, result,"
-    "   last_error, updated_seq)"
-    " WHERE (SELECT ok FROM lk)),"
-    " up AS ("
-    " UPDATE workd_work w SET"
-    "   status = CASE WHEN u.m & 1 <> 0 THEN u.status ELSE w.status END,"
-    "   attempts = CASE WHEN u.m & 2 <> 0 THEN u.attempts ELSE w.attempts END,"
-    "   max_attempts = CASE WHEN u.m & 4 <> 0 THEN u.max_attempts ELSE w.max_attempts END,"
-    "   run_at = CASE WHEN u.m & 8 <> 0 THEN workd_ts(u.run_at) ELSE w.run_at END,"
-    "   started_at = CASE WHEN u.m & 16 <> 0 THEN workd_ts(u.started_at) ELSE w.started_at END,"
-    "   finished_at = CASE WHEN u.m & 32 <> 0 THEN workd_ts(u.finished_at)"
-    "                 ELSE w.finished_at END,"
-    "   worker_id = CASE WHEN u.m & 64 <> 0 THEN u.worker_id ELSE w.worker_id END,"
-    "   deadline = CASE WHEN u.m & 128 <> 0 THEN workd_ts(u.deadline) ELSE w.deadline END,"
-    "   result = CASE WHEN u.m & 256 <> 0 THEN u.result::jsonb ELSE w.result END,"
-    "   last_error = CASE WHEN u.m & 512 <> 0 THEN u.last_error ELSE w.last_error END,"
-    "   accepted_seq = CASE WHEN u.m & 1024 <> 0 THEN u.accepted_seq ELSE w.accepted_seq END,"
-    "   updated_seq = u.updated_seq"
-    " FROM unnest($27::text[], $28::int[], $29::text[], $30::int[], $31::int[], $32::bigint[],"
-    "   $33::bigint[], $34::bigint[], $35::text[], $36::bigint[], $37::text[], $38::text[],"
-    "   $39::bigint[], $40::bigint[])"
-    "   AS u(id, m, status, attempts, max_attempts, run_at, started_at, finished_at, worker_id,"
-    "   deadline, result, last_error, accepted_seq, updated_seq)"
-    " WHERE w.id = u.id AND (SELECT ok FROM lk))"
-    " SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $8)";
+typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON } ColKind;
+
+/* A column of a projection row: its name in workd_open / workd_done, its kind,
+ * and the PC_* bit saying an update changed it (0: set once, at acceptance). */
+typedef enum {
+    F_ID,
+    F_MASK,
+    F_QUEUE,
+    F_KEY,
+    F_PRIORITY,
+    F_PAYLOAD,
+    F_STATUS,
+    F_ATTEMPTS,
+    F_MAX_ATTEMPTS,
+    F_TIMEOUT,
+    F_RUN_AT,
+    F_CREATED_AT,
+    F_ACCEPTED_SEQ,
+    F_STARTED_AT,
+    F_FINISHED_AT,
+    F_WORKER,
+    F_DEADLINE,
+    F_RESULT,
+    F_LAST_ERROR,
+    F_UPDATED_SEQ,
+    F_FINISHED_SEQ,
+    F_COUNT
+} Field;
+
+typedef struct FieldDef {
+    const char *name;
+    ColKind kind;
+    int pc;
+} FieldDef;
+
+static const FieldDef fields[] = {
+    [F_ID] = {"id", K_TEXT, 0},
+    [F_MASK] = {"m", K_INT, 0},
+    [F_QUEUE] = {"queue", K_TEXT, 0},
+    [F_KEY] = {"key", K_TEXT, 0},
+    [F_PRIORITY] = {"priority", K_INT, 0},
+    [F_PAYLOAD] = {"payload", K_JSON, 0},
+    [F_STATUS] = {"status", K_TEXT, PC_STATUS},
+    [F_ATTEMPTS] = {"attempts", K_INT, PC_ATTEMPTS},
+    [F_MAX_ATTEMPTS] = {"max_attempts", K_INT, PC_MAX_ATTEMPTS},
+    [F_TIMEOUT] = {"timeout_ms", K_BIGINT, 0},
+    [F_RUN_AT] = {"run_at", K_TIME, PC_RUN_AT},
+    [F_CREATED_AT] = {"created_at", K_TIME, 0},
+    [F_ACCEPTED_SEQ] = {"accepted_seq", K_BIGINT, PC_ACCEPTED_SEQ},
+    [F_STARTED_AT] = {"started_at", K_TIME, PC_STARTED_AT},
+    [F_FINISHED_AT] = {"finished_at", K_TIME, PC_FINISHED_AT},
+    [F_WORKER] = {"worker_id", K_TEXT, PC_WORKER},
+    [F_DEADLINE] = {"deadline", K_TIME, PC_DEADLINE},
+    [F_RESULT] = {"result", K_JSON, PC_RESULT},
+    [F_LAST_ERROR] = {"last_error", K_TEXT, PC_LAST_ERROR},
+    [F_UPDATED_SEQ] = {"updated_seq", K_BIGINT, 0},
+    [F_FINISHED_SEQ] = {"finished_seq", K_BIGINT, 0},
+};
+_Static_assert(sizeof fields / sizeof fields[0] == F_COUNT, "a FieldDef per Field");
+
+static const Field open_new_cols[] = {
+    F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
+    F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
+    F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ};
+static const Field open_up_cols[] = {
+    F_ID,          F_MASK,   F_STATUS,   F_ATTEMPTS,   F_MAX_ATTEMPTS, F_RUN_AT,     F_STARTED_AT,
+    F_FINISHED_AT, F_WORKER, F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ};
+static const Field done_cols[] = {
+    F_ID,         F_MASK,        F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
+    F_STATUS,     F_ATTEMPTS,    F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
+    F_STARTED_AT, F_FINISHED_AT, F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ};
+#define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The event columns, filled from an Event. */
+typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_COUNT } EvField;
+static const FieldDef ev_fields[] = {
+    [E_SEQ] = {"seq", K_BIGINT, 0},    [E_AT] = {"at", K_TIME, 0},
+    [E_TYPE] = {"type", K_TEXT, 0},    [E_VERSION] = {"version", K_INT, 0},
+    [E_WORK] = {"work_id", K_TEXT, 0}, [E_DATA] = {"data", K_JSON, 0},
+};
+_Static_assert(sizeof ev_fields / sizeof ev_fields[0] == E_COUNT, "a FieldDef per EvField");
+
+/* The scalar parameters come first: $1.. */
+enum { P_TERM = 1, P_PART, P_LAST_SEQ, P_FIRST_AT, P_INBOX, P_SCALARS = P_INBOX };
+
+static const char *array_type(ColKind k)
+{
+    switch (k) {
+    case K_INT:
+        return "int[]";
+    case K_BIGINT:
+    case K_TIME:
+        return "bigint[]";
+    case K_TEXT:
+    case K_JSON:
+        break;
+    }
+    return "text[]";
+}
+
+/* "unnest($a::t[], ...) AS alias(name, ...)", numbering from *param. */
+static void sql_unnest(SBuf *b, int *param, const FieldDef *defs, const int *cols, size_t n,
+                       const char *alias)
+{
+    sbuf_puts(b, "unnest(");
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(b, "%s$%d::%s", i ? ", " : "", (*param)++, array_type(defs[cols[i]].kind));
+    sbuf_printf(b, ") AS %s(", alias);
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(b, "%s%s", i ? ", " : "", defs[cols[i]].name);
+    sbuf_puts(b, ")");
+}
+
+/* The SQL value of a parameter column. */
+static void sql_value(SBuf *b, const char *alias, const FieldDef *f)
+{
+    if (f->kind == K_TIME)
+        sbuf_printf(b, "workd_ts(%s.%s)", alias, f->name);
+    else if (f->kind == K_JSON)
+        sbuf_printf(b, "%s.%s::jsonb", alias, f->name);
+    else
+        sbuf_printf(b, "%s.%s", alias, f->name);
+}
+
+/* The value a changed row gets: the commit's where its bit is set, else the
+ * old row's (alias old), or (immutable columns) the commit's if it has one. */
+static void sql_overlay(SBuf *b, const char *alias, const char *old, const FieldDef *f)
+{
+    if (f->pc) {
+        sbuf_printf(b, "CASE WHEN %s.m & %d <> 0 THEN ", alias, f->pc);
+        sql_value(b, alias, f);
+        sbuf_printf(b, " ELSE %s.%s END", old, f->name);
+    } else if (!strcmp(f->name, "id") || !strcmp(f->name, "finished_seq")) {
+        sql_value(b, alias, f);
+    } else {
+        sbuf_puts(b, "coalesce(");
+        sql_value(b, alias, f);
+        sbuf_printf(b, ", %s.%s)", old, f->name);
+    }
+}
+
+static void sql_names(SBuf *b, const Field *cols, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(b, "%s%s", i ? ", " : "", fields[cols[i]].name);
+}
+
+static char *append_sql(void)
+{
+    SBuf b;
+    sbuf_init(&b);
+    int param = P_SCALARS + 1;
+    int ev_cols[E_COUNT], cols[F_COUNT];
+    for (int i = 0; i < E_COUNT; i++)
+        ev_cols[i] = i;
+
+    sbuf_puts(&b, "WITH lk AS (SELECT workd_holds_leader_lock() AS ok),\n");
+    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (seq, at, type, version, work_id, data, term, "
+                  "part)\n  SELECT ");
+    for (int i = 0; i < E_COUNT; i++) {
+        sql_value(&b, "e", &ev_fields[i]);
+        sbuf_puts(&b, ", ");
+    }
+    sbuf_printf(&b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
+    int first_ev = param;
+    sql_unnest(&b, &param, ev_fields, ev_cols, E_COUNT, "e");
+    sbuf_puts(&b, "\n  WHERE (SELECT ok FROM lk) RETURNING 1),\n");
+
+    sbuf_printf(&b,
+                "pt AS (UPDATE workd_parts"
+                "  SET first_seq = ($%d::bigint[])[1], first_at = workd_ts($%d::bigint)\n"
+                "  WHERE part = $%d::int AND first_seq IS NULL AND (SELECT ok FROM lk)),\n",
+                first_ev + E_SEQ, P_FIRST_AT, P_PART);
+
+    sbuf_puts(&b, "nw AS (INSERT INTO workd_open (");
+    sql_names(&b, open_new_cols, NCOLS(open_new_cols));
+    sbuf_puts(&b, ")\n  SELECT ");
+    for (size_t i = 0; i < NCOLS(open_new_cols); i++) {
+        sbuf_puts(&b, i ? ", " : "");
+        sql_value(&b, "n", &fields[open_new_cols[i]]);
+        cols[i] = open_new_cols[i];
+    }
+    sbuf_puts(&b, "\n  FROM ");
+    sql_unnest(&b, &param, fields, cols, NCOLS(open_new_cols), "n");
+    sbuf_puts(&b, "\n  WHERE (SELECT ok FROM lk)),\n");
+
+    sbuf_puts(&b, "up AS (UPDATE workd_open w SET ");
+    for (size_t i = 0; i < NCOLS(open_up_cols); i++) {
+        const FieldDef *f = &fields[open_up_cols[i]];
+        cols[i] = open_up_cols[i];
+        if (open_up_cols[i] == F_ID || open_up_cols[i] == F_MASK)
+            continue;
+        sbuf_printf(&b, "%s = ", f->name);
+        sql_overlay(&b, "u", "w", f);
+        sbuf_puts(&b, i + 1 < NCOLS(open_up_cols) ? ",\n    " : "");
+    }
+    sbuf_puts(&b, "\n  FROM ");
+    sql_unnest(&b, &param, fields, cols, NCOLS(open_up_cols), "u");
+    sbuf_puts(&b, "\n  WHERE w.id = u.id AND (SELECT ok FROM lk)),\n");
+
+    /* Finished work: the rows that were open leave workd_open, their done
+     * row made in the DELETE's RETURNING from the old row overlaid with the
+     * commit's changes (m = -1: accepted in this commit, no old row). The
+     * array parameters are the same for both uses. */
+    for (size_t i = 0; i < NCOLS(done_cols); i++)
+        cols[i] = done_cols[i];
+    SBuf dsrc;
+    sbuf_init(&dsrc);
+    sql_unnest(&dsrc, &param, fields, cols, NCOLS(done_cols), "d");
+    sbuf_printf(&b, "gone AS (DELETE FROM workd_open g USING %s\n", dsrc.data);
+    sbuf_puts(&b, "  WHERE g.id = d.id AND d.m <> -1 AND (SELECT ok FROM lk)\n  RETURNING ");
+    for (size_t i = 0; i < NCOLS(done_cols); i++) {
+        if (done_cols[i] == F_MASK)
+            continue;
+        sbuf_puts(&b, i ? ", " : "");
+        if (done_cols[i] == F_RESULT) /* open rows have none */
+            sql_value(&b, "d", &fields[F_RESULT]);
+        else
+            sql_overlay(&b, "d", "g", &fields[done_cols[i]]);
+    }
+    sbuf_puts(&b, "),\n");
+    sbuf_puts(&b, "dn AS (INSERT INTO workd_done (");
+    sql_names(&b, done_cols + 0, 1);
+    sbuf_puts(&b, ", ");
+    sql_names(&b, done_cols + 2, NCOLS(done_cols) - 2);
+    sbuf_printf(&b, ", part)\n  SELECT *, $%d::int FROM gone\n  UNION ALL\n  SELECT ", P_PART);
+    for (size_t i = 0; i < NCOLS(done_cols); i++) {
+        if (done_cols[i] == F_MASK)
+            continue;
+        sbuf_puts(&b, i ? ", " : "");
+        sql_value(&b, "d", &fields[done_cols[i]]);
+    }
+    sbuf_printf(&b,
+                ", $%d::int\n  FROM %s\n  WHERE d.m = -1 AND (SELECT ok FROM lk)\n"
+                "  RETURNING queue, status),\n",
+                P_PART, dsrc.data);
+    sbuf_free(&dsrc);
+    /* Finished counts per part, kept as the rows are written, so that no read
+     * ever counts the history (GET /queues); they leave with their part. */
+    sbuf_printf(
+        &b,
+        "cnt AS (INSERT INTO workd_counts (part, queue, status, n)\n"
+        "  SELECT $%d::int, queue, status, count(*) FROM dn GROUP BY queue, status\n"
+        "  ON CONFLICT (part, queue, status) DO UPDATE SET n = workd_counts.n + EXCLUDED.n),\n",
+        P_PART);
+    sbuf_printf(
+        &b,
+        "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk))\n",
+        P_INBOX);
+    sbuf_printf(&b, "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)", P_LAST_SEQ);
+    return sbuf_steal(&b);
+}
+
+enum {
+    N_PARAMS = P_SCALARS + E_COUNT + NCOLS(open_new_cols) + NCOLS(open_up_cols) + NCOLS(done_cols)
+};
 
 /* One array parameter being built as a PostgreSQL array literal. */
 typedef struct Col {
@@ -78,14 +298,19 @@ static void col_int(Col *c, int64_t v)
     sbuf_printf(&c->b, "%lld", (long long)v);
 }
 
+static void col_null(Col *c)
+{
+    col_sep(c);
+    sbuf_puts(&c->b, "NULL");
+}
+
 /* A time: 0 is NULL. */
 static void col_time(Col *c, int64_t ms)
 {
-    col_sep(c);
     if (ms)
-        sbuf_printf(&c->b, "%lld", (long long)ms);
+        col_int(c, ms);
     else
-        sbuf_puts(&c->b, "NULL");
+        col_null(c);
 }
 
 static void col_text(Col *c, const char *s)
@@ -109,90 +334,176 @@ static const char *col_end(Col *c)
     return c->b.data;
 }
 
-enum { EV_COLS = 6, NEW_COLS = 18, UP_COLS = 14, ALL_COLS = EV_COLS + NEW_COLS + UP_COLS };
+/* Work that is finished for good leaves workd_open; dead work stays there,
+ * waiting for an operator. */
+static bool row_is_done(const ProjRow *r)
+{
+    return r->status && (!strcmp(r->status, "completed") || !strcmp(r->status, "cancelled"));
+}
+
+/* Appends field f of row r. A row that is not new sends only what changed:
+ * columns it did not change are NULL and the SQL keeps the old row's. */
+static void put_field(Col *c, const ProjRow *r, Field f)
+{
+    const FieldDef *d = &fields[f];
+    if (!r->is_new && f != F_ID && f != F_MASK && f != F_UPDATED_SEQ && f != F_FINISHED_SEQ &&
+        !(d->pc & r->changed)) {
+        col_null(c);
+        return;
+    }
+    switch (f) {
+    case F_ID:
+        col_text(c, r->id);
+        return;
+    case F_MASK: /* -1: accepted in this commit (every column is new) */
+        col_int(c, r->is_new ? -1 : r->changed);
+        return;
+    case F_KEY:
+        col_text(c, r->key);
+        return;
+    case F_QUEUE:
+        col_text(c, r->queue);
+        return;
+    case F_PRIORITY:
+        col_int(c, r->priority);
+        return;
+    case F_PAYLOAD:
+        col_json(c, r->payload ? r->payload : json_null());
+        return;
+    case F_STATUS:
+        col_text(c, r->status);
+        return;
+    case F_ATTEMPTS:
+        col_int(c, r->attempts);
+        return;
+    case F_MAX_ATTEMPTS:
+        col_int(c, r->max_attempts);
+        return;
+    case F_TIMEOUT:
+        col_int(c, r->timeout_ms);
+        return;
+    case F_RUN_AT:
+        col_time(c, r->run_at);
+        return;
+    case F_CREATED_AT:
+        col_time(c, r->created_at);
+        return;
+    case F_ACCEPTED_SEQ:
+        col_int(c, r->accepted_seq);
+        return;
+    case F_STARTED_AT:
+        col_time(c, r->started_at);
+        return;
+    case F_FINISHED_AT:
+        col_time(c, r->finished_at);
+        return;
+    case F_WORKER:
+        col_text(c, r->worker_id);
+        return;
+    case F_DEADLINE:
+        col_time(c, r->deadline);
+        return;
+    case F_RESULT:
+        col_json(c, r->result);
+        return;
+    case F_LAST_ERROR:
+        col_text(c, r->last_error);
+        return;
+    case F_UPDATED_SEQ:
+    case F_FINISHED_SEQ:
+        col_int(c, r->updated_seq);
+        return;
+    case F_COUNT:
+        break;
+    }
+}
+
+static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
+{
+    for (size_t i = 0; i < n; i++)
+        put_field(&cols[i], r, defs[i]);
+}
 
 int journal_prepare(PGconn *c, Err *err)
 {
-    PGresult *r = PQprepare(c, "workd_append", append_sql, 0, NULL);
+    /* The append's plan does not depend on its parameters (arrays of any
+     * length): plan it once, not at every commit. */
+    PGresult *set = PQexec(c, "SET plan_cache_mode = force_generic_plan");
+    if (db_check(c, set, "configuring the leader's session", err) != 0) {
+        PQclear(set);
+        return -1;
+    }
+    PQclear(set);
+    char *sql = append_sql();
+    PGresult *r = PQprepare(c, "workd_append", sql, 0, NULL);
+    free(sql);
     int rc = db_check(c, r, "preparing the append statement", err);
     PQclear(r);
     return rc;
 }
 
-int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows, Err *err)
+/* An array literal of inbox entries: "{1,2,3}". */
+static char *inbox_array(const int64_t *inbox, size_t n)
+{
+    Col col = {0};
+    for (size_t i = 0; i < n; i++)
+        col_int(&col, inbox[i]);
+    col_end(&col);
+    return sbuf_steal(&col.b);
+}
+
+int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const *rows, size_t nrows,
+                   const int64_t *inbox, size_t n_inbox, Err *err)
 {
     if (events->len == 0)
-        return 0;
-    Col cols[ALL_COLS];
+        return n_inbox ? journal_inbox_forget(c, inbox, n_inbox, err) : 0;
+    enum { N_ARRAYS = N_PARAMS - P_SCALARS };
+    Col cols[N_ARRAYS];
     memset(cols, 0, sizeof cols);
-    Col *ev = cols, *nw = cols + EV_COLS, *up = cols + EV_COLS + NEW_COLS;
+    Col *ev = cols, *nw = ev + E_COUNT, *up = nw + NCOLS(open_new_cols),
+        *dn = up + NCOLS(open_up_cols);
     for (size_t i = 0; i < events->len; i++) {
         const Event *e = &events->items[i];
-        col_int(&ev[0], e->seq);
-        col_int(&ev[1], e->at);
-        col_text(&ev[2], event_type_name(e->type));
-        col_int(&ev[3], e->version);
-        col_text(&ev[4], e->work_id);
+        col_int(&ev[E_SEQ], e->seq);
+        col_int(&ev[E_AT], e->at);
+        col_text(&ev[E_TYPE], event_type_name(e->type));
+        col_int(&ev[E_VERSION], e->version);
+        col_text(&ev[E_WORK], e->work_id);
         json_t *d = event_data_encode(e);
-        col_json(&ev[5], d);
+        col_json(&ev[E_DATA], d);
         json_decref(d);
     }
     for (size_t i = 0; i < nrows; i++) {
         const ProjRow *r = rows[i];
-        if (r->is_new) {
-            col_text(&nw[0], r->id);
-            col_text(&nw[1], r->queue);
-            col_int(&nw[2], r->priority);
-            col_json(&nw[3], r->payload ? r->payload : json_null());
-            col_text(&nw[4], r->status);
-            col_int(&nw[5], r->attempts);
-            col_int(&nw[6], r->max_attempts);
-            col_int(&nw[7], r->timeout_ms);
-            col_time(&nw[8], r->run_at);
-            col_time(&nw[9], r->created_at);
-            col_int(&nw[10], r->accepted_seq);
-            col_time(&nw[11], r->started_at);
-            col_time(&nw[12], r->finished_at);
-            col_text(&nw[13], r->worker_id);
-            col_time(&nw[14], r->deadline);
-            col_json(&nw[15], r->result);
-            col_text(&nw[16], r->last_error);
-            col_int(&nw[17], r->updated_seq);
-        } else {
-            col_text(&up[0], r->id);
-            col_int(&up[1], r->changed);
-            col_text(&up[2], r->status);
-            col_int(&up[3], r->attempts);
-            col_int(&up[4], r->max_attempts);
-            col_time(&up[5], r->run_at);
-            col_time(&up[6], r->started_at);
-            col_time(&up[7], r->finished_at);
-            col_text(&up[8], r->worker_id);
-            col_time(&up[9], r->deadline);
-            col_json(&up[10], r->result);
-            col_text(&up[11], r->last_error);
-            col_int(&up[12], r->accepted_seq);
-            col_int(&up[13], r->updated_seq);
-        }
+        if (row_is_done(r))
+            put_row(dn, done_cols, NCOLS(done_cols), r);
+        else if (r->is_new)
+            put_row(nw, open_new_cols, NCOLS(open_new_cols), r);
+        else
+            put_row(up, open_up_cols, NCOLS(open_up_cols), r);
     }
-    char term[24], last[24];
+    char term[24], partv[16], last[24], first_at[24];
     snprintf(term, sizeof term, "%lld", (long long)events->items[0].term);
+    snprintf(partv, sizeof partv, "%d", part);
     snprintf(last, sizeof last, "%lld", (long long)events->items[events->len - 1].seq);
-    const char *params[ALL_COLS + 2];
-    params[0] = col_end(&ev[0]);
-    params[1] = term;
-    for (int i = 1; i < EV_COLS; i++)
-        params[i + 1] = col_end(&ev[i]);
-    params[7] = last;
-    for (int i = 0; i < NEW_COLS + UP_COLS; i++)
-        params[8 + i] = col_end(&nw[i]);
-    PGresult *r = PQexecPrepared(c, "workd_append", ALL_COLS + 2, params, NULL, NULL, 0);
+    snprintf(first_at, sizeof first_at, "%lld", (long long)events->items[0].at);
+    const char *params[N_PARAMS];
+    params[P_TERM - 1] = term;
+    params[P_PART - 1] = partv;
+    params[P_LAST_SEQ - 1] = last;
+    params[P_FIRST_AT - 1] = first_at;
+    char *inbox_ns = inbox_array(inbox, n_inbox);
+    params[P_INBOX - 1] = inbox_ns;
+    for (int i = 0; i < N_ARRAYS; i++)
+        params[P_SCALARS + i] = col_end(&cols[i]);
+    PGresult *r = PQexecPrepared(c, "workd_append", N_PARAMS, params, NULL, NULL, 0);
     if (db_check(c, r, "appending events", err) != 0) {
         PQclear(r);
         r = NULL;
     }
-    for (int i = 0; i < ALL_COLS; i++)
+    for (int i = 0; i < N_ARRAYS; i++)
         sbuf_free(&cols[i].b);
+    free(inbox_ns);
     if (!r)
         return -1;
     int64_t written = db_int(r, 0, 0);
@@ -203,28 +514,96 @@ int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, siz
     return 0;
 }
 
-int journal_recover(PGconn *c, WorkState *ws, int64_t *last_seq, int64_t *last_term, Err *err)
+int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)
+{
+    char *ns = inbox_array(inbox, n);
+    const char *params[] = {ns};
+    PGresult *r = db_exec(c,
+                          "WITH ib AS (DELETE FROM workd_inbox"
+                          "             WHERE n = ANY($1::bigint[]) AND workd_holds_leader_lock()"
+                          "            RETURNING 1)"
+                          "SELECT workd_holds_leader_lock()",
+                          1, params, "taking submissions from the inbox", err);
+    free(ns);
+    if (!r)
+        return -1;
+    bool ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    return ok ? 0
+              : err_set(err, 409, "fenced",
+                        "this session no longer holds the leader lock: nothing was written");
+}
+
+int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err)
+{
+    char l[16];
+    snprintf(l, sizeof l, "%d", limit);
+    const char *params[] = {l};
+    PGresult *r = db_exec(c,
+                          "SELECT n, id, queue, priority, payload::text, workd_epoch_ms(run_at),"
+                          "       timeout_ms, max_attempts"
+                          "  FROM workd_inbox ORDER BY n LIMIT $1::int",
+                          1, params, "reading the inbox", err);
+    if (!r)
+        return -1;
+    *n = (size_t)PQntuples(r);
+    *out = xcalloc(*n + 1, sizeof **out);
+    for (size_t i = 0; i < *n; i++) {
+        InboxItem *it = &(*out)[i];
+        it->n = db_int(r, (int)i, 0);
+        it->id = xstrdup(db_str(r, (int)i, 1));
+        it->queue = xstrdup(db_str(r, (int)i, 2));
+        it->priority = (int)db_int(r, (int)i, 3);
+        it->payload = json_loads(db_str(r, (int)i, 4), JSON_DECODE_ANY, NULL);
+        if (!it->payload)
+            it->payload = json_null();
+        it->run_at = PQgetisnull(r, (int)i, 5) ? 0 : db_int(r, (int)i, 5);
+        it->timeout_ms = PQgetisnull(r, (int)i, 6) ? 0 : db_int(r, (int)i, 6);
+        it->max_attempts = PQgetisnull(r, (int)i, 7) ? 0 : (int)db_int(r, (int)i, 7);
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Every queue's flow control (workd_queues), read by queue_limits_row. */
+static const char queues_sql[] =
+    "SELECT queue, paused, coalesce(max_running, 0), coalesce(max_running_per_key, 0),"
+    "       coalesce(rate_limit, 0), coalesce(rate_period_ms, 0)"
+    "  FROM workd_queues";
+
+static QueueLimits queue_limits_row(const PGresult *r, int i)
+{
+    return (QueueLimits){.paused = !strcmp(PQgetvalue(r, i, 1), "t"),
+                         .max_running = (int)db_int(r, i, 2),
+                         .max_running_per_key = (int)db_int(r, i, 3),
+                         .rate_limit = (int)db_int(r, i, 4),
+                         .rate_period_ms = db_int(r, i, 5)};
+}
+
+int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
+                    int *last_part, Err *err)
 {
     PGresult *r =
         db_exec(c,
-                "SELECT coalesce((SELECT seq FROM workd_events ORDER BY seq DESC LIMIT 1), 0),"
-                "       coalesce((SELECT term FROM workd_events ORDER BY seq DESC LIMIT 1), 0)",
+                "SELECT coalesce(max(seq), 0),"
+                "       coalesce((SELECT term FROM workd_events ORDER BY seq DESC LIMIT 1), 0),"
+                "       coalesce((SELECT part FROM workd_events ORDER BY seq DESC LIMIT 1), 0)"
+                "  FROM workd_events",
                 0, NULL, "reading the last seq", err);
     if (!r)
         return -1;
     *last_seq = db_int(r, 0, 0);
     *last_term = db_int(r, 0, 1);
+    *last_part = (int)db_int(r, 0, 2);
     PQclear(r);
 
-    r = db_exec(c,
-                "SELECT id, queue, priority, payload::text, status, attempts, max_attempts,"
-                " timeout_ms, " MS("run_at") ", accepted_seq, " MS(
-                    "created_at") ", worker_id,"
-                                  " " MS("deadline") ", " MS(
-                                      "started_at") ", last_error"
-                                                    " FROM workd_work WHERE status IN ('pending', "
-                                                    "'running') ORDER BY accepted_seq",
-                0, NULL, "loading open work", err);
+    r = db_exec(
+        c,
+        "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
+        "       workd_epoch_ms(run_at), accepted_seq, workd_epoch_ms(created_at), worker_id,"
+        "       workd_epoch_ms(deadline), workd_epoch_ms(started_at), last_error, key"
+        "  FROM workd_open WHERE status <> 'dead' ORDER BY accepted_seq",
+        0, NULL, "loading open work", err);
     if (!r)
         return -1;
     int n = PQntuples(r);
@@ -245,13 +624,73 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t *last_seq, int64_t *last_t
         it.deadline = it.status == WORK_RUNNING ? db_int(r, i, 12) : 0;
         it.started_at = db_int(r, i, 13);
         it.last_error = (char *)db_str(r, i, 14);
+        it.key = (char *)db_str(r, i, 15);
         ws_restore(ws, &it);
         json_decref(it.payload);
+    }
+    PQclear(r);
+
+    r = db_exec(c, queues_sql, 0, NULL, "loading the queues' limits", err);
+    if (!r)
+        return -1;
+    for (int i = 0; i < PQntuples(r); i++) {
+        QueueLimits lim = queue_limits_row(r, i);
+        ws_queue_restore(ws, db_str(r, i, 0), &lim, now);
     }
     PQclear(r);
     return 0;
 }
 
+int journal_parts(PGconn *c, PartList *out, Err *err)
+{
+    PGresult *r = db_exec(
+        c,
+        "SELECT part, workd_epoch_ms(starts_at), workd_epoch_ms(ends_at), workd_epoch_ms(first_at)"
+        "  FROM workd_parts ORDER BY part",
+        0, NULL, "reading the parts", err);
+    if (!r)
+        return -1;
+    out->n = 0;
+    int n = PQntuples(r);
+    for (int i = 0; i < n && out->n < PARTS_MAX; i++) {
+        Part *p = &out->items[out->n++];
+        p->part = (int)db_int(r, i, 0);
+        p->starts_at = db_int(r, i, 1);
+        p->ends_at = db_int(r, i, 2);
+        p->first_at = PQgetisnull(r, i, 3) ? 0 : db_int(r, i, 3);
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Open rows (dead work, or work that another leader just opened) and finished
+ * rows of these ids, with what reopening one needs. */
+#define KNOWN_COLS                                                                                 \
+    "w.id, w.status, w.attempts, w.payload::text, w.queue, w.priority, w.timeout_ms,"              \
+    " w.max_attempts, w.last_error, w.key"
+
+/* Fills out from rows of KNOWN_COLS (out->res owns the strings). */
+static void known_rows(KnownSet *out)
+{
+    int rows = PQntuples(out->res);
+    out->items = xcalloc((size_t)rows + 1, sizeof *out->items);
+    for (int i = 0; i < rows; i++) {
+        KnownWork *k = &out->items[out->n++];
+        k->id = db_str(out->res, i, 0);
+        k->status = db_str(out->res, i, 1);
+        k->attempts = (int)db_int(out->res, i, 2);
+        k->payload = json_loads(db_str(out->res, i, 3), JSON_DECODE_ANY, NULL);
+        k->queue = db_str(out->res, i, 4);
+        k->priority = (int)db_int(out->res, i, 5);
+        k->timeout_ms = db_int(out->res, i, 6);
+        k->max_attempts = (int)db_int(out->res, i, 7);
+        k->last_error = db_str(out->res, i, 8);
+        k->key = db_str(out->res, i, 9);
+    }
+}
+
+/* Open rows (dead work, or work that another leader just opened) and finished
+ * rows of these ids, with what reopening one needs. */
 int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err)
 {
     memset(out, 0, sizeof *out);
@@ -267,28 +706,35 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     }
     sbuf_puts(&arr, "}");
     const char *params[] = {arr.data};
-    out->res = db_exec(c,
-                       "SELECT w.id, w.status, w.attempts, w.payload::text, w.queue,"
-                       " w.priority, w.timeout_ms, w.max_attempts, w.last_error"
-                       " FROM unnest($1::text[]) AS k(id) JOIN workd_work w ON w.id = k.id",
-                       1, params, "looking up work ids", err);
+    out->res = db_exec(
+        c,
+        "SELECT " KNOWN_COLS "  FROM unnest($1::text[]) AS k(id) JOIN workd_open w ON w.id = k.id"
+        " UNION ALL "
+        "SELECT " KNOWN_COLS "  FROM unnest($1::text[]) AS k(id) JOIN workd_done w ON w.id = k.id",
+        1, params, "looking up work ids", err);
     sbuf_free(&arr);
     if (!out->res)
         return -1;
-    int rows = PQntuples(out->res);
-    out->items = xcalloc((size_t)rows + 1, sizeof *out->items);
-    for (int i = 0; i < rows; i++) {
-        KnownWork *k = &out->items[out->n++];
-        k->id = db_str(out->res, i, 0);
-        k->status = db_str(out->res, i, 1);
-        k->attempts = (int)db_int(out->res, i, 2);
-        k->payload = json_loads(db_str(out->res, i, 3), JSON_DECODE_ANY, NULL);
-        k->queue = db_str(out->res, i, 4);
-        k->priority = (int)db_int(out->res, i, 5);
-        k->timeout_ms = db_int(out->res, i, 6);
-        k->max_attempts = (int)db_int(out->res, i, 7);
-        k->last_error = db_str(out->res, i, 8);
-    }
+    known_rows(out);
+    return 0;
+}
+
+int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
+                          Err *err)
+{
+    memset(out, 0, sizeof *out);
+    char l[16];
+    snprintf(l, sizeof l, "%d", limit);
+    const char *params[] = {queue, key, l};
+    out->res = db_exec(c,
+                       "SELECT " KNOWN_COLS "  FROM workd_open w"
+                       " WHERE w.status = 'dead' AND ($1::text IS NULL OR w.queue = $1)"
+                       "   AND ($2::text IS NULL OR w.key = $2)"
+                       " ORDER BY w.accepted_seq LIMIT $3::int",
+                       3, params, "finding dead work", err);
+    if (!out->res)
+        return -1;
+    known_rows(out);
     return 0;
 }
 
@@ -324,14 +770,18 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *params[] = {id};
     PGresult *r = db_exec(
         c,
-        "SELECT id, queue, priority, payload::text, status, attempts,"
-        " max_attempts, timeout_ms, " MS("run_at") ", " MS(
-            "created_at") ","
-                          " " MS("started_at") ", " MS(
-                              "finished_at") ", worker_id,"
-                                             " " MS("deadline") ", result::text, last_error, "
-                                                                "updated_seq"
-                                                                " FROM workd_work WHERE id = $1",
+        "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
+        "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
+        "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
+        "       updated_seq, key"
+        "  FROM workd_open WHERE id = $1"
+        " UNION ALL "
+        "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
+        "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
+        "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
+        "       finished_seq, key"
+        "  FROM workd_done WHERE id = $1"
+        " LIMIT 1",
         1, params, "reading work", err);
     if (!r)
         return NULL;
@@ -363,26 +813,34 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *le = db_str(r, 0, 15);
     json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
     json_object_set_new(o, "updated_seq", json_integer(db_int(r, 0, 16)));
+    const char *key = db_str(r, 0, 17);
+    json_object_set_new(o, "key", key ? json_string(key) : json_null());
     PQclear(r);
     return o;
 }
 
-json_t *journal_work_events(PGconn *c, const char *id, Err *err)
+json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
 {
-    const char *params[] = {id};
-    PGresult *r =
-        db_exec(c,
-                "SELECT seq, term, " MS("at") ", type, version, data::text"
-                                              " FROM workd_events WHERE work_id = $1 ORDER BY seq",
-                1, params, "reading work events", err);
+    char a[24], l[16];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(l, sizeof l, "%d", limit + 1); /* one more: is there a next page? */
+    const char *params[] = {id, a, l};
+    PGresult *r = db_exec(c,
+                          "SELECT seq, term, workd_epoch_ms(at), type, version, data::text"
+                          "  FROM workd_events WHERE work_id = $1 AND seq > $2"
+                          " ORDER BY seq LIMIT $3",
+                          3, params, "reading work events", err);
     if (!r)
         return NULL;
     int n = PQntuples(r);
-    if (n == 0) {
+    if (n == 0 && after == 0) {
         PQclear(r);
         err_set(err, 404, "not-found", "no work with id '%s'", id);
         return NULL;
     }
+    bool more = n > limit;
+    if (more)
+        n = limit;
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) {
         json_t *e = json_object();
@@ -394,28 +852,58 @@ json_t *journal_work_events(PGconn *c, const char *id, Err *err)
         json_object_set_new(e, "data", json_col(r, i, 5));
         json_array_append_new(arr, e);
     }
+    json_t *next = more ? json_integer(db_int(r, n - 1, 0)) : json_null();
     PQclear(r);
-    return json_pack("{s:s, s:o}", "id", id, "events", arr);
+    return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
 }
 
-int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err *err)
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
+                           bool *at_end, Err *err)
 {
-    char a[24], l[16];
+    char a[24], l[16], b[24];
     snprintf(a, sizeof a, "%lld", (long long)after);
     snprintf(l, sizeof l, "%d", limit);
-    const char *params[] = {a, l};
+    snprintf(b, sizeof b, "%lld", (long long)max_bytes);
+    const char *params[] = {a, l, b};
+    /* Final events carry their queue and attempt since schema 4; older ones
+     * take them from the work's row while it is kept.
+     * The page is cut by bytes over at most `limit` events: an event is read
+     * when the events before it hold less than max_bytes of text. Sizing
+     * every event as text would convert all `limit` of them, each page, so
+     * the stored (maybe compressed, never larger) size picks the candidates
+     * first, cheaply, and only those are converted and measured. n_page says
+     * how many events the count limit alone would have read. */
     PGresult *r = db_exec(
         c,
-        "SELECT e.seq, e.term, " MS(
-            "e.at") ", e.type, e.version, e.work_id,"
-                    " e.data::text, w.queue, w.attempts"
-                    " FROM workd_events e JOIN workd_work w ON w.id = e.work_id"
-                    " WHERE e.seq > $1::bigint AND e.type IN ('completed', 'dead', 'cancelled')"
-                    " ORDER BY e.seq LIMIT $2::int",
-        2, params, "reading finished work", err);
+        "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"
+        "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"
+        "                    - octet_length(c.data) AS before"
+        "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"
+        "                       e.work_id, e.data::text AS data, p.n_page,"
+        "                       coalesce(e.data->>'queue',"
+        "                                (SELECT queue FROM workd_done WHERE id = e.work_id"
+        "                                 UNION ALL"
+        "                                 SELECT queue FROM workd_open WHERE id = e.work_id"
+        "                                 LIMIT 1), '') AS queue,"
+        "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"
+        "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"
+        "                       END AS attempts"
+        "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"
+        "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"
+        "                                 AS before"
+        "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"
+        "                                  FROM workd_events e"
+        "                                 WHERE e.seq > $1::bigint"
+        "                                   AND e.type IN ('completed', 'dead', 'cancelled')"
+        "                                 ORDER BY e.seq LIMIT $2::int) p0) p"
+        "                  JOIN workd_events e ON e.seq = p.seq"
+        "                 WHERE p.before < $3::bigint) c) q"
+        " WHERE before < $3::bigint ORDER BY seq",
+        3, params, "reading finished work", err);
     if (!r)
         return -1;
     int n = PQntuples(r);
+    int64_t n_page = n ? db_int(r, 0, 9) : 0;
     for (int i = 0; i < n; i++) {
         json_t *data = json_col(r, i, 6);
         Event e;
@@ -426,13 +914,15 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err
             return -1;
         }
         json_decref(data);
+        free(e.queue);
         e.queue = xstrdup(db_str(r, i, 7));
-        if (e.type == EV_DEAD && !e.attempt) /* logs before schema 3 */
+        if (e.type == EV_DEAD && !e.attempt && !PQgetisnull(r, i, 8)) /* logs before schema 3 */
             e.attempt = (int)db_int(r, i, 8);
         json_array_append_new(out, event_result_json(&e));
         event_clear(&e);
     }
     PQclear(r);
+    *at_end = n == n_page && n_page < limit;
     return n;
 }
 
@@ -445,21 +935,26 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
     const char *params[] = {status, queue, b, l};
     PGresult *r = db_exec(
         c,
-        "SELECT id, queue, priority, CASE WHEN status = 'pending' AND run_at > now()"
-        " THEN 'scheduled' ELSE status END, attempts, max_attempts, " MS(
-            "created_at") ","
-                          " " MS(
-                              "finished_at") ", worker_id, last_error, accepted_seq"
-                                             " FROM workd_work"
-                                             " WHERE ($1::text IS NULL OR status = CASE $1 WHEN "
-                                             "'scheduled' THEN 'pending' ELSE $1 END)"
-                                             "   AND ($1::text IS DISTINCT FROM 'scheduled' OR "
-                                             "run_at > now())"
-                                             "   AND ($1::text IS DISTINCT FROM 'pending' OR "
-                                             "run_at IS NULL OR run_at <= now())"
-                                             "   AND ($2::text IS NULL OR queue = $2)"
-                                             "   AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
-                                             " ORDER BY accepted_seq DESC LIMIT $4::int",
+        "SELECT * FROM ("
+        "  SELECT id, queue, priority,"
+        "         CASE WHEN status = 'pending' AND run_at > now() THEN 'scheduled' ELSE status END"
+        "           AS status,"
+        "         attempts, max_attempts, workd_epoch_ms(created_at), workd_epoch_ms(finished_at),"
+        "         worker_id, last_error, accepted_seq"
+        "    FROM workd_open"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint) AND ($2::text IS NULL OR queue = "
+        "$2)"
+        "     AND ($1::text IS NULL OR $1 IN ('pending', 'scheduled', 'running', 'dead'))"
+        "  UNION ALL"
+        "  SELECT id, queue, priority, status, attempts, max_attempts, workd_epoch_ms(created_at),"
+        "         workd_epoch_ms(finished_at), worker_id, last_error, accepted_seq"
+        "    FROM workd_done"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint) AND ($2::text IS NULL OR queue = "
+        "$2)"
+        "     AND ($1::text IS NULL OR $1 IN ('completed', 'cancelled'))"
+        ") w"
+        " WHERE $1::text IS NULL OR w.status = $1"
+        " ORDER BY accepted_seq DESC LIMIT $4::int",
         4, params, "listing work", err);
     if (!r)
         return NULL;
@@ -485,23 +980,20 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
     return json_pack("{s:o, s:o}", "items", items, "next_before", next);
 }
 
+#define READY "status = 'pending' AND (run_at IS NULL OR run_at <= now())"
+
 json_t *journal_open_counts(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(
         c,
         "SELECT queue,"
-        " count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())),"
-        " count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
-        " count(*) FILTER (WHERE status = 'running'),"
-        " " MS(
-            "min(coalesce(run_at, created_at)) FILTER (WHERE status = 'pending'"
-            " AND (run_at IS NULL OR run_at <= now()))") ","
-                                                         " extract(epoch from now() - "
-                                                         "min(coalesce(run_at, created_at)) FILTER"
-                                                         "   (WHERE status = 'pending' AND (run_at "
-                                                         "IS NULL OR run_at <= now())))::float8"
-                                                         " FROM workd_work WHERE status IN "
-                                                         "('pending', 'running') GROUP BY queue",
+        "       count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())),"
+        "       count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
+        "       count(*) FILTER (WHERE status = 'running'),"
+        "       workd_epoch_ms(min(coalesce(run_at, created_at)) FILTER (WHERE " READY ")),"
+        "       extract(epoch from now() - min(coalesce(run_at, created_at))"
+        "                                  FILTER (WHERE " READY "))::float8"
+        "  FROM workd_open WHERE status IN ('pending', 'running') GROUP BY queue",
         0, NULL, "counting open work", err);
     if (!r)
         return NULL;
@@ -514,6 +1006,22 @@ json_t *journal_open_counts(PGconn *c, Err *err)
         json_object_set_new(q, "oldest_pending_age_s",
                             PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));
         json_object_set_new(o, db_str(r, i, 0), q);
+    }
+    PQclear(r);
+    return o;
+}
+
+json_t *journal_queue_limits(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(c, queues_sql, 0, NULL, "reading the queues' limits", err);
+    if (!r)
+        return NULL;
+    json_t *o = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        QueueLimits lim = queue_limits_row(r, i);
+        json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
+        json_object_del(l, "queue");
+        json_object_set_new(o, db_str(r, i, 0), l);
     }
     PQclear(r);
     return o;
@@ -548,11 +1056,13 @@ int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err 
 
 json_t *journal_finished_counts(PGconn *c, Err *err)
 {
-    PGresult *r = db_exec(c,
-                          "SELECT queue, status, count(*) FROM workd_work"
-                          " WHERE status IN ('completed', 'dead', 'cancelled')"
-                          " GROUP BY queue, status",
-                          0, NULL, "counting finished work", err);
+    PGresult *r =
+        db_exec(c,
+                "SELECT queue, status, sum(n)::bigint FROM workd_counts GROUP BY queue, status"
+                " UNION ALL "
+                "SELECT queue, status, count(*) FROM workd_open WHERE status = 'dead' GROUP BY "
+                "queue, status",
+                0, NULL, "counting finished work", err);
     if (!r)
         return NULL;
     json_t *o = json_object();

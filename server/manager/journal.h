@@ -1,5 +1,6 @@
-/* journal: the event table and its projection in PostgreSQL. All SQL that
- * touches workd_events, workd_work and workd_leader lives here. */
+/* journal: the event log and the work tables in PostgreSQL. All SQL that
+ * reads or writes workd_events, workd_open, workd_done and workd_leader lives
+ * here; adding and dropping parts (partitions) lives in retention.c. */
 #ifndef WORKD_JOURNAL_H
 #define WORKD_JOURNAL_H
 
@@ -19,20 +20,55 @@
  * before the first journal_append). */
 int journal_prepare(PGconn *c, Err *err) WARN_UNUSED;
 
-/* Appends events (seq and term already set, in order) and writes the
- * projection rows they fold into (projection.h) in one statement, which is one
- * transaction, with a NOTIFY on channel workd_events carrying the last seq.
+/* Appends events (seq and term already set, in order) into part `part` and
+ * writes the work rows they fold into (projection.h) in one statement, which
+ * is one transaction, with a NOTIFY on channel workd_events carrying the last
+ * seq: open rows are inserted or updated in workd_open; work that finished
+ * (completed, cancelled) leaves it for a workd_done row in the same part;
+ * the inbox entries (n) the commit took into the log are deleted with it.
  * Fencing: nothing is written unless this session holds the leader lock, and
  * then err is "fenced" (409). */
-int journal_append(PGconn *c, const EventList *events, ProjRow *const *rows, size_t nrows,
-                   Err *err) WARN_UNUSED;
+int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const *rows, size_t nrows,
+                   const int64_t *inbox, size_t n_inbox, Err *err) WARN_UNUSED;
+
+/* ---- the inbox: work submitted in SQL (workd.submit, migration 0005) ---- */
+/* One submission waiting in workd_inbox; 0 in timeout_ms / max_attempts:
+ * the server's default. Strings and payload are owned. */
+typedef struct InboxItem {
+    int64_t n; /* its place in the inbox */
+    char *id, *queue;
+    int priority;
+    json_t *payload;
+    int64_t run_at, timeout_ms;
+    int max_attempts;
+} InboxItem;
+/* The oldest entries, at most limit (caller frees *out and its strings). */
+int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err) WARN_UNUSED;
+/* Deletes entries taken into the log without an event of their own (an id
+ * that exists already); journal_append deletes the others with their events.
+ * Fenced like journal_append. */
+int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err) WARN_UNUSED;
 
 /* ---- recovery ---- */
 
-/* Rebuilds the open work into ws from the projection and reads the last seq and
- * term. Cost depends on the open work only. */
-int journal_recover(PGconn *c, WorkState *ws, int64_t *last_seq, int64_t *last_term,
-                    Err *err) WARN_UNUSED;
+/* Rebuilds the open work into ws from workd_open, and the queues' limits from
+ * workd_queues (as of now), and reads the last event's seq, term and part.
+ * Cost depends on the open work only. */
+int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
+                    int *last_part, Err *err) WARN_UNUSED;
+
+/* The parts (workd_parts), oldest first. */
+#define PARTS_MAX 256
+typedef struct Part {
+    int part;
+    int64_t starts_at, ends_at; /* ms (part 0, made by the upgrade: from the epoch) */
+    int64_t first_at;           /* ms of its first event; 0: nothing written into it yet */
+} Part;
+typedef struct PartList {
+    Part items[PARTS_MAX];
+    size_t n;
+} PartList;
+int journal_parts(PGconn *c, PartList *out, Err *err) WARN_UNUSED;
 
 /* ---- reading (any node) ---- */
 
@@ -46,17 +82,27 @@ typedef struct KnownSet {
 } KnownSet;
 int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err) WARN_UNUSED;
 void journal_known_free(KnownSet *k);
+/* Dead work of a queue and key (NULL: any), oldest first, at most limit. */
+int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
+                          Err *err) WARN_UNUSED;
 
-/* The work row as the API shows it (a new reference), or NULL with err 404. */
+/* The work row as the API shows it (a new reference), or NULL with err 404.
+ * Finished work is found while its part is kept (the retention window). */
 json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err);
 
-/* The history of one work item: {"events": [...]}; 404 if unknown. */
-json_t *journal_work_events(PGconn *c, const char *id, Err *err);
+/* The history of one work item, a page at a time: {"id", "events": [at most
+ * limit events with seq > after], "next_after": the `after` of the next page,
+ * or null after the last}; 404 if the work has no event (after == 0). */
+json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err);
 
 /* Events after seq that finish work (completed, dead, cancelled), oldest first,
- * at most limit, as SSE-ready objects {seq, id, queue, status, ...}, appended to
- * out (a JSON array). Returns the number appended, or -1. */
-int journal_finished_after(PGconn *c, int64_t after, int limit, json_t *out, Err *err);
+ * at most limit and about max_bytes of event data (at least one event, so a
+ * large result still gets through), as SSE-ready objects {seq, id, queue,
+ * status, ...}, appended to out (a JSON array). Sets *at_end when no such
+ * event is left after the ones appended (as of the read). Returns the number
+ * appended, or -1. */
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
+                           bool *at_end, Err *err);
 
 /* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
  * are told apart by run_at) and queue (NULL: any), before accepted seq
@@ -69,14 +115,19 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
  * open work. */
 json_t *journal_open_counts(PGconn *c, Err *err);
 
+/* Every queue's flow control as operators set it: {queue: {paused,
+ * max_running, rate}} (a new reference; queues never set are absent). */
+json_t *journal_queue_limits(PGconn *c, Err *err);
+
 /* The highest seq in the table (0 if empty). */
 int journal_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
 
 /* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
 int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
 
-/* Counts of finished work by queue and status from the projection (a new
- * reference: {"queue": {"completed": n, "dead": n, "cancelled": n}}). */
+/* Counts of finished work by queue and status within the retention window
+ * (dead work: all of it) (a new reference: {"queue": {"completed": n, "dead":
+ * n, "cancelled": n}}). */
 json_t *journal_finished_counts(PGconn *c, Err *err);
 
 #endif

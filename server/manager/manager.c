@@ -29,6 +29,8 @@ struct Manager {
     atomic_bool leader;
     atomic_llong term;
     ManagerStats stats;
+    Retention *retention;
+    atomic_int cur_part; /* the part the leader appends into; -1 while not leading */
     /* mailbox */
     pthread_mutex_t lock;
     MgrCmd *head, *tail;
@@ -37,12 +39,21 @@ struct Manager {
     PGconn *conn;
     WorkState *ws;
     int64_t last_seq;
+    int part;              /* the part this leader appends into (also in cur_part) */
+    PartList *parts;       /* the parts as last read */
+    int64_t parts_read_ms; /* when */
     int64_t last_db_ok;
     bool db_down_logged;
     MgrCmd *waiters, *waiters_tail; /* pulls waiting for work, FIFO */
     MgrCmd *done_head, *done_tail;  /* replies to send after the commit */
     EventList batch;                /* events of this round, applied, not yet committed */
     HMap proj;                      /* work id -> ProjRow: what the batch makes of its rows */
+    bool inbox_due;                 /* workd_inbox may hold submissions (NOTIFY, or the poll) */
+    int64_t inbox_read_ms;          /* when it was last read */
+    int64_t *inbox_ack;             /* entries this round took into the log */
+    size_t n_inbox_ack, cap_inbox_ack;
+    HMap finished; /* work id -> KnownWork: work this round finished (owned copies), so that
+                      the round decides from its own decisions, not only from the database */
 };
 
 /* ---- commands ---- */
@@ -61,16 +72,24 @@ void mgrcmd_free(MgrCmd *c)
     for (size_t i = 0; i < c->n_items; i++) {
         free(c->items[i].id);
         free(c->items[i].queue);
+        free(c->items[i].key);
         json_decref(c->items[i].payload);
     }
     free(c->items);
     free(c->work_id);
     free(c->worker_id);
+    free(c->queue);
+    free(c->key);
+    free(c->state);
     free(c->instance);
     strv_free(c->queues);
     json_decref(c->running);
     json_decref(c->reports);
     json_decref(c->reply);
+    if (c->bulk) {
+        journal_known_free(c->bulk);
+        free(c->bulk);
+    }
     free(c);
 }
 
@@ -161,6 +180,23 @@ const ManagerStats *manager_stats(const Manager *m)
     return &m->stats;
 }
 
+const RetentionStats *manager_retention_stats(const Manager *m)
+{
+    static const RetentionStats none;
+    return m->retention ? retention_stats(m->retention) : &none;
+}
+
+static bool leading(void *ud)
+{
+    return manager_is_leader(ud);
+}
+
+static int current_part(void *ud)
+{
+    const Manager *m = ud;
+    return atomic_load(&m->cur_part);
+}
+
 /* ---- leadership ---- */
 
 static void proj_reset(Manager *m)
@@ -172,6 +208,55 @@ static void proj_reset(Manager *m)
         free(v);
     }
     hmap_free(&m->proj);
+}
+
+/* What the database would say of an open item once final event e is applied. */
+static KnownWork *known_snapshot(const WorkItem *it, const Event *e)
+{
+    KnownWork *k = xcalloc(1, sizeof *k);
+    k->id = xstrdup(it->id);
+    k->status = event_type_name(e->type); /* static: completed, dead, cancelled */
+    k->attempts = it->attempt;
+    k->payload = json_incref(it->payload);
+    k->queue = xstrdup(it->queue);
+    k->key = xstrdup(it->key);
+    k->priority = it->priority;
+    k->timeout_ms = it->timeout_ms;
+    k->max_attempts = it->max_attempts;
+    k->last_error = xstrdup(e->error ? e->error : it->last_error);
+    return k;
+}
+
+static void known_snapshot_free(KnownWork *k)
+{
+    free((char *)k->id);
+    json_decref(k->payload);
+    free((char *)k->queue);
+    free((char *)k->key);
+    free((char *)k->last_error);
+    free(k);
+}
+
+static void finished_reset(Manager *m)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->finished, &i, &k, &v);)
+        known_snapshot_free(v);
+    hmap_free(&m->finished);
+}
+
+/* What is known of an id that is not open: this round's own decisions first,
+ * then what the database held when the round began. */
+static const KnownWork *known_get(const Manager *m, const KnownSet *known, const char *id)
+{
+    const KnownWork *k = hmap_get(&m->finished, id);
+    if (k)
+        return k;
+    for (size_t i = 0; i < known->n; i++)
+        if (!strcmp(known->items[i].id, id))
+            return &known->items[i];
+    return NULL;
 }
 
 static void reject_all(Manager *m, MgrCmd *list, const char *why)
@@ -194,6 +279,7 @@ static void step_down(Manager *m, const char *why)
         atomic_fetch_add(&m->stats.step_downs, 1);
     }
     atomic_store(&m->leader, false);
+    atomic_store(&m->cur_part, -1);
     /* Replies that were waiting for a commit that will not happen. */
     for (MgrCmd *c = m->done_head; c; c = c->next)
         if (c->status < 400)
@@ -204,6 +290,8 @@ static void step_down(Manager *m, const char *why)
     flush_done(m);
     eventlist_clear(&m->batch);
     proj_reset(m);
+    finished_reset(m);
+    m->n_inbox_ack = 0;
     ws_free(m->ws);
     m->ws = NULL;
     PQfinish(m->conn);
@@ -238,9 +326,17 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
         e->seq = ++m->last_seq;
         e->term = atomic_load(&m->term);
         e->at = now;
-        if (event_is_final(e->type) && !e->queue) {
+        if (event_is_final(e->type)) {
             const WorkItem *it = ws_get(m->ws, e->work_id);
-            e->queue = xstrdup(it ? it->queue : "");
+            if (!e->queue)
+                e->queue = xstrdup(it ? it->queue : "");
+            if (it) {
+                KnownWork *old = hmap_del(&m->finished, e->work_id);
+                if (old)
+                    known_snapshot_free(old);
+                KnownWork *k = known_snapshot(it, e);
+                hmap_put(&m->finished, k->id, k);
+            }
         }
         ws_apply(m->ws, e);
         if (e->work_id) {
@@ -259,9 +355,35 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
     tmp->len = 0;
 }
 
+/* The part to append into: the newest whose start has come, never an older
+ * one than the last append's (a new leader's clock may lag). The parts are
+ * read again when the next one is due or, when none is known, every second
+ * until the retention thread has added it. */
+static int choose_part(Manager *m, int64_t now, Err *err)
+{
+    const PartList *pl = m->parts;
+    bool next_known = false;
+    for (size_t i = 0; i < pl->n; i++)
+        if (pl->items[i].part > m->part) {
+            next_known = true;
+            if (pl->items[i].starts_at <= now)
+                m->part = pl->items[i].part;
+        }
+    if (!next_known && now - m->parts_read_ms >= 1000) {
+        if (journal_parts(m->conn, m->parts, err) != 0)
+            return -1;
+        m->parts_read_ms = now;
+        for (size_t i = 0; i < pl->n; i++)
+            if (pl->items[i].part > m->part && pl->items[i].starts_at <= now)
+                m->part = pl->items[i].part;
+    }
+    atomic_store(&m->cur_part, m->part);
+    return 0;
+}
+
 static int commit_batch(Manager *m)
 {
-    if (m->batch.len == 0)
+    if (m->batch.len == 0 && m->n_inbox_ack == 0)
         return 0;
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
@@ -272,13 +394,22 @@ static int commit_batch(Manager *m)
     void *v;
     for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);)
         rows[nrows++] = v;
-    int rc = journal_append(m->conn, &m->batch, rows, nrows, &err);
+    int rc = choose_part(m, wall_ms(), &err);
+    if (rc == 0)
+        rc = journal_append(m->conn, m->part, &m->batch, rows, nrows, m->inbox_ack, m->n_inbox_ack,
+                            &err);
+    m->n_inbox_ack = 0;
     free(rows);
     proj_reset(m);
+    finished_reset(m);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (rc != 0) {
         step_down(m, err.msg);
         return -1;
+    }
+    if (m->batch.len == 0) { /* only inbox entries of ids that existed */
+        m->last_db_ok = mono_ms();
+        return 0;
     }
     long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
     if (m->cfg.on_commit)
@@ -330,11 +461,21 @@ static void campaign(Manager *m)
     }
     m->ws = ws_new(&m->cfg.ws);
     int64_t last_term = 0;
-    if (journal_recover(m->conn, m->ws, &m->last_seq, &last_term, &err) != 0) {
+    m->parts_read_ms = 0;
+    if (journal_recover(m->conn, m->ws, wall_ms(), &m->last_seq, &last_term, &m->part, &err) != 0 ||
+        journal_parts(m->conn, m->parts, &err) != 0) {
         log_error("won the lock but could not recover: %s", err.msg);
         step_down(m, "recovery failed");
         return;
     }
+    PGresult *lr =
+        db_exec(m->conn, "LISTEN workd_inbox", 0, NULL, "listening for SQL submissions", &err);
+    if (!lr) {
+        step_down(m, err.msg);
+        return;
+    }
+    PQclear(lr);
+    m->inbox_due = true; /* what was committed while no leader ran */
     int64_t now = wall_ms();
     atomic_store(&m->term, last_term + 1);
     EventList tmp;
@@ -371,9 +512,13 @@ static json_t *job_json(const WorkItem *it)
 static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
 {
     json_t *jobs = json_object_get(c->reply, "jobs");
+    Err err = {0};
+    if (ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0)
+        return -1; /* another instance holds the id now: this pull is stale */
     EventList tmp;
     eventlist_init(&tmp);
     bool seen = false;
+    size_t bytes = 0; /* of the answer: at most --max-reply-bytes, or one job */
     while ((int)json_array_size(jobs) < c->max &&
            ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
         /* A waiting pull whose client has gone (a killed or stopping worker)
@@ -383,6 +528,16 @@ static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
             eventlist_free(&tmp);
             return -1;
         }
+        /* The job's size, before it is started: one that does not fit stays
+         * ready for the next pull. 512 bytes cover the fields around the
+         * payload. */
+        const WorkItem *next = ws_get(m->ws, tmp.items[0].work_id);
+        size_t size = json_dumpb(next->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) + 512;
+        if (bytes && bytes + size > (size_t)m->cfg.max_reply_bytes) {
+            eventlist_free(&tmp);
+            break;
+        }
+        bytes += size;
         char *id = xstrdup(tmp.items[0].work_id);
         emit(m, &tmp, now);
         if (!seen) {
@@ -406,9 +561,16 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     EventList tmp;
     eventlist_init(&tmp);
     SubmitResult *res = xcalloc(c->n_items, sizeof *res);
+    KnownWork *kn = xcalloc(c->n_items + 1, sizeof *kn); /* borrowed entries */
+    size_t n_kn = 0;
+    for (size_t i = 0; i < c->n_items; i++) {
+        const KnownWork *k =
+            ws_get(m->ws, c->items[i].id) ? NULL : known_get(m, known, c->items[i].id);
+        if (k)
+            kn[n_kn++] = *k;
+    }
     Err err = {0};
-    if (ws_decide_submit(m->ws, c->items, c->n_items, known->items, known->n, now, &tmp, res,
-                         &err) != 0) {
+    if (ws_decide_submit(m->ws, c->items, c->n_items, kn, n_kn, now, &tmp, res, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         json_t *items = json_array();
@@ -419,16 +581,9 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
         emit(m, &tmp, now);
         cmd_ok(c, 202, json_pack("{s:o}", "items", items));
     }
+    free(kn);
     free(res);
     eventlist_free(&tmp);
-}
-
-static const KnownWork *known_find(const KnownSet *k, const char *id)
-{
-    for (size_t i = 0; i < k->n; i++)
-        if (!strcmp(k->items[i].id, id))
-            return &k->items[i];
-    return NULL;
 }
 
 static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
@@ -437,7 +592,7 @@ static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     eventlist_init(&tmp);
     Err err = {0};
     if (ws_decide_cancel(m->ws, c->work_id, now, &tmp, &err) != 0) {
-        const KnownWork *k = err.status == 404 ? known_find(known, c->work_id) : NULL;
+        const KnownWork *k = err.status == 404 ? known_get(m, known, c->work_id) : NULL;
         if (k) {
             char msg[300];
             snprintf(msg, sizeof msg, "work '%s' is already %s and cannot be cancelled", c->work_id,
@@ -458,7 +613,7 @@ static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t n
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
-    if (ws_decide_retry(m->ws, c->work_id, known_find(known, c->work_id), now, &tmp, &err) != 0) {
+    if (ws_decide_retry(m->ws, c->work_id, known_get(m, known, c->work_id), now, &tmp, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         log_info("work %s retried by an operator", c->work_id);
@@ -481,14 +636,17 @@ static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
         r.work_id = json_string_value(json_object_get(rep, "id"));
         r.attempt = (int)json_integer_value(json_object_get(rep, "attempt"));
         r.worker_id = c->worker_id;
+        r.instance = c->instance;
+        r.claim = c->claim;
         r.completed = !strcmp(json_string_value(json_object_get(rep, "outcome")), "completed");
         r.result = json_object_get(rep, "result");
         r.error = json_string_value(json_object_get(rep, "error"));
         json_t *retry = json_object_get(rep, "retry");
         r.retry = !retry || json_is_true(retry);
         ReportResult res;
-        ws_decide_report(m->ws, &r, ws_get(m->ws, r.work_id) ? NULL : known_find(known, r.work_id),
-                         now, &tmp, &res);
+        ws_decide_report(m->ws, &r,
+                         ws_get(m->ws, r.work_id) ? NULL : known_get(m, known, r.work_id), now,
+                         &tmp, &res);
         emit(m, &tmp, now);
         const WorkItem *after = res.accepted ? ws_get(m->ws, r.work_id) : NULL;
         if (after)
@@ -515,8 +673,26 @@ static void add_waiter(Manager *m, MgrCmd *c)
     m->waiters_tail = c;
 }
 
+/* Whether worker_id may be registered or refreshed: a new id past --max-workers
+ * is refused, as a worker id is anyone's to invent and each costs memory. */
+static int check_worker_room(const Manager *m, const char *worker_id, Err *err)
+{
+    if (ws_worker_get(m->ws, worker_id) || ws_worker_count(m->ws) < (size_t)m->cfg.max_workers)
+        return 0;
+    return err_set(err, 429, "too-many-workers",
+                   "%zu workers are registered, the limit (--max-workers); retry later",
+                   ws_worker_count(m->ws));
+}
+
 static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
 {
+    Err err = {0};
+    if (check_worker_room(m, c->worker_id, &err) != 0 ||
+        ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+        queue_done(m, c);
+        return;
+    }
     EventList tmp;
     eventlist_init(&tmp);
     ws_worker_seen(m->ws, c->worker_id, c->instance,
@@ -531,6 +707,28 @@ static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
     }
     c->deadline = now + wait;
     add_waiter(m, c);
+}
+
+static json_t *time_or_null(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static json_t *storage_json(const Manager *m)
+{
+    const RetentionStats *r = manager_retention_stats(m);
+    return json_pack("{s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "retain_s",
+                     (double)m->cfg.retain_ms / 1000.0, "parts", (json_int_t)atomic_load(&r->parts),
+                     "events_bytes", (json_int_t)atomic_load(&r->events_bytes), "done_bytes",
+                     (json_int_t)atomic_load(&r->done_bytes), "open_bytes",
+                     (json_int_t)atomic_load(&r->open_bytes), "oldest_part_at",
+                     time_or_null(atomic_load(&r->oldest_part_ms)), "retention_last_run_at",
+                     time_or_null(atomic_load(&r->last_run_ms)), "parts_dropped",
+                     (json_int_t)atomic_load(&r->parts_dropped));
 }
 
 static json_t *cluster_json(Manager *m, int64_t now)
@@ -550,9 +748,28 @@ static json_t *cluster_json(Manager *m, int64_t now)
                                         w->running ? w->running : json_null(), "last_heartbeat",
                                         seen, "silent_ms", (json_int_t)(now - w->last_seen)));
     }
-    return json_pack("{s:s, s:I, s:o, s:o, s:I}", "leader", m->cfg.advertise_url, "term",
+    return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", m->cfg.advertise_url, "term",
                      (json_int_t)atomic_load(&m->term), "workers", workers, "open",
-                     ws_queue_stats(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws));
+                     ws_queue_stats(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws),
+                     "storage", storage_json(m));
+}
+
+/* The attempts a heartbeat lists that are no longer current (cancelled,
+ * timed out, finished): the worker should stop them (a new reference). */
+static json_t *stale_attempts(Manager *m, json_t *running)
+{
+    json_t *out = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(running, i, r)
+    {
+        const char *id = json_string_value(json_object_get(r, "id"));
+        json_int_t attempt = json_integer_value(json_object_get(r, "attempt"));
+        const WorkItem *it = id ? ws_get(m->ws, id) : NULL;
+        if (id && (!it || it->status != WORK_RUNNING || it->attempt != attempt))
+            json_array_append_new(out, json_pack("{s:s, s:I}", "id", id, "attempt", attempt));
+    }
+    return out;
 }
 
 /* Answers (empty) the waiting pulls of a worker that left. */
@@ -575,13 +792,182 @@ static void drop_waiters_of(Manager *m, const char *worker_id)
         m->waiters_tail = c;
 }
 
+/* The flow control a queue has, as the API shows it. */
+json_t *queue_limits_json(const char *queue, const QueueLimits *l)
+{
+    return json_pack(
+        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
+        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
+        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
+                                  (double)l->rate_period_ms / 1000.0)
+                      : json_null());
+}
+
+static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
+{
+    QueueLimits l = ws_queue_limits(m->ws, c->queue);
+    if (c->limits_set & QL_PAUSED)
+        l.paused = c->limits.paused;
+    if (c->limits_set & QL_MAX_RUNNING)
+        l.max_running = c->limits.max_running;
+    if (c->limits_set & QL_MAX_PER_KEY)
+        l.max_running_per_key = c->limits.max_running_per_key;
+    if (c->limits_set & QL_RATE) {
+        l.rate_limit = c->limits.rate_limit;
+        l.rate_period_ms = c->limits.rate_period_ms;
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (ws_decide_queue_set(m->ws, c->queue, &l, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        log_info("queue %s: %s, max_running %d, rate %d per %lld ms (set by an operator)", c->queue,
+                 l.paused ? "paused" : "running", l.max_running, l.rate_limit,
+                 (long long)l.rate_period_ms);
+        emit(m, &tmp, now);
+        cmd_ok(c, 200, queue_limits_json(c->queue, &l));
+    }
+    eventlist_free(&tmp);
+}
+
+/* ---- bulk actions (an operator's filter) ---- */
+
+/* Cancels the open work that matches, at most c->max per command so that a
+ * huge filter cannot stall the round; "more" tells the caller to repeat. */
+static void handle_bulk_cancel(Manager *m, MgrCmd *c, int64_t now)
+{
+    const char **ids = xcalloc((size_t)c->max + 1, sizeof *ids);
+    size_t matched = ws_match(m->ws, c->queue, c->key, c->state, now, ids, (size_t)c->max);
+    size_t n = matched < (size_t)c->max ? matched : (size_t)c->max;
+    char **own = xcalloc(n + 1, sizeof *own); /* ids point into items the cancels free */
+    for (size_t i = 0; i < n; i++)
+        own[i] = xstrdup(ids[i]);
+    EventList tmp;
+    eventlist_init(&tmp);
+    for (size_t i = 0; i < n; i++) {
+        Err err = {0};
+        if (ws_decide_cancel(m->ws, own[i], now, &tmp, &err) == 0)
+            emit(m, &tmp, now);
+        free(own[i]);
+    }
+    eventlist_free(&tmp);
+    free(own);
+    free(ids);
+    log_info("bulk cancel: %zu work item(s) cancelled by an operator", n);
+    cmd_ok(c, 200, json_pack("{s:I, s:b}", "cancelled", (json_int_t)n, "more", matched > n));
+}
+
+/* Reopens the dead work the prefetch found for c (its KnownSet). */
+static void handle_bulk_retry(Manager *m, MgrCmd *c, int64_t now)
+{
+    KnownSet *k = c->bulk;
+    size_t done = 0;
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    for (size_t i = 0; k && i < k->n; i++) {
+        if (ws_get(m->ws, k->items[i].id) || hmap_get(&m->finished, k->items[i].id))
+            continue; /* reopened or finished again in this round */
+        err_clear(&err);
+        if (ws_decide_retry(m->ws, k->items[i].id, &k->items[i], now, &tmp, &err) != 0)
+            break; /* the queue is full: what is left stays dead */
+        emit(m, &tmp, now);
+        done++;
+    }
+    eventlist_free(&tmp);
+    bool more = k && k->n == (size_t)c->max;
+    if (!done && err.status == 429) {
+        cmd_fail(c, 429, err.type, err.msg);
+        return;
+    }
+    log_info("bulk retry: %zu dead work item(s) reopened by an operator", done);
+    cmd_ok(c, 200,
+           json_pack("{s:I, s:b}", "retried", (json_int_t)done, "more",
+                     more || done < (k ? k->n : 0)));
+}
+
+/* ---- work submitted in SQL (workd.submit) ---- */
+
+#define INBOX_PAGE 1000
+#define INBOX_POLL_MS 1000 /* a NOTIFY lost with a session is noticed this late */
+
+static void inbox_cmd_done(MgrCmd *c, void *ud)
+{
+    (void)ud;
+    mgrcmd_free(c);
+}
+
+/* Turns the oldest inbox entries into submit commands ahead of the round's
+ * mail, one command each, so that one refused entry does not hold the others
+ * back. Returns -1 when the leader stepped down. */
+static int take_inbox(Manager *m, MgrCmd **mail)
+{
+    int64_t now = mono_ms();
+    if (!m->inbox_due && now - m->inbox_read_ms < INBOX_POLL_MS)
+        return 0;
+    m->inbox_read_ms = now;
+    InboxItem *items = NULL;
+    size_t n = 0;
+    Err err = {0};
+    if (journal_inbox_read(m->conn, INBOX_PAGE, &items, &n, &err) != 0) {
+        free(items);
+        step_down(m, err.msg);
+        return -1;
+    }
+    m->inbox_due = n == INBOX_PAGE; /* more behind: read again next round */
+    for (size_t i = n; i-- > 0;) {
+        InboxItem *it = &items[i];
+        MgrCmd *c = mgrcmd_new(MC_SUBMIT);
+        c->items = xcalloc(1, sizeof *c->items);
+        c->n_items = 1;
+        SubmitItem *s = &c->items[0];
+        s->id = it->id;
+        s->queue = it->queue;
+        s->priority = it->priority;
+        s->payload = it->payload;
+        s->run_at = it->run_at;
+        s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
+        s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
+        c->inbox_n = it->n;
+        c->done = inbox_cmd_done;
+        c->next = *mail;
+        *mail = c;
+    }
+    free(items);
+    return 0;
+}
+
+/* An inbox entry is taken (deleted with the round's commit) once decided:
+ * accepted, acknowledged as existing, or refused for good (another payload
+ * under its id). A full queue leaves it in the inbox for a later round. */
+static void inbox_decided(Manager *m, const MgrCmd *c)
+{
+    if (c->status == 429 || c->status >= 500)
+        return;
+    if (c->status >= 400) {
+        log_warn("work %s submitted in SQL is refused: %s", c->items[0].id, c->err.msg);
+        atomic_fetch_add(&m->stats.inbox_refused, 1);
+    }
+    if (m->n_inbox_ack == m->cap_inbox_ack) {
+        m->cap_inbox_ack = m->cap_inbox_ack ? m->cap_inbox_ack * 2 : 64;
+        m->inbox_ack = xrealloc(m->inbox_ack, m->cap_inbox_ack * sizeof *m->inbox_ack);
+    }
+    m->inbox_ack[m->n_inbox_ack++] = c->inbox_n;
+    atomic_fetch_add(&m->stats.inbox_taken, 1);
+}
+
 static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     EventList tmp;
     eventlist_init(&tmp);
+    Err err = {0};
     switch (c->type) {
     case MC_SUBMIT:
         handle_submit(m, c, known, now);
+        if (c->inbox_n)
+            inbox_decided(m, c);
         break;
     case MC_CANCEL:
         handle_cancel(m, c, known, now);
@@ -596,16 +982,33 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         handle_pull(m, c, now);
         eventlist_free(&tmp);
         return; /* queued by handle_pull, now or later */
-    case MC_HEARTBEAT:
+    case MC_HEARTBEAT: {
+        if (check_worker_room(m, c->worker_id, &err) != 0 ||
+            ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0) {
+            cmd_fail(c, err.status, err.type, err.msg);
+            break;
+        }
         ws_worker_seen(m->ws, c->worker_id, c->instance, c->capacity, c->queues, c->running, now,
                        &tmp);
         emit(m, &tmp, now);
-        cmd_ok(c, 200,
-               json_pack("{s:I, s:I}", "heartbeat_interval_ms",
-                         (json_int_t)m->cfg.heartbeat_interval_ms, "worker_timeout_ms",
-                         (json_int_t)m->cfg.ws.worker_timeout_ms));
+        json_t *reply = json_pack("{s:I, s:I}", "heartbeat_interval_ms",
+                                  (json_int_t)m->cfg.heartbeat_interval_ms, "worker_timeout_ms",
+                                  (json_int_t)m->cfg.ws.worker_timeout_ms);
+        json_t *stale = stale_attempts(m, c->running);
+        if (json_array_size(stale))
+            json_object_set(reply, "cancel", stale);
+        json_decref(stale);
+        cmd_ok(c, 200, reply);
         break;
+    }
     case MC_DEREGISTER:
+        /* A named instance must be the registered one, claim or not: an old
+         * instance must not end its successor's attempts. */
+        if (ws_check_worker(m->ws, c->worker_id, c->instance, c->claim && !c->instance, now,
+                            &err) != 0) {
+            cmd_fail(c, err.status, err.type, err.msg);
+            break;
+        }
         ws_worker_forget(m->ws, c->worker_id, now, &tmp);
         emit(m, &tmp, now);
         drop_waiters_of(m, c->worker_id);
@@ -614,6 +1017,15 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         break;
     case MC_CLUSTER:
         cmd_ok(c, 200, cluster_json(m, now));
+        break;
+    case MC_QUEUE_SET:
+        handle_queue_set(m, c, now);
+        break;
+    case MC_BULK_CANCEL:
+        handle_bulk_cancel(m, c, now);
+        break;
+    case MC_BULK_RETRY:
+        handle_bulk_retry(m, c, now);
         break;
     }
     eventlist_free(&tmp);
@@ -661,6 +1073,17 @@ static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
                 want_known(m, &l, json_string_value(json_object_get(rep, "id")));
             }
             break;
+        case MC_BULK_RETRY: {
+            /* Dead work lives in the database only: find what matches. */
+            Err err = {0};
+            c->bulk = xcalloc(1, sizeof *c->bulk);
+            if (journal_dead_matching(m->conn, c->queue, c->key, c->max, c->bulk, &err) != 0) {
+                free(l.ids);
+                step_down(m, err.msg);
+                return -1;
+            }
+            break;
+        }
         default:
             break;
         }
@@ -734,10 +1157,15 @@ static void lead_round(Manager *m)
             return;
         }
         PGnotify *n;
-        while ((n = PQnotifies(m->conn)))
+        while ((n = PQnotifies(m->conn))) {
+            if (!strcmp(n->relname, "workd_inbox"))
+                m->inbox_due = true;
             PQfreemem(n);
+        }
     }
     MgrCmd *mail = take_mailbox(m);
+    if (take_inbox(m, &mail) != 0)
+        return;
     if (!mail && mono_ms() - m->last_db_ok >= HEALTH_CHECK_MS) {
         Err err = {0};
         PGresult *r = db_exec(m->conn, "SELECT 1", 0, NULL, "checking the session", &err);
@@ -842,12 +1270,27 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
         err_set(err, 500, "internal", "eventfd: %s", strerror(errno));
         goto fail;
     }
+    m->parts = xcalloc(1, sizeof *m->parts);
+    atomic_store(&m->cur_part, -1);
+    RetentionConfig rc = {.database_url = cfg->database_url,
+                          .retain_ms = cfg->retain_ms,
+                          .span_ms = retention_span(cfg->retain_ms),
+                          .interval_ms = retention_span(cfg->retain_ms) / 4 < 1000
+                                             ? retention_span(cfg->retain_ms) / 4
+                                             : 1000,
+                          .leading = leading,
+                          .current_part = current_part,
+                          .ud = m};
+    if (!(m->retention = retention_start(&rc, err)))
+        goto fail;
     if (pthread_create(&m->thread, NULL, manager_main, m) != 0) {
         err_set(err, 500, "internal", "cannot start the manager thread");
         goto fail;
     }
     return m;
 fail:
+    retention_stop(m->retention);
+    free(m->parts);
     if (m->efd >= 0)
         close(m->efd);
     free((char *)m->cfg.database_url);
@@ -861,6 +1304,8 @@ void manager_stop(Manager *m)
     if (!m)
         return;
     atomic_store(&m->stopping, true);
+    retention_stop(m->retention);
+    m->retention = NULL;
     uint64_t one = 1;
     ssize_t w = write(m->efd, &one, sizeof one);
     (void)w;
@@ -879,6 +1324,8 @@ void manager_free(Manager *m)
     if (!m)
         return;
     close(m->efd);
+    free(m->parts);
+    free(m->inbox_ack);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

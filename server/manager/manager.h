@@ -13,6 +13,7 @@
 
 #include "err.h"
 #include "histogram.h"
+#include "retention.h"
 #include "workstate.h"
 
 typedef struct ManagerConfig {
@@ -21,7 +22,13 @@ typedef struct ManagerConfig {
     int64_t election_interval_ms;  /* how often a standby tries the lock */
     int64_t heartbeat_interval_ms; /* announced to workers */
     int64_t pull_wait_max_ms;      /* cap on a pull's long-poll */
+    int64_t max_workers;           /* registered workers at most: 429 for a new one past it */
+    int64_t max_reply_bytes;       /* a pull answer stops adding jobs near it (at least one) */
     WsConfig ws;
+    int64_t retain_ms; /* finished work and events are kept this long (retention.h) */
+    /* For work submitted in SQL without them (workd.submit). */
+    int64_t default_timeout_ms;
+    int default_max_attempts;
     /* Called on the manager thread after each commit with its events, in seq
      * order (final events carry their queue): the front-end publishes results
      * without waiting for its listener's round trip. May be NULL. */
@@ -30,14 +37,17 @@ typedef struct ManagerConfig {
 } ManagerConfig;
 
 typedef enum {
-    MC_SUBMIT,     /* items -> {"items": [{id, status, created}]} */
-    MC_CANCEL,     /* work_id -> {id, status} */
-    MC_RETRY,      /* work_id (dead) -> {id, status} */
-    MC_REPORTS,    /* worker_id, reports (JSON array) -> {"results": [...]} */
-    MC_PULL,       /* worker_id, instance, queues, max, wait_ms -> {"jobs": [...]} */
-    MC_HEARTBEAT,  /* worker_id, instance, capacity, queues, running -> intervals */
-    MC_DEREGISTER, /* worker_id -> (204) */
-    MC_CLUSTER,    /* -> {"leader", "term", "workers", "open"} */
+    MC_SUBMIT,      /* items -> {"items": [{id, status, created}]} */
+    MC_CANCEL,      /* work_id -> {id, status} */
+    MC_RETRY,       /* work_id (dead) -> {id, status} */
+    MC_REPORTS,     /* worker_id, instance, claim, reports (JSON array) -> {"results": [...]} */
+    MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> {"jobs": [...]} */
+    MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals */
+    MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
+    MC_CLUSTER,     /* -> {"leader", "term", "workers", "open"} */
+    MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> the queue's limits */
+    MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
+    MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
 } MgrCmdType;
 
 /* A command and, once done, its reply. The sender allocates it with
@@ -52,10 +62,16 @@ typedef struct MgrCmd {
     char *work_id;
     char *worker_id;
     char *instance;
+    bool claim; /* the sender may act for worker_id without its instance (ws_check_worker) */
     int capacity;
     char **queues; /* NULL-terminated, or NULL */
     json_t *running;
     json_t *reports;
+    char *queue; /* MC_QUEUE_SET; a filter of MC_BULK_* (NULL: any) */
+    char *key;   /* a filter of MC_BULK_* (NULL: any) */
+    char *state; /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
+    QueueLimits limits;
+    int limits_set; /* QL_* */
     int max;
     int64_t wait_ms;
     /* reply */
@@ -71,15 +87,20 @@ typedef struct MgrCmd {
     /* private to the manager */
     struct MgrCmd *next;
     int64_t deadline;
+    int64_t inbox_n;       /* a submission taken from workd_inbox (0: from HTTP) */
+    struct KnownSet *bulk; /* MC_BULK_RETRY: the dead work the round found */
 } MgrCmd;
 
 typedef struct ManagerStats {
-    Histogram commit_us;                         /* time of each group commit, microseconds */
-    Histogram commit_events;                     /* events per group commit */
-    atomic_llong events_by_type[EV_RETRIED + 1]; /* committed events, by EventType */
-    atomic_llong workers_lost; /* attempts ended because their worker went silent */
+    Histogram commit_us;                      /* time of each group commit, microseconds */
+    Histogram commit_events;                  /* events per group commit */
+    atomic_llong events_by_type[EV_LAST + 1]; /* committed events, by EventType */
+    atomic_llong workers_lost;                /* attempts ended because their worker went silent */
     atomic_llong elections_won, step_downs;
     atomic_llong open_work, workers, waiting_pulls;
+    atomic_llong inbox_taken; /* SQL submissions taken into the log (new or existing ids) */
+    atomic_llong
+        inbox_refused; /* SQL submissions refused when taken (an id with another payload) */
 } ManagerStats;
 
 typedef struct Manager Manager;
@@ -103,5 +124,10 @@ void manager_send(Manager *m, MgrCmd *cmd);
 bool manager_is_leader(const Manager *m);
 int64_t manager_term(const Manager *m);
 const ManagerStats *manager_stats(const Manager *m);
+/* The history's size and the last retention pass (kept while this node leads). */
+const RetentionStats *manager_retention_stats(const Manager *m);
+/* A queue's flow control as the API shows it: {queue, paused, max_running,
+ * rate: {limit, per} | null} (a new reference). */
+json_t *queue_limits_json(const char *queue, const QueueLimits *l);
 
 #endif

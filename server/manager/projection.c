@@ -17,6 +17,7 @@ void projrow_clear(ProjRow *r)
 {
     free(r->id);
     free(r->queue);
+    free(r->key);
     json_decref(r->payload);
     free(r->worker_id);
     json_decref(r->result);
@@ -37,6 +38,7 @@ void projrow_fold(ProjRow *r, const Event *e)
     case EV_ACCEPTED:
         r->is_new = true;
         set_str(&r->queue, e->queue);
+        set_str(&r->key, e->key);
         r->priority = e->priority;
         json_decref(r->payload);
         r->payload = json_incref(e->payload);
@@ -103,6 +105,7 @@ void projrow_fold(ProjRow *r, const Event *e)
         }
         return;
     case EV_TERM:
+    case EV_QUEUE_SET:
         return;
     }
 }

@@ -34,6 +34,7 @@ typedef struct ProjRow {
     bool is_new; /* an accepted event was folded: the whole row is known */
     int changed; /* PC_* columns the folded events set (when not is_new) */
     char *queue;
+    char *key; /* NULL: none */
     int priority;
     json_t *payload;
     const char *status; /* static: pending, running, completed, dead, cancelled */

@@ -13,10 +13,28 @@
 
 enum { IN_NONE = 0, IN_READY, IN_DELAYED, IN_RUNNING };
 
+/* The ready work of one key of a queue (work without a key has key ""). A
+ * queue serves its keys in turn: the keys with ready work form a ring, and
+ * the queue's cursor is the key whose turn it is. A KeyQ lives while it has
+ * ready or running work, so memory follows the open work, not the keys ever
+ * seen. */
+typedef struct KeyQ {
+    char *key;
+    Heap ready;               /* by priority, then acceptance */
+    int running;              /* attempts of this key in the running heap */
+    struct KeyQ *prev, *next; /* the ring of keys with ready work (NULL: not in it) */
+} KeyQ;
+
 typedef struct Queue {
     char *name;
-    Heap ready;
+    HMap keys;    /* key -> KeyQ */
+    KeyQ *cursor; /* whose turn it is; NULL: no ready work */
+    size_t n_ready;
     Heap delayed;
+    QueueLimits lim;
+    int running;       /* attempts of this queue in the running heap */
+    double tokens;     /* rate limit: starts allowed now (a bucket of lim.rate_limit) */
+    int64_t tokens_at; /* when tokens was computed; 0: the bucket starts empty */
 } Queue;
 
 struct WorkState {
@@ -64,11 +82,111 @@ static Queue *queue_get(WorkState *ws, const char *name)
     if (!q) {
         q = xcalloc(1, sizeof *q);
         q->name = xstrdup(name);
-        heap_init(&q->ready, ready_less, item_index);
+        hmap_init(&q->keys);
         heap_init(&q->delayed, delayed_less, item_index);
         hmap_put(&ws->queues, q->name, q);
     }
     return q;
+}
+
+static void queue_free(Queue *q)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&q->keys, &i, &k, &v);) {
+        heap_free(&((KeyQ *)v)->ready);
+        free(((KeyQ *)v)->key);
+        free(v);
+    }
+    hmap_free(&q->keys);
+    heap_free(&q->delayed);
+    free(q->name);
+    free(q);
+}
+
+/* Holds no work and no flow control: nothing would be lost with it. */
+static bool queue_idle(const Queue *q)
+{
+    const QueueLimits *l = &q->lim;
+    return !q->n_ready && !q->delayed.len && !q->running && !q->keys.len && !l->paused &&
+           !l->max_running && !l->max_running_per_key && !l->rate_limit && !l->rate_period_ms;
+}
+
+static const char *key_of(const WorkItem *it)
+{
+    return it->key ? it->key : "";
+}
+
+static KeyQ *key_get(Queue *q, const char *key)
+{
+    KeyQ *k = hmap_get(&q->keys, key);
+    if (!k) {
+        k = xcalloc(1, sizeof *k);
+        k->key = xstrdup(key);
+        heap_init(&k->ready, ready_less, item_index);
+        hmap_put(&q->keys, k->key, k);
+    }
+    return k;
+}
+
+/* Joins the ring just before the cursor: the new key's turn comes after
+ * every key already waiting. */
+static void ring_link(Queue *q, KeyQ *k)
+{
+    if (!q->cursor) {
+        k->prev = k->next = k;
+        q->cursor = k;
+        return;
+    }
+    k->next = q->cursor;
+    k->prev = q->cursor->prev;
+    k->prev->next = k;
+    q->cursor->prev = k;
+}
+
+static void ring_unlink(Queue *q, KeyQ *k)
+{
+    if (k->next == k) {
+        q->cursor = NULL;
+    } else {
+        k->prev->next = k->next;
+        k->next->prev = k->prev;
+        if (q->cursor == k)
+            q->cursor = k->next;
+    }
+    k->prev = k->next = NULL;
+}
+
+/* Frees a key that holds nothing any more. */
+static void key_release(Queue *q, KeyQ *k)
+{
+    if (k->ready.len || k->running || k->next)
+        return;
+    hmap_del(&q->keys, k->key);
+    heap_free(&k->ready);
+    free(k->key);
+    free(k);
+}
+
+static void ready_push(Queue *q, WorkItem *it)
+{
+    KeyQ *k = key_get(q, key_of(it));
+    heap_push(&k->ready, it);
+    q->n_ready++;
+    it->where = IN_READY;
+    if (!k->next)
+        ring_link(q, k);
+}
+
+static void ready_remove(Queue *q, WorkItem *it)
+{
+    KeyQ *k = hmap_get(&q->keys, key_of(it));
+    heap_remove(&k->ready, it);
+    q->n_ready--;
+    if (!k->ready.len) {
+        ring_unlink(q, k);
+        key_release(q, k);
+    }
 }
 
 static void unplace(WorkState *ws, WorkItem *it)
@@ -76,14 +194,19 @@ static void unplace(WorkState *ws, WorkItem *it)
     Queue *q = hmap_get(&ws->queues, it->queue);
     switch (it->where) {
     case IN_READY:
-        heap_remove(&q->ready, it);
+        ready_remove(q, it);
         break;
     case IN_DELAYED:
         heap_remove(&q->delayed, it);
         break;
-    case IN_RUNNING:
+    case IN_RUNNING: {
         heap_remove(&ws->running, it);
+        q->running--;
+        KeyQ *k = hmap_get(&q->keys, key_of(it));
+        k->running--;
+        key_release(q, k);
         break;
+    }
     }
     it->where = IN_NONE;
 }
@@ -98,15 +221,63 @@ static void place_pending(WorkState *ws, WorkItem *it)
         heap_push(&q->delayed, it);
         it->where = IN_DELAYED;
     } else {
-        heap_push(&q->ready, it);
-        it->where = IN_READY;
+        ready_push(q, it);
     }
+}
+
+static void run_place(WorkState *ws, WorkItem *it)
+{
+    heap_push(&ws->running, it);
+    it->where = IN_RUNNING;
+    Queue *q = queue_get(ws, it->queue);
+    q->running++;
+    key_get(q, key_of(it))->running++;
+}
+
+/* ---- flow control ---- */
+
+/* Starts the queue's rate limit allows at time now (fractional). */
+static double tokens_at(const Queue *q, int64_t now)
+{
+    if (!q->lim.rate_limit)
+        return 1e18;
+    double t = q->tokens +
+               (double)(now - q->tokens_at) * q->lim.rate_limit / (double)q->lim.rate_period_ms;
+    return t > q->lim.rate_limit ? q->lim.rate_limit : t;
+}
+
+static void take_token(Queue *q, int64_t now)
+{
+    if (!q->lim.rate_limit)
+        return;
+    q->tokens = tokens_at(q, now) - 1;
+    q->tokens_at = now;
+}
+
+/* May the queue hand out a job now? Costs nothing for a queue without limits. */
+static bool queue_open(const Queue *q, int64_t now)
+{
+    return !q->lim.paused && (!q->lim.max_running || q->running < q->lim.max_running) &&
+           (!q->lim.rate_limit || tokens_at(q, now) >= 1.0);
+}
+
+/* The queue's next job: the first of the next key in turn that is under the
+ * queue's per-key limit (keys are served in turn; priority orders work within
+ * a key). */
+static const WorkItem *next_of(const Queue *q)
+{
+    const KeyQ *k = q->cursor;
+    for (size_t n = 0; k && n < q->keys.len; n++, k = k->next)
+        if (!q->lim.max_running_per_key || k->running < q->lim.max_running_per_key)
+            return heap_peek(&k->ready);
+    return NULL;
 }
 
 static void item_free(WorkItem *it)
 {
     free(it->id);
     free(it->queue);
+    free(it->key);
     json_decref(it->payload);
     free(it->worker_id);
     free(it->last_error);
@@ -143,13 +314,8 @@ void ws_free(WorkState *ws)
     void *v;
     for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);)
         item_free(v);
-    for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
-        Queue *q = v;
-        heap_free(&q->ready);
-        heap_free(&q->delayed);
-        free(q->name);
-        free(q);
-    }
+    for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);)
+        queue_free(v);
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
         worker_free(v);
     hmap_free(&ws->items);
@@ -250,7 +416,9 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
         }
         if (ws->items.len + created + 1 > (size_t)ws->cfg.max_open) {
             err_set(err, 429, "queue-full",
-                    "the queue holds %zu open work items, its limit; retry later", ws->items.len);
+                    "the limit of open work items (--max-open) is %lld and %zu are open; this "
+                    "request adds at least %zu; retry later",
+                    (long long)ws->cfg.max_open, ws->items.len, created + 1);
             goto refuse;
         }
         Event *e = eventlist_push(out);
@@ -258,6 +426,7 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
         e->at = now;
         e->work_id = xstrdup(s->id);
         e->queue = xstrdup(s->queue);
+        e->key = xstrdup(s->key);
         e->priority = s->priority;
         e->payload = json_incref(s->payload);
         e->run_at = s->run_at > now ? s->run_at : 0;
@@ -283,15 +452,32 @@ int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, Even
     const WorkItem *it = hmap_get(&ws->items, work_id);
     if (!it)
         return err_set(err, 404, "not-found", "no open work '%s'", work_id);
-    if (it->status == WORK_RUNNING)
-        return err_set(err, 409, "not-cancellable",
-                       "work '%s' is running (attempt %d) and cannot be cancelled", work_id,
-                       it->attempt);
     Event *e = eventlist_push(out);
     e->type = EV_CANCELLED;
     e->at = now;
     e->work_id = xstrdup(work_id);
+    /* Running work ends with its attempt: the worker learns it from its next
+     * heartbeat's answer, and the attempt's late report is refused. */
+    e->attempt = it->status == WORK_RUNNING ? it->attempt : 0;
     return 0;
+}
+
+size_t ws_match(const WorkState *ws, const char *queue, const char *key, const char *status,
+                int64_t now, const char **ids, size_t max)
+{
+    size_t n = 0;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);) {
+        const WorkItem *it = v;
+        if ((queue && strcmp(queue, it->queue)) || (key && (!it->key || strcmp(key, it->key))) ||
+            (status && strcmp(status, ws_item_status(it, now))))
+            continue;
+        if (n < max)
+            ids[n] = it->id;
+        n++;
+    }
+    return n;
 }
 
 int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known, int64_t now,
@@ -308,13 +494,15 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
                        work_id, known->status);
     if (ws->items.len + 1 > (size_t)ws->cfg.max_open)
         return err_set(err, 429, "queue-full",
-                       "the queue holds %zu open work items, its limit; retry later",
-                       ws->items.len);
+                       "the limit of open work items (--max-open) is %lld and %zu are open; "
+                       "retry later",
+                       (long long)ws->cfg.max_open, ws->items.len);
     Event *e = eventlist_push(out);
     e->type = EV_RETRIED;
     e->at = now;
     e->work_id = xstrdup(work_id);
     e->queue = xstrdup(known->queue);
+    e->key = xstrdup(known->key);
     e->priority = known->priority;
     e->payload = json_incref(known->payload);
     e->timeout_ms = known->timeout_ms;
@@ -336,6 +524,8 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
          * acknowledged; anything else is about an attempt that lost. */
         if (!known) {
             res->reason = "not-found";
+        } else if (!strcmp(known->status, "cancelled")) {
+            res->reason = "cancelled";
         } else if (known->attempts == r->attempt &&
                    ((r->completed && !strcmp(known->status, "completed")) ||
                     (!r->completed && !strcmp(known->status, "dead")))) {
@@ -353,6 +543,16 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
     }
     if (it->status != WORK_RUNNING || it->attempt != r->attempt)
         return;
+    /* The current attempt: only its holder may end it (a report names an
+     * attempt, which anyone can read off the work; the holder's instance is
+     * its own). */
+    const Worker *w = hmap_get(&ws->workers, it->worker_id);
+    const char *held_by = w ? w->instance : NULL;
+    if (!r->worker_id || strcmp(r->worker_id, it->worker_id) != 0 ||
+        (held_by && (r->instance ? strcmp(r->instance, held_by) != 0 : !r->claim))) {
+        res->reason = "not-holder";
+        return;
+    }
     if (r->completed) {
         Event *e = eventlist_push(out);
         e->type = EV_COMPLETED;
@@ -376,7 +576,7 @@ bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *qu
     if (queues && queues[0]) {
         for (size_t i = 0; queues[i]; i++) {
             const Queue *q = hmap_get(&ws->queues, queues[i]);
-            const WorkItem *top = q ? heap_peek(&q->ready) : NULL;
+            const WorkItem *top = q && queue_open(q, now) ? next_of(q) : NULL;
             if (top && (!best || ready_less(top, best)))
                 best = top;
         }
@@ -384,7 +584,7 @@ bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *qu
         const char *k;
         void *v;
         for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
-            const WorkItem *top = heap_peek(&((Queue *)v)->ready);
+            const WorkItem *top = queue_open(v, now) ? next_of(v) : NULL;
             if (top && (!best || ready_less(top, best)))
                 best = top;
         }
@@ -438,6 +638,36 @@ void ws_decide_timers(const WorkState *ws, int64_t now, EventList *out)
     }
 }
 
+int ws_decide_queue_set(const WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now,
+                        EventList *out, Err *err)
+{
+    (void)ws;
+    if (lim->max_running < 0 || lim->rate_limit < 0 ||
+        (lim->rate_limit && lim->rate_period_ms <= 0))
+        return err_set(err, 400, "invalid-field", "queue limits must not be negative");
+    Event *e = eventlist_push(out);
+    e->type = EV_QUEUE_SET;
+    e->at = now;
+    e->queue = xstrdup(queue);
+    e->limits = *lim;
+    return 0;
+}
+
+QueueLimits ws_queue_limits(const WorkState *ws, const char *queue)
+{
+    const Queue *q = hmap_get(&ws->queues, queue);
+    QueueLimits none = {0};
+    return q ? q->lim : none;
+}
+
+void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now)
+{
+    Queue *q = queue_get(ws, queue);
+    q->lim = *lim;
+    q->tokens = 0; /* a new leader's bucket starts empty: no burst after a failover */
+    q->tokens_at = now;
+}
+
 /* ---- applying ---- */
 
 void ws_apply(WorkState *ws, const Event *e)
@@ -446,6 +676,17 @@ void ws_apply(WorkState *ws, const Event *e)
     switch (e->type) {
     case EV_TERM:
         return;
+    case EV_QUEUE_SET: {
+        Queue *q = queue_get(ws, e->queue);
+        bool rate_changed = q->lim.rate_limit != e->limits.rate_limit ||
+                            q->lim.rate_period_ms != e->limits.rate_period_ms;
+        q->lim = e->limits;
+        if (rate_changed) { /* a new bucket starts empty: no burst */
+            q->tokens = 0;
+            q->tokens_at = e->at;
+        }
+        return;
+    }
     case EV_ACCEPTED:
     case EV_RETRIED:
         if (it)
@@ -455,6 +696,7 @@ void ws_apply(WorkState *ws, const Event *e)
         it->last_error = e->type == EV_RETRIED ? xstrdup(e->error) : NULL;
         it->id = xstrdup(e->work_id);
         it->queue = xstrdup(e->queue);
+        it->key = xstrdup(e->key);
         it->priority = e->priority;
         it->payload = json_incref(e->payload);
         it->run_at = e->run_at;
@@ -466,9 +708,13 @@ void ws_apply(WorkState *ws, const Event *e)
         hmap_put(&ws->items, it->id, it);
         place_pending(ws, it);
         return;
-    case EV_STARTED:
+    case EV_STARTED: {
         if (!it || it->status != WORK_PENDING)
             return;
+        /* The key's turn is used: the key after it in the ring goes next. */
+        Queue *q = queue_get(ws, it->queue);
+        KeyQ *k = it->where == IN_READY ? hmap_get(&q->keys, key_of(it)) : NULL;
+        KeyQ *after = k && k->next != k ? k->next : NULL;
         unplace(ws, it);
         it->status = WORK_RUNNING;
         it->attempt = e->attempt;
@@ -477,9 +723,12 @@ void ws_apply(WorkState *ws, const Event *e)
         it->deadline = e->deadline;
         it->started_at = e->at;
         it->run_at = 0;
-        heap_push(&ws->running, it);
-        it->where = IN_RUNNING;
+        run_place(ws, it);
+        if (after)
+            q->cursor = after;
+        take_token(q, e->at);
         return;
+    }
     case EV_FAILED:
     case EV_TIMED_OUT:
         if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
@@ -517,30 +766,61 @@ void ws_advance(WorkState *ws, int64_t now)
 {
     const char *k;
     void *v;
+    Queue **idle = NULL;
+    size_t n_idle = 0, cap_idle = 0;
     for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
         Queue *q = v;
         WorkItem *it;
         while ((it = heap_peek(&q->delayed)) && it->run_at <= now) {
             heap_pop(&q->delayed);
             it->run_at = 0;
-            heap_push(&q->ready, it);
-            it->where = IN_READY;
+            ready_push(q, it);
+        }
+        if (queue_idle(q)) {
+            if (n_idle == cap_idle) {
+                cap_idle = cap_idle ? cap_idle * 2 : 8;
+                idle = xrealloc(idle, cap_idle * sizeof *idle);
+            }
+            idle[n_idle++] = q;
         }
     }
-    /* Forget silent workers once their attempts have been ended. */
+    /* Queue names are the clients' to choose: a queue without work and
+     * without flow control is forgotten (it comes back with its next work),
+     * so that names do not pile up in memory and in every round's walk. */
+    for (size_t i = 0; i < n_idle; i++) {
+        hmap_del(&ws->queues, idle[i]->name);
+        queue_free(idle[i]);
+    }
+    free(idle);
+    /* Forget silent workers once their attempts have been ended: collect them
+     * first (the map must not change while it is walked), in one pass over
+     * the workers and one over the running attempts. */
+    Worker **gone = NULL;
+    size_t n_gone = 0, cap = 0;
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
-        Worker *w = v;
-        if (!worker_expired(ws, w, now))
+        if (!worker_expired(ws, v, now))
             continue;
-        bool holds = false;
-        for (size_t j = 0; j < ws->running.len && !holds; j++)
-            holds = !strcmp(((WorkItem *)ws->running.items[j])->worker_id, w->id);
-        if (!holds) {
-            hmap_del(&ws->workers, w->id);
-            worker_free(w);
-            i = 0; /* the table was rearranged: start over (rare) */
+        if (n_gone == cap) {
+            cap = cap ? cap * 2 : 8;
+            gone = xrealloc(gone, cap * sizeof *gone);
         }
+        gone[n_gone++] = v;
     }
+    if (!n_gone)
+        return;
+    HMap holders; /* worker id -> itself, for every worker holding an attempt */
+    hmap_init(&holders);
+    for (size_t j = 0; j < ws->running.len; j++) {
+        const char *holder = ((WorkItem *)ws->running.items[j])->worker_id;
+        hmap_put(&holders, holder, (void *)holder);
+    }
+    for (size_t i = 0; i < n_gone; i++)
+        if (!hmap_get(&holders, gone[i]->id)) {
+            hmap_del(&ws->workers, gone[i]->id);
+            worker_free(gone[i]);
+        }
+    hmap_free(&holders);
+    free(gone);
 }
 
 int64_t ws_next_deadline(const WorkState *ws)
@@ -549,9 +829,19 @@ int64_t ws_next_deadline(const WorkState *ws)
     const char *k;
     void *v;
     for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);) {
-        const WorkItem *it = heap_peek(&((Queue *)v)->delayed);
+        const Queue *q = v;
+        const WorkItem *it = heap_peek(&q->delayed);
         if (it && it->run_at < t)
             t = it->run_at;
+        /* A rate-limited queue with ready work: when its next token is due. */
+        if (q->lim.rate_limit && q->n_ready && q->tokens < 1.0) {
+            int64_t due =
+                q->tokens_at +
+                (int64_t)((1.0 - q->tokens) * (double)q->lim.rate_period_ms / q->lim.rate_limit) +
+                1;
+            if (due < t)
+                t = due;
+        }
     }
     const WorkItem *r = heap_peek(&ws->running);
     if (r && r->deadline < t)
@@ -641,12 +931,34 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
     }
     if (running) {
         json_decref(w->running);
-        w->running = json_incref(running);
+        /* Kept for display, bounded: the whole list is only read here. */
+        if (json_array_size(running) <= WORKER_RUNNING_KEPT) {
+            w->running = json_incref(running);
+        } else {
+            w->running = json_array();
+            for (size_t i = 0; i < WORKER_RUNNING_KEPT; i++)
+                json_array_append(w->running, json_array_get(running, i));
+        }
         /* After a restart every attempt was failed above: not a second time. */
         if (!restarted)
             fail_unclaimed(ws, worker_id, running, now, out);
     }
     w->last_seen = now;
+}
+
+int ws_check_worker(const WorkState *ws, const char *worker_id, const char *instance, bool claim,
+                    int64_t now, Err *err)
+{
+    const Worker *w = hmap_get(&ws->workers, worker_id);
+    if (!w || !w->instance || worker_expired(ws, w, now) || claim ||
+        (instance && !strcmp(instance, w->instance)))
+        return 0;
+    return err_set(err, 409, "worker-id-taken",
+                   instance ? "worker '%s' is registered by another instance that is alive; a "
+                              "token bound to this worker id may take it over"
+                            : "worker '%s' is registered by an instance that is alive: name it "
+                              "('instance'), or use a token bound to this worker id",
+                   worker_id);
 }
 
 void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out)
@@ -663,6 +975,11 @@ void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventLi
 const Worker *ws_worker_get(const WorkState *ws, const char *worker_id)
 {
     return hmap_get(&ws->workers, worker_id);
+}
+
+size_t ws_worker_count(const WorkState *ws)
+{
+    return ws->workers.len;
 }
 
 const Worker *ws_worker_next(const WorkState *ws, size_t *pos)
@@ -756,6 +1073,7 @@ void ws_restore(WorkState *ws, const WorkItem *src)
     *it = *src;
     it->id = xstrdup(src->id);
     it->queue = xstrdup(src->queue);
+    it->key = xstrdup(src->key);
     it->payload = json_incref(src->payload);
     it->worker_id = xstrdup(src->worker_id);
     it->last_error = xstrdup(src->last_error);
@@ -764,9 +1082,7 @@ void ws_restore(WorkState *ws, const WorkItem *src)
     hmap_put(&ws->items, it->id, it);
     if (it->status == WORK_RUNNING) {
         it->run_at = 0;
-        heap_push(&ws->running, it);
-        it->where = IN_RUNNING;
-        queue_get(ws, it->queue);
+        run_place(ws, it);
     } else {
         place_pending(ws, it);
     }

@@ -36,6 +36,7 @@ typedef enum { WORK_PENDING, WORK_RUNNING } WorkStatus;
 typedef struct WorkItem {
     char *id;
     char *queue;
+    char *key; /* fair-share key; NULL: none */
     int priority;
     json_t *payload;
     int64_t run_at; /* 0: ready now */
@@ -60,8 +61,11 @@ typedef struct Worker {
     int capacity;
     char **queues; /* NULL-terminated; empty: every queue */
     int64_t last_seen;
-    json_t *running; /* the attempts it last said it runs (array), for display */
+    json_t *running; /* the first WORKER_RUNNING_KEPT attempts it last said it runs (array),
+                        for display: a heartbeat may list more, they are not kept */
 } Worker;
+
+#define WORKER_RUNNING_KEPT 100
 
 typedef struct WorkState WorkState;
 
@@ -73,6 +77,7 @@ typedef struct KnownWork {
     json_t *payload; /* borrowed */
     /* what it takes to reopen it (ws_decide_retry) */
     const char *queue;
+    const char *key; /* may be NULL */
     int priority;
     int64_t timeout_ms;
     int max_attempts;
@@ -82,6 +87,7 @@ typedef struct KnownWork {
 typedef struct SubmitItem {
     char *id; /* always set: the front-end generates one when the client did not */
     char *queue;
+    char *key; /* fair-share key; NULL: none */
     int priority;
     json_t *payload;
     int64_t run_at; /* 0: now */
@@ -98,7 +104,10 @@ typedef struct SubmitResult {
 typedef struct Report {
     const char *work_id;
     int attempt;
-    const char *worker_id; /* may be NULL */
+    const char *worker_id; /* who sends it (may be NULL: nobody holds an attempt then) */
+    const char *instance;  /* the sender's instance, or NULL */
+    bool claim;            /* the sender may act for worker_id without its instance: its token
+                              is bound to the id, or the server is open (ws_check_worker) */
     bool completed;        /* else failed */
     json_t *result;        /* completed: borrowed */
     const char *error;     /* failed */
@@ -108,7 +117,8 @@ typedef struct Report {
 typedef struct ReportResult {
     bool accepted;      /* recorded now, or was already: stop sending */
     const char *status; /* the work's status after it, when accepted */
-    const char *reason; /* when not accepted: "superseded" or "not-found" */
+    const char *reason; /* when not accepted: "superseded", "cancelled", "not-found" or
+                           "not-holder" */
 } ReportResult;
 
 /* ---- lifetime ---- */
@@ -125,11 +135,19 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
                      size_t n_known, int64_t now, EventList *out, SubmitResult *results,
                      Err *err) WARN_UNUSED;
 
-/* Cancels open work that has not started. Refusals: 404 "not-found" when the
- * id is not open (the caller tells apart finished from unknown), 409
- * "not-cancellable" when it runs. */
+/* Cancels open work, running or not: a running attempt ends with it (its
+ * worker is told to stop by ws_stale_attempts, its late report is refused as
+ * "cancelled"). Refusal: 404 "not-found" when the id is not open (the caller
+ * tells apart finished from unknown). */
 int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, EventList *out,
                      Err *err) WARN_UNUSED;
+
+/* Open work matching a filter (NULL: any): queue, key, and status
+ * ("pending", "scheduled", "running"); at most max ids into ids (borrowed,
+ * valid until the state changes). Returns how many matched, which may exceed
+ * max. Cost: one pass over the open work. */
+size_t ws_match(const WorkState *ws, const char *queue, const char *key, const char *status,
+                int64_t now, const char **ids, size_t max);
 
 /* Reopens dead work for one more attempt (an operator's retry). Refusals: 404
  * when the id is unknown (known is NULL), 409 when it is not dead, 429 when
@@ -137,16 +155,26 @@ int ws_decide_cancel(const WorkState *ws, const char *work_id, int64_t now, Even
 int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *known, int64_t now,
                     EventList *out, Err *err) WARN_UNUSED;
 
+/* Sets a queue's flow control (all of it: the caller merges a partial change
+ * with ws_queue_limits). Refuses negative limits (400). */
+int ws_decide_queue_set(const WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now,
+                        EventList *out, Err *err) WARN_UNUSED;
+
 /* A worker's completion or failure of an attempt. A report for an attempt that
  * is not current is not accepted ("superseded"); the duplicate of a recorded
- * completion is accepted with no event. known: the database row when the work
- * is not open (may be NULL). */
+ * completion is accepted with no event. A report of the current attempt from
+ * anyone but the worker that holds it is refused ("not-holder"): the worker id
+ * must be the holder's, and the instance its registered one (when the report
+ * names none, r->claim must say the sender may act for that id). known: the
+ * database row when the work is not open (may be NULL). */
 void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *known, int64_t now,
                       EventList *out, ReportResult *res);
 
 /* Hands at most one ready job from the worker's queues (all if queues is
  * empty or NULL) to the worker: appends one started event and returns true, or
- * returns false when nothing is ready. Call ws_advance() first. */
+ * returns false when nothing is ready. Queues that are paused, at their
+ * max_running, or out of their rate limit's tokens hand out nothing. Call
+ * ws_advance() first. */
 bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues, int64_t now,
                      EventList *out);
 
@@ -176,9 +204,20 @@ int64_t ws_next_deadline(const WorkState *ws);
  * are copied. */
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, json_t *running, int64_t now, EventList *out);
+/* Whether a request naming worker_id (and instance, may be NULL) may act for
+ * it: a worker id belongs to the instance that registered it while that
+ * instance is alive. Another instance, or a request without one, is refused
+ * with 409 "worker-id-taken" unless claim (the sender's token is bound to the
+ * id, or the server is open): then a new instance takes over as after a
+ * restart (ws_worker_seen). Call before ws_worker_seen and ws_worker_forget;
+ * for a deregistration pass claim only when no instance is named (a named
+ * instance must be the registered one). */
+int ws_check_worker(const WorkState *ws, const char *worker_id, const char *instance, bool claim,
+                    int64_t now, Err *err) WARN_UNUSED;
 /* Deregisters a worker; the attempts it still holds are failed (events to out). */
 void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out);
 const Worker *ws_worker_get(const WorkState *ws, const char *worker_id);
+size_t ws_worker_count(const WorkState *ws);
 /* Iteration over workers: for (size_t i = 0; (w = ws_worker_next(ws, &i));) */
 const Worker *ws_worker_next(const WorkState *ws, size_t *pos);
 /* After recovery: every worker named by a running attempt gets a placeholder
@@ -194,6 +233,12 @@ const char *ws_item_status(const WorkItem *it, int64_t now);
 json_t *ws_queue_stats(const WorkState *ws, int64_t now);
 /* A canonical JSON image of the open work, for tests comparing states. */
 json_t *ws_dump(const WorkState *ws);
+
+/* A queue's flow control (all zero: none). */
+QueueLimits ws_queue_limits(const WorkState *ws, const char *queue);
+/* Recovery: a queue's flow control as workd_queues holds it; a rate limit's
+ * bucket starts empty at now, so a failover brings no burst. */
+void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now);
 
 /* Inserts an open item as the projection holds it (recovery). Takes copies. */
 void ws_restore(WorkState *ws, const WorkItem *item);

@@ -127,6 +127,10 @@ async function open() {
   const leader = await page.textContent('#cluster-leader');
   check(leader.startsWith('http://'), `the leader is shown: ${leader}`);
   await page.locator('#nodes tbody tr').first().waitFor();
+  const storage = await page.textContent('#cluster-storage');
+  check(/ in \d+ parts, open work /.test(storage), `the history's size is shown: ${storage}`);
+  const retention = await page.textContent('#cluster-retention');
+  check(retention.startsWith('keeps 7 d'), `the retention window is shown: ${retention}`);
 
   begin('submit 6 from the form; its result arrives in the live feed');
   const id = await submit('6');
@@ -173,6 +177,12 @@ async function open() {
   check(JSON.stringify(types) === JSON.stringify(['accepted', 'started', 'completed']),
         `the history is accepted, started, completed: ${types}`);
   check(await page.locator('#work-attempt-table tbody tr').count() === 1, 'one attempt is listed');
+  // Times carry their date and zone: "2026-11-23 08:35:57.482 +01:00".
+  const stamps = await page.locator('#history tbody tr td:nth-child(2)').allTextContents();
+  check(stamps.length === 3 && stamps.every((t) => /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d$/.test(t.trim())),
+        `history times lack a date or zone: ${stamps}`);
+  check(/^times: .+ \(UTC[+-]\d\d:\d\d\)$/.test((await page.textContent('#zone')).trim()),
+        'the header does not say which zone times are in');
   await page.screenshot({path: sibling('-work'), fullPage: true});
 
   begin('retry the dead work from its page');

@@ -330,7 +330,7 @@ class Subscriber(threading.Thread):
                     return got
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
                 if line == "":
-                    if data:
+                    if data and ev_type != "ready":  # "ready": where the stream starts
                         self._event(ev_id, ev_type, "\n".join(data))
                         got += 1
                     ev_id, ev_type, data = None, None, []
@@ -801,13 +801,13 @@ class Chaos:
                           f"(last answers: {c.responses[-5:]})")
         # 2. No work stays stuck: all open work drains within the bound.
         bound = self.prof["drain_bound"]
-        drained = self.poll(lambda: self.psql("SELECT count(*) FROM workd_work WHERE status "
+        drained = self.poll(lambda: self.psql("SELECT count(*) FROM workd_open WHERE status "
                                               "IN ('pending','running')") == "0", bound, "drain",
                             interval=0.2)
         drain_ms = (now() - t_pause) * 1000
         stuck = []
         if not drained:
-            stuck = self.psql("SELECT id FROM workd_work WHERE status IN ('pending','running') "
+            stuck = self.psql("SELECT id FROM workd_open WHERE status IN ('pending','running') "
                               "ORDER BY id").split()
             self.fail(f"{len(stuck)} work item(s) still open {bound:.0f}s after the load "
                       f"stopped: {stuck[:10]}" + self.evidence(stuck))

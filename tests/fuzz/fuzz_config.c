@@ -2,16 +2,18 @@
  * table with one option of every kind taken from theirs. The input is one
  * argument per line; a line "WORKD_NAME=value" is an environment variable
  * instead. String values then go through strv_split, as --roles and --queues
- * do. */
+ * do; the list option (--server, repeatable) goes through servers_new, as the
+ * worker and the demo clients read it. */
 #include "fuzz.h"
 
 #include "config.h"
+#include "servers.h"
 
 #define MAX_ARGS 64
 #define MAX_ENV 16
 
 static struct {
-    char *listen, *roles, *queues, *token;
+    char *listen, *roles, *queues, *token, *server;
     int64_t http_threads, max_body, port;
     int64_t election_ms, lease_grace_ms, poll_wait_ms;
     bool demo, noop;
@@ -22,6 +24,7 @@ static const OptSpec specs[] = {
     {"roles", OPT_STRING, &C.roles, "frontend,manager", "roles of this node", 0, 0},
     {"queues", OPT_STRING, &C.queues, "", "queues to take work from", 0, 0},
     {"token", OPT_STRING, &C.token, NULL, "bearer token", 0, 0},
+    {"server", OPT_LIST, &C.server, "http://127.0.0.1:8080", "servers, repeatable", 0, 0},
     {"http-threads", OPT_INT, &C.http_threads, "2", "HTTP threads", 1, 64},
     {"max-body", OPT_INT, &C.max_body, "1048576", "largest body", 1024, 1LL << 30},
     {"port", OPT_INT, &C.port, NULL, "unbounded integer", 0, 0},
@@ -93,6 +96,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_list(C.roles);
         check_list(C.queues);
         check_list(C.token);
+        check_list(C.server);
+        Err serr = {0};
+        Servers *sv = servers_new(C.server, "--server", &serr);
+        if (sv) {
+            char url[SERVERS_URL_MAX];
+            size_t pos = servers_url(sv, "/workers/w/reports", url, sizeof url);
+            FUZZ_CHECK(pos < servers_count(sv) && !strncmp(url, "http", 4),
+                       "server %zu of %zu is '%s'", pos, servers_count(sv), url);
+            servers_unreachable(sv, pos, url, sizeof url);
+            servers_free(sv);
+        } else {
+            FUZZ_CHECK(serr.status == 400 && !strcmp(serr.type, "bad-config"),
+                       "a refused server list gives %d '%s'", serr.status, serr.type);
+        }
     } else {
         FUZZ_CHECK(err.status == 400 && !strcmp(err.type, "bad-config"),
                    "a refused setting gives %d '%s'", err.status, err.type);

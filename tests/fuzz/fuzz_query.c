@@ -61,8 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     wait_param(s);
     FUZZ_CHECK(queue_name_valid(s) == made_of(s, "_.-", 1, 64), "queue_name_valid('%s') is %d", s,
                queue_name_valid(s));
-    FUZZ_CHECK(id_valid(s) == made_of(s, "._:@-", 1, ID_MAX), "id_valid('%s') is %d", s,
-               id_valid(s));
+    FUZZ_CHECK(id_valid(s) == (made_of(s, "._:@-", 1, ID_MAX) && strcmp(s, ".") && strcmp(s, "..")),
+               "id_valid('%s') is %d", s, id_valid(s));
     free(s);
     return 0;
 }

@@ -65,12 +65,15 @@ static void pull(json_t *body)
 static void reports(json_t *body)
 {
     json_t *arr;
+    char *instance;
     Err err = {0};
-    if (parse_reports(body, MAX_BATCH, &arr, &err) != 0) {
+    if (parse_reports(body, MAX_BATCH, &arr, &instance, &err) != 0) {
         fuzz_check_problem(&err, 400, 413);
-        FUZZ_CHECK(!arr, "refused reports are handed back");
+        FUZZ_CHECK(!arr && !instance, "refused reports are handed back");
         return;
     }
+    FUZZ_CHECK(!instance || id_valid(instance), "the invalid instance '%s' was accepted", instance);
+    free(instance);
     FUZZ_CHECK(json_is_array(arr) && json_array_size(arr) <= MAX_BATCH, "%zu reports accepted",
                json_array_size(arr));
     json_decref(arr);
@@ -85,11 +88,11 @@ static void single_report(json_t *body, const char *path, bool completed)
     if (slash)
         *slash = '\0';
     json_t *arr;
-    char *worker_id;
+    char *worker_id, *instance, *again_instance = NULL;
     Err err = {0};
-    if (parse_single_report(body, id, attempt, completed, &arr, &worker_id, &err) != 0) {
+    if (parse_single_report(body, id, attempt, completed, &arr, &worker_id, &instance, &err) != 0) {
         fuzz_check_problem(&err, 400, 400);
-        FUZZ_CHECK(!arr && !worker_id, "a refused report hands something back");
+        FUZZ_CHECK(!arr && !worker_id && !instance, "a refused report hands something back");
         free(id);
         return;
     }
@@ -97,8 +100,12 @@ static void single_report(json_t *body, const char *path, bool completed)
                "the invalid worker id '%s' was accepted", worker_id);
     /* It goes where a batch of reports goes: it must be one. */
     json_t *wrapped = json_pack("{s:O}", "reports", arr), *again = NULL;
-    FUZZ_CHECK(json_array_size(arr) == 1 && parse_reports(wrapped, MAX_BATCH, &again, &err) == 0,
+    FUZZ_CHECK(json_array_size(arr) == 1 &&
+                   parse_reports(wrapped, MAX_BATCH, &again, &again_instance, &err) == 0,
                "a single report is not a valid batch of one: %s", err.msg);
+    FUZZ_CHECK(!instance || id_valid(instance), "the invalid instance '%s' was accepted", instance);
+    free(instance);
+    free(again_instance);
     json_decref(again);
     json_decref(wrapped);
     json_decref(arr);

@@ -135,7 +135,8 @@ def test_cancel(cluster):
         assert ev["event"] == "cancelled", ev
     running = submit(s.url, {"payload": 2})["id"]
     pull(s.url, "w1")
-    expect(http("DELETE", f"{s.url}/work/{running}"), 409, "cancel running work")
+    expect(http("DELETE", f"{s.url}/work/{running}"), 200, "cancel running work")
+    expect(http("DELETE", f"{s.url}/work/{running}"), 409, "cancel cancelled work")
     expect(http("DELETE", f"{s.url}/work/{pending['id']}"), 409, "cancel finished work")
     expect(http("DELETE", f"{s.url}/work/nope"), 404, "cancel unknown work")
 

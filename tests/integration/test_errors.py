@@ -63,7 +63,7 @@ def test_routes_methods_and_lookups(cluster):
     p = problem(http("PUT", u + "/work"), 405, "wrong method")
     r = http("PATCH", u + "/work/abc")
     problem(r, 405, "PATCH on a work item")
-    assert set(r.headers["Allow"].split(", ")) == {"GET", "DELETE"}, r.headers
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "HEAD", "DELETE"}, r.headers
     problem(http("GET", u + "/nowhere"), 404, "unknown route")
     problem(http("GET", u + "/work/unknown-id"), 404, "unknown work", "unknown-id")
     problem(http("GET", u + "/work/unknown-id/events"), 404, "unknown work history")

@@ -4,11 +4,13 @@ PostgreSQL loses no accepted work."""
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from harness import REPO_ROOT, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import JSON, complete, completions_by_id, get_work, pull, submit  # noqa: E402
+from harness import REPO_ROOT, SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
+from workd import JSON, complete, completions_by_id, get_work, pull, report, submit  # noqa: E402
 
 
 MIGRATIONS = sorted(p.name for p in (REPO_ROOT / "migrations").glob("*.sql"))
@@ -43,28 +45,200 @@ def test_concurrent_migrations_apply_once(cluster):
     assert cluster.psql("SELECT count(*) FROM workd_migrations") == str(len(MIGRATIONS))
 
 
-def test_event_table_is_append_only(cluster):
+def _refused(cluster, sql):
+    try:
+        cluster.psql(sql)
+    except RuntimeError as e:
+        assert "append-only" in str(e), f"{sql}: unexpected error {e}"
+    else:
+        raise AssertionError(f"the database accepted: {sql}")
+
+
+def test_history_is_append_only(cluster):
+    """Within the retention window no single event and no finished work row can
+    be changed or deleted, through the parent tables or any part."""
     s = cluster.start_server("s1")
     wait_leader(s.url)
     submit(s.url, {"payload": 1, "id": "x"})
-    for sql in ("UPDATE workd_events SET type = 'completed'",
-                "DELETE FROM workd_events",
-                "TRUNCATE workd_events"):
-        try:
-            cluster.psql(sql)
-        except RuntimeError as e:
-            assert "append-only" in str(e), f"{sql}: unexpected error {e}"
+    submit(s.url, {"payload": 2, "id": "y"})
+    assert http("DELETE", s.url + "/work/y").status == 200
+    # Parts made ahead of the clock are empty: an UPDATE of one changes no row,
+    # and must be refused all the same.
+    wait_until(lambda: int(cluster.psql("SELECT count(*) FROM workd_parts")) >= 3, 10,
+               what="parts made ahead")
+    parts = cluster.psql("SELECT string_agg(part::text, ' ') FROM workd_parts").split()
+    assert parts, "no parts"
+    for table in ["workd_events", "workd_done"] + [f"workd_events_p{p}" for p in parts] + \
+            [f"workd_done_p{p}" for p in parts]:
+        _refused(cluster, f"UPDATE {table} SET status = status" if "done" in table
+                 else f"UPDATE {table} SET type = 'completed'")
+        _refused(cluster, f"DELETE FROM {table}")
+        _refused(cluster, f"TRUNCATE {table}")
+    assert cluster.psql("SELECT count(*) FROM workd_events WHERE work_id IN ('x', 'y')") == "3"
+    assert cluster.psql("SELECT status FROM workd_done WHERE id = 'y'") == "cancelled"
+
+
+def test_upgrade_from_schema_3(cluster):
+    """A database written by schema 3 (one workd_work table, an unpartitioned
+    log) upgrades in place with `workd-server migrate` and loses nothing: open
+    work runs, dead work can be retried, finished work is readable, its id is
+    still idempotent and its result is still in the stream."""
+    cluster.psql("CREATE TABLE workd_migrations (version integer PRIMARY KEY, name text NOT NULL,"
+                 " applied_at timestamptz NOT NULL DEFAULT now())")
+    for m in MIGRATIONS[:3]:
+        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", cluster.db_url,
+                            "-1", "-f", str(REPO_ROOT / "migrations" / m)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        cluster.psql(f"INSERT INTO workd_migrations (version, name) VALUES ({int(m[:4])}, '{m}')")
+    r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", cluster.db_url, "-1",
+                        "-f", str(REPO_ROOT / "tests" / "fixtures" / "schema3.sql")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    up = migrate(cluster)
+    out, _ = up.communicate(timeout=60)
+    assert up.returncode == 0 and "applied migration 0004" in out, out
+    assert cluster.psql("SELECT count(*) FROM workd_events") == "13", "events lost in the upgrade"
+
+    s = cluster.start_server("s1", extra_args=["--lease-grace", "0"])
+    wait_leader(s.url)
+    assert get_work(s.url, "old-done")["result"] == "one"
+    assert get_work(s.url, "old-cancelled")["status"] == "cancelled"
+    assert get_work(s.url, "old-dead")["status"] == "dead"
+    again = submit(s.url, {"id": "old-done", "payload": {"n": 1}})
+    assert again["created"] is False and again["status"] == "completed", again
+    conflict = http("POST", s.url + "/work", {"id": "old-done", "payload": 2}, JSON)
+    assert conflict.status == 409, conflict
+    # The running attempt's deadline passed long ago: the new leader retries it.
+    wait_until(lambda: get_work(s.url, "old-running")["status"] == "pending", 15,
+               what="old-running retried")
+    assert http("POST", s.url + "/work/old-dead/retry").status == 200
+    done = set()
+    for _ in range(20):
+        for j in pull(s.url, "w1", max_jobs=5, wait=1):
+            complete(s.url, "w1", j, "after upgrade")
+            done.add(j["id"])
+        if done >= {"old-pending", "old-running", "old-dead"}:
+            break
+    assert done == {"old-pending", "old-running", "old-dead"}, done
+    counts = completions_by_id(cluster)
+    assert counts == {"old-done": 1, "old-pending": 1, "old-running": 1, "old-dead": 1}, counts
+    listed = http("GET", s.url + "/work?limit=10").json()["items"]
+    assert {w["id"] for w in listed} == {"old-done", "old-cancelled", "old-dead", "old-pending",
+                                         "old-running"}, listed
+    with SSEClient(s.url + "/results?after=0") as sse:
+        got = sse.wait_count(6, timeout=10)
+    first = {(e["data"]["id"], e["data"]["status"], e["data"]["queue"]) for e in got}
+    assert ("old-done", "completed", "q1") in first and \
+        ("old-cancelled", "cancelled", "q2") in first and ("old-dead", "dead", "q1") in first, got
+
+
+def test_retention_drops_whole_parts(cluster):
+    """Finished work and its events go a whole part at a time once older than
+    --retain; open work (however old) and dead work stay; idempotency holds
+    within the window."""
+    s = cluster.start_server("s1", extra_args=["--retain", "3s", "--backoff-base", "0"])
+    wait_leader(s.url)
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    submit(s.url, {"id": "far", "payload": 0, "run_at": later})
+    submit(s.url, {"id": "doomed", "payload": 0, "max_attempts": 1})
+    submit(s.url, {"id": "early", "payload": 1})
+    for j in pull(s.url, "w1", max_jobs=5):
+        if j["id"] == "doomed":
+            report(s.url, "w1", [{"id": j["id"], "attempt": j["attempt"], "outcome": "failed",
+                                  "error": "no"}])
         else:
-            raise AssertionError(f"the database accepted: {sql}")
-    # Only the leader's session may append; any other session is fenced by the
-    # unique seq and the accepted-id index.
-    try:
-        cluster.psql("INSERT INTO workd_events (seq, term, at, type, version, work_id, data) "
-                     "VALUES (999, 1, now(), 'accepted', 1, 'x', '{}')")
-    except RuntimeError as e:
-        assert "workd_events_accepted_id" in str(e) or "duplicate" in str(e), e
-    else:
-        raise AssertionError("a second acceptance of id 'x' was stored")
+            complete(s.url, "w1", j, "ok")
+    assert get_work(s.url, "early")["status"] == "completed"
+    first_parts = cluster.psql("SELECT min(part) FROM workd_parts")
+    # Keep the leader writing for longer than the window, so that parts turn over.
+    deadline = time.time() + 9
+    n = 0
+    while time.time() < deadline:
+        submit(s.url, {"id": f"t{n}", "payload": n})
+        for j in pull(s.url, "w1", max_jobs=5):
+            complete(s.url, "w1", j, "ok")
+        n += 1
+        time.sleep(0.05)
+    wait_until(lambda: http("GET", s.url + "/work/early").status == 404, 10,
+               what="early work dropped with its part")
+    assert cluster.psql("SELECT count(*) FROM workd_events WHERE work_id = 'early'") == "0"
+    assert int(cluster.psql("SELECT min(part) FROM workd_parts")) > int(first_parts)
+    assert int(cluster.psql("SELECT count(*) FROM workd_parts")) <= 8, "parts pile up"
+    # The finished counts kept per part match the rows of the part (compared
+    # in one snapshot, for the parts retention is not dropping at that moment).
+    diff = cluster.psql("SELECT string_agg(format('%s: %s counted, %s kept', d.part, c.n, d.rows), "
+                        "'; ') FROM (SELECT part, count(*) AS rows FROM workd_done GROUP BY part) d"
+                        " JOIN (SELECT part, sum(n) AS n FROM workd_counts GROUP BY part) c"
+                        " USING (part) WHERE c.n <> d.rows")
+    assert diff == "", f"finished counts differ from the rows: {diff}"
+    q = next(q for q in http("GET", s.url + "/queues").json()["queues"] if q["queue"] == "default")
+    assert 0 < q["completed"] < n, f"/queues counts only what is kept: {q}"
+    assert get_work(s.url, "far")["status"] == "scheduled", "open work was removed"
+    assert get_work(s.url, "doomed")["status"] == "dead", "dead work was removed"
+    recent = submit(s.url, {"id": f"t{n - 1}", "payload": n - 1})
+    assert recent["created"] is False, "idempotency must hold within the window"
+    fresh = submit(s.url, {"id": "early", "payload": 1})
+    assert fresh["created"] is True, "an id past the window is new work again"
+    metrics = http("GET", s.url + "/metrics").text
+    for name in ("workd_storage_bytes", "workd_parts ", "workd_retention_last_run_timestamp_seconds",
+                 "workd_parts_dropped_total"):
+        assert name in metrics, f"/metrics lacks {name}"
+
+
+def _together(*calls):
+    """Runs the calls at the same moment (so that they land in one manager
+    round as often as possible) and returns their results in order."""
+    barrier = threading.Barrier(len(calls))
+    out = [None] * len(calls)
+
+    def run(i, fn):
+        barrier.wait()
+        out[i] = fn()
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_resubmit_in_the_round_that_finishes_work(cluster):
+    """A resubmission that lands in the same manager round as the event that
+    finishes the same id (cancel, completion) must be answered from what the
+    round decided: acknowledged, never a second acceptance, never a step-down."""
+    s = cluster.start_server("s1")
+    wait_leader(s.url)
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+    for rnd in range(12):
+        ids = [f"c{rnd}-{i}" for i in range(8)]
+        for w in ids:
+            submit(s.url, {"id": w, "payload": w, "run_at": later})
+        calls = []
+        for w in ids:
+            calls.append(lambda w=w: http("DELETE", s.url + "/work/" + w).status)
+            calls.append(lambda w=w: http("POST", s.url + "/work",
+                                          {"id": w, "payload": w, "run_at": later}, JSON).status)
+        statuses = _together(*calls)
+        assert all(st in (200, 202, 409) for st in statuses), f"round {rnd}: {statuses}"
+    for rnd in range(6):
+        ids = [f"d{rnd}-{i}" for i in range(6)]
+        for w in ids:
+            submit(s.url, {"id": w, "payload": w})
+        jobs = pull(s.url, "w1", max_jobs=len(ids))
+        calls = []
+        for j in jobs:
+            calls.append(lambda j=j: complete(s.url, "w1", j, "ok"))
+            calls.append(lambda j=j: http("POST", s.url + "/work",
+                                          {"id": j["id"], "payload": j["payload"]}, JSON).status)
+        _together(*calls)
+    accepted = cluster.psql("SELECT count(*) FROM workd_events WHERE type = 'accepted' "
+                            "GROUP BY work_id HAVING count(*) > 1")
+    assert accepted == "", f"ids accepted twice: {accepted}"
+    metrics = http("GET", s.url + "/metrics").text
+    assert "workd_step_downs_total 0" in metrics, "the leader stepped down: " + \
+        [ln for ln in metrics.splitlines() if ln.startswith("workd_step_downs_total")][0]
+    assert s.alive() and http("GET", s.url + "/readyz").status == 200
 
 
 def test_postgres_restart_loses_nothing(cluster):

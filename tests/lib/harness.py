@@ -26,6 +26,7 @@ import http.client as _httpclient
 import inspect
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -155,7 +156,7 @@ class SSEClient:
     """Reads a text/event-stream in a background thread.
 
     ``events`` collects dicts {id, event, data} (data parsed as JSON when
-    possible); ``comments`` counts comment lines; ``status``/``headers`` are set
+    possible), except the stream's opening "ready" event; ``comments`` counts comment lines; ``status``/``headers`` are set
     once the response arrives; ``done`` is set when the stream ends.
     """
 
@@ -208,6 +209,11 @@ class SSEClient:
                 return
             line = raw.decode("utf-8").rstrip("\r\n")
             if line == "":
+                if data and ev_type == "ready":
+                    # The stream's first block: where it starts (its id is
+                    # already the last event id), not a result.
+                    data, ev_type = [], None
+                    continue
                 if data:
                     text = "\n".join(data)
                     try:
@@ -409,6 +415,9 @@ class Cluster:
         self.keep = KEEP_TMP if keep is None else keep
         self.tmp = self.pg_dir = self.db_url = self._watchdog = None
         self.procs = []
+        # What the nodes of this cluster prove forwarded requests with
+        # (--cluster-secret); start_server passes it through the environment.
+        self.secret = secrets.token_hex(16)
 
     def __enter__(self):
         _install_signal_handlers()
@@ -477,6 +486,7 @@ class Cluster:
         argv = [str(self.bin_dir / "workd-server"), "--listen", f"127.0.0.1:{port}",
                 "--advertise-url", url, "--database-url", self.db_url, "--node-id", name,
                 *extra_args]
+        env = {"WORKD_CLUSTER_SECRET": self.secret, **(env or {})}
         proc = self.start_process(name, argv, env, url=url, port=port)
         if wait_ready:
             self.wait_healthy(proc, timeout)

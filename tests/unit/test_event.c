@@ -97,8 +97,23 @@ static void fill_examples(EventList *l)
     e->type = EV_CANCELLED;
 
     e = eventlist_push(l);
+    e->type = EV_CANCELLED; /* running work: the attempt it ended */
+    e->attempt = 2;
+
+    e = eventlist_push(l);
+    e->type = EV_QUEUE_SET;
+    e->queue = xstrdup("mail");
+    e->limits =
+        (QueueLimits){.paused = true, .max_running = 4, .rate_limit = 50, .rate_period_ms = 1000};
+
+    e = eventlist_push(l);
+    e->type = EV_QUEUE_SET;
+    e->queue = xstrdup("other"); /* every limit cleared */
+
+    e = eventlist_push(l);
     e->type = EV_RETRIED;
     e->attempt = 3;
+    e->key = xstrdup("tenant-7");
     e->queue = xstrdup("images");
     e->priority = 2;
     e->payload = J("[\"again\"]");
@@ -110,7 +125,7 @@ static void fill_examples(EventList *l)
         e->seq = 100 + (int64_t)i;
         e->term = 3;
         e->at = T0 + (int64_t)i;
-        if (e->type != EV_TERM)
+        if (e->type != EV_TERM && e->type != EV_QUEUE_SET)
             e->work_id = xstrdup("job-1");
     }
 }
@@ -180,10 +195,18 @@ static void test_decided_events_round_trip(void **state)
         sim_emit(&s);
     }
     json_t *result = J("{\"sq\": 49}");
-    Report done = {
-        .work_id = "ok", .attempt = 1, .worker_id = "w1", .completed = true, .result = result};
-    Report failed = {
-        .work_id = "bad", .attempt = 1, .worker_id = "w1", .error = "boom", .retry = true};
+    Report done = {.work_id = "ok",
+                   .attempt = 1,
+                   .worker_id = "w1",
+                   .instance = "i1",
+                   .completed = true,
+                   .result = result};
+    Report failed = {.work_id = "bad",
+                     .attempt = 1,
+                     .worker_id = "w1",
+                     .instance = "i1",
+                     .error = "boom",
+                     .retry = true};
     ReportResult rr;
     ws_decide_report(s.ws, &done, NULL, s.now, &s.out, &rr);
     ws_decide_report(s.ws, &failed, NULL, s.now, &s.out, &rr);
@@ -209,6 +232,10 @@ static void test_decided_events_round_trip(void **state)
                       .last_error = row->last_error};
     CHECK(ws_decide_retry(s.ws, "bad", &dead, s.now, &s.out, &err) == 0, "retry refused: %s",
           err.msg);
+    sim_emit(&s);
+    QueueLimits lim = {.max_running = 2, .rate_limit = 10, .rate_period_ms = 500};
+    CHECK(ws_decide_queue_set(s.ws, "default", &lim, s.now, &s.out, &err) == 0,
+          "queue_set refused: %s", err.msg);
     sim_emit(&s);
 
     bool seen[MAX_TYPES] = {0};
@@ -321,7 +348,8 @@ static void test_copy_is_deep(void **state)
         char *d = event_diff(&l.items[i], &copy);
         CHECK(!d, "the copy of a %s event differs:%s", event_type_name(copy.type), d);
         event_clear(&l.items[i]); /* the copy must not share what this frees */
-        CHECK(copy.type == EV_TERM || (copy.work_id && !strcmp(copy.work_id, "job-1")),
+        CHECK(copy.type == EV_TERM || copy.type == EV_QUEUE_SET ||
+                  (copy.work_id && !strcmp(copy.work_id, "job-1")),
               "the copy lost its work id when the original was cleared");
         event_clear(&copy);
     }

@@ -111,7 +111,7 @@ static void test_forwarded_run_at_reads_back(void **state)
     json_t *body = parse_json_body(text, strlen(text), limits.max_depth, &err);
     SubmitItem *items = NULL, *again = NULL;
     size_t n = 0, n2 = 0;
-    bool bulk, bulk2;
+    bool bulk = false, bulk2 = false;
     CHECK(body && parse_submit(body, NULL, NOW_MS, &limits, &items, &n, &bulk, &err) == 0,
           "a run_at in the year 999 should be accepted: %s", err.msg);
     json_t *norm = submit_items_json(items, n, bulk);

@@ -562,7 +562,9 @@ static int reports(const char *text, json_t **out, Err *err)
 {
     json_t *j = body(text);
     err_clear(err);
-    int rc = parse_reports(j, LIM.max_batch, out, err);
+    char *instance = NULL;
+    int rc = parse_reports(j, LIM.max_batch, out, &instance, err);
+    free(instance);
     json_decref(j);
     return rc;
 }
@@ -633,7 +635,9 @@ static int single(const char *text, const char *id, const char *attempt, bool co
 {
     json_t *j = body(text);
     err_clear(err);
-    int rc = parse_single_report(j, id, attempt, completed, out, worker, err);
+    char *instance = NULL;
+    int rc = parse_single_report(j, id, attempt, completed, out, worker, &instance, err);
+    free(instance);
     json_decref(j);
     return rc;
 }
@@ -794,9 +798,74 @@ static void test_messages_quoting_input_stay_utf8(void **state)
           "queue names are 1-64 of A-Z a-z 0-9 _ . -");
 }
 
+/* ---- the request head ---- */
+
+/* Runs head_check over "Name: value" lines (NULL-terminated). */
+static int head_of(bool http11, const char *const *lines, Err *err)
+{
+    HeadCheck h = {0};
+    for (size_t i = 0; lines[i]; i++) {
+        const char *colon = strchr(lines[i], ':');
+        const char *v = colon + 1 + strspn(colon + 1, " ");
+        head_line(&h, lines[i], (size_t)(colon - lines[i]), v, strlen(v));
+    }
+    return head_check(&h, http11, err);
+}
+
+static void test_head_framing(void **state)
+{
+    static const struct {
+        const char *what;
+        bool http11;
+        const char *lines[4];
+        int status; /* 0: accepted */
+        const char *names;
+    } cases[] = {
+        {"one of each", true, {"Host: a:80", "Content-Length: 5"}, 0, NULL},
+        {"chunked alone", true, {"Host: a", "transfer-encoding:  Chunked "}, 0, NULL},
+        {"HTTP/1.0 without Host", false, {"Content-Length: 1"}, 0, NULL},
+        {"no Host", true, {"Content-Length: 1"}, 400, "Host"},
+        {"two Hosts", true, {"Host: a", "host: a"}, 400, "2 Host"},
+        {"a Host with a slash", true, {"Host: a/b"}, 400, "Host"},
+        {"Host with a space before the colon", true, {"Host : a"}, 400, "'Host?'"},
+        {"two equal Content-Lengths",
+         true,
+         {"Host: a", "Content-Length: 1", "Content-Length: 1"},
+         400,
+         "2 Content-Length headers; send one"},
+        {"two different Content-Lengths",
+         true,
+         {"Host: a", "Content-Length: 1", "Content-Length: 2"},
+         400,
+         "differ"},
+        {"Content-Length and chunked",
+         true,
+         {"Host: a", "Content-Length: 1", "Transfer-Encoding: chunked"},
+         400,
+         "both"},
+        {"chunked in HTTP/1.0", false, {"Transfer-Encoding: chunked"}, 400, "HTTP/1.0"},
+        {"gzip, chunked", true, {"Host: a", "Transfer-Encoding: gzip, chunked"}, 501, "chunked"},
+        {"chunked twice",
+         true,
+         {"Host: a", "Transfer-Encoding: chunked", "Transfer-Encoding: chunked"},
+         501,
+         "chunked"},
+        {"chunked, gzip", true, {"Host: a", "Transfer-Encoding: chunked, gzip"}, 400, "end with"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Err err = {0};
+        int rc = head_of(cases[i].http11, cases[i].lines, &err);
+        if (!cases[i].status)
+            CHECK(rc == 0, "%s should be accepted: %s", cases[i].what, err.msg);
+        else
+            expect_refusal(cases[i].what, rc, &err, cases[i].status, cases[i].names, NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_head_framing),
         cmocka_unit_test(test_json_body),
         cmocka_unit_test(test_submit_single_with_defaults),
         cmocka_unit_test(test_submit_with_every_field),

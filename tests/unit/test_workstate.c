@@ -22,6 +22,7 @@ static const WsConfig CFG = {
 typedef struct Spec {
     const char *id;
     const char *queue;   /* NULL: "default" */
+    const char *key;     /* NULL: none */
     const char *payload; /* JSON text; NULL: 1 */
     int priority;
     int64_t run_at;
@@ -36,6 +37,7 @@ static void spec_item(const Spec *sp, SubmitItem *it)
     item_set(it, sp->id, sp->queue ? sp->queue : "default", sp->priority,
              sp->payload ? sp->payload : "1", sp->run_at, sp->timeout_ms ? sp->timeout_ms : 30000,
              sp->max_attempts ? sp->max_attempts : 3);
+    it->key = sp->key ? xstrdup(sp->key) : NULL;
 }
 
 /* What the database holds for those of ids that are not open, as the
@@ -173,9 +175,13 @@ static ReportResult report(Sim *s, const char *id, int attempt, bool completed, 
     KnownWork known[1];
     size_t nk = known_for(s, &id, 1, known);
     json_t *result = json_pack("{s:s}", "for", id);
+    /* Sent by the worker that holds the work's attempt (w1 when none does),
+     * trusted: test_only_the_holder_may_report tests the binding. */
+    const WorkItem *open = ws_get(s->ws, id);
     Report r = {.work_id = id,
                 .attempt = attempt,
-                .worker_id = "w1",
+                .worker_id = open && open->worker_id ? open->worker_id : "w1",
+                .claim = true,
                 .completed = completed,
                 .result = result,
                 .error = error,
@@ -489,6 +495,83 @@ static void test_start_honours_the_workers_queues(void **state)
 
 /* ---- reports ---- */
 
+/* Sets a queue's limits through a decided and applied queue_set event. */
+static void set_limits(Sim *s, const char *queue, QueueLimits l)
+{
+    Err err;
+    CHECK(ws_decide_queue_set(s->ws, queue, &l, s->now, &s->out, &err) == 0,
+          "setting the limits of '%s' was refused: %s", queue, err.msg);
+    sim_emit(s);
+}
+
+static void test_queue_limits_hold_back_starts(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "c%d", i);
+        submit_one(&s, (Spec){.id = id, .queue = "c"});
+    }
+    submit_one(&s, (Spec){.id = "free", .queue = "f"});
+    set_limits(&s, "c", (QueueLimits){.paused = true});
+    expect_start(&s, "w1", NULL, "free");
+    expect_start(&s, "w1", NULL, NULL); /* c is paused */
+    set_limits(&s, "c", (QueueLimits){.max_running = 2});
+    expect_start(&s, "w1", NULL, "c0");
+    expect_start(&s, "w2", NULL, "c1");
+    expect_start(&s, "w3", NULL, NULL); /* two of c run */
+    s.now += 10;
+    report(&s, "c0", 1, true, true, NULL);
+    expect_start(&s, "w3", NULL, "c2");
+    /* A rate of 2 per second: the bucket starts empty and refills evenly. */
+    set_limits(&s, "c", (QueueLimits){.rate_limit = 2, .rate_period_ms = 1000});
+    report(&s, "c1", 1, true, true, NULL);
+    report(&s, "c2", 1, true, true, NULL);
+    expect_start(&s, "w1", NULL, NULL);
+    int64_t due = ws_next_deadline(s.ws);
+    CHECK(due > s.now && due <= s.now + 501, "the next token is due in 500 ms, not %lld ms",
+          (long long)(due - s.now));
+    s.now += 500;
+    expect_start(&s, "w1", NULL, "c3");
+    CHECK(ws_queue_limits(s.ws, "c").rate_limit == 2, "the limits are readable");
+    expect_replayable(&s);
+    sim_free(&s);
+}
+
+static void test_keys_take_turns(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    /* Key a has a backlog of high priority; b and c a little work each. */
+    for (int i = 0; i < 6; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "a%d", i);
+        submit_one(&s, (Spec){.id = id, .key = "a", .priority = 9});
+    }
+    submit_one(&s, (Spec){.id = "b0", .key = "b"});
+    submit_one(&s, (Spec){.id = "b1", .key = "b", .priority = 5});
+    submit_one(&s, (Spec){.id = "c0", .key = "c"});
+    submit_one(&s, (Spec){.id = "n0"}); /* no key: a key of its own */
+    const char *order[] = {"a0", "b1", "c0", "n0", "a1", "b0", "a2", "a3"};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        expect_start(&s, "w1", NULL, order[i]);
+    /* At most one running attempt per key: only a key with none may start. */
+    set_limits(&s, "default", (QueueLimits){.max_running_per_key = 1});
+    expect_start(&s, "w1", NULL, NULL);
+    report(&s, "b0", 1, true, true, NULL);
+    expect_start(&s, "w1", NULL, NULL); /* b has nothing left; a still runs four */
+    report(&s, "a0", 1, true, true, NULL);
+    report(&s, "a1", 1, true, true, NULL);
+    report(&s, "a2", 1, true, true, NULL);
+    expect_start(&s, "w1", NULL, NULL); /* a3 still runs */
+    report(&s, "a3", 1, true, true, NULL);
+    expect_start(&s, "w1", NULL, "a4");
+    expect_start(&s, "w1", NULL, NULL);
+    expect_replayable(&s);
+    sim_free(&s);
+}
+
 static void test_complete(void **state)
 {
     Sim s;
@@ -660,7 +743,7 @@ static void test_stale_reports_are_refused(void **state)
     CHECK(ws_decide_cancel(s.ws, "never", s.now, &s.out, NULL) == 0, "cancelling failed");
     sim_emit(&s);
     expect_report("completing cancelled work", report(&s, "never", 1, true, true, NULL), false,
-                  "superseded");
+                  "cancelled");
     sim_free(&s);
 }
 
@@ -726,15 +809,22 @@ static void test_cancel(void **state)
     expect_start(&s, "w1", NULL, "run");
     expect_cancel(&s, "pend", 0, NULL);
     expect_cancel(&s, "sched", 0, NULL);
-    expect_cancel(&s, "run", 409, "not-cancellable");
-    expect_status(&s, "run", "running");
     expect_cancel(&s, "nope", 404, "not-found");
     expect_cancel(&s, "pend", 404, "not-found");
     CHECK(!strcmp(proj_get(&s.proj, "sched")->status, "cancelled"),
           "the projection should say cancelled");
-    /* Waiting for a retry is not running: it may be cancelled. */
-    report(&s, "run", 1, false, true, "boom");
+    /* Running work ends with its attempt; the attempt's late report is refused. */
     expect_cancel(&s, "run", 0, NULL);
+    CHECK(last_event(&s)->attempt == 1, "the cancel of running work names its attempt");
+    ReportResult r = report(&s, "run", 1, true, true, NULL);
+    CHECK(!r.accepted && !strcmp(r.reason, "cancelled"),
+          "a late completion of a cancelled attempt must be refused as cancelled, not %s",
+          r.accepted ? "accepted" : r.reason);
+    /* Waiting for a retry may be cancelled too. */
+    submit_one(&s, (Spec){.id = "again"});
+    expect_start(&s, "w1", NULL, "again");
+    report(&s, "again", 1, false, true, "boom");
+    expect_cancel(&s, "again", 0, NULL);
     expect_replayable(&s);
     sim_free(&s);
 }
@@ -929,6 +1019,89 @@ static void test_restarted_worker_loses_its_attempts(void **state)
     expect_status(&s, "b", "running");
     CHECK(!strcmp(ws_worker_get(s.ws, "w1")->instance, "i2"), "w1 should now be instance i2");
     expect_replayable(&s);
+    sim_free(&s);
+}
+
+/* A completion of attempt 1 of id, sent as worker (instance, claim). */
+static ReportResult report_as(Sim *s, const char *worker, const char *instance, bool claim,
+                              const char *id, bool completed, bool retry)
+{
+    Report r = {.work_id = id,
+                .attempt = 1,
+                .worker_id = worker,
+                .instance = instance,
+                .claim = claim,
+                .completed = completed,
+                .result = json_null(),
+                .error = "boom",
+                .retry = retry};
+    ReportResult res;
+    ws_decide_report(s->ws, &r, NULL, s->now, &s->out, &res);
+    sim_emit(s);
+    return res;
+}
+
+/* Issue 13.3: with worker A's token one could complete or kill worker B's
+ * attempt. A report of the current attempt is now bound to the worker id that
+ * holds it and to that worker's registered instance. */
+static void test_only_the_holder_may_report(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    seen(&s, "w1", "i1");
+    seen(&s, "w2", "j1");
+    submit_one(&s, (Spec){.id = "a"});
+    expect_start(&s, "w1", NULL, "a");
+    size_t first = s.log.len;
+    expect_report("w2 completing w1's attempt", report_as(&s, "w2", "j1", true, "a", true, true),
+                  false, "not-holder");
+    expect_report("w2 killing w1's attempt", report_as(&s, "w2", "j1", true, "a", false, false),
+                  false, "not-holder");
+    expect_report("a report naming no worker", report_as(&s, NULL, NULL, true, "a", true, true),
+                  false, "not-holder");
+    expect_report("w1's id with another instance",
+                  report_as(&s, "w1", "i-forged", true, "a", true, true), false, "not-holder");
+    expect_report("w1's id without its instance, from a sender who may not claim it",
+                  report_as(&s, "w1", NULL, false, "a", true, true), false, "not-holder");
+    check_event_types("refused reports", &s.log, first, "");
+    expect_status(&s, "a", "running");
+    expect_report("w1 itself", report_as(&s, "w1", "i1", false, "a", true, true), true,
+                  "completed");
+    check_event_types("the holder's completion", &s.log, first, "completed");
+    /* A sender who may claim the id (a bound token, an open server) need not
+     * name the instance. */
+    submit_one(&s, (Spec){.id = "b"});
+    expect_start(&s, "w2", NULL, "b");
+    expect_report("w2 by a bound token", report_as(&s, "w2", NULL, true, "b", true, true), true,
+                  "completed");
+    expect_replayable(&s);
+    sim_free(&s);
+}
+
+/* Re-registering or deregistering someone else's live worker id. */
+static void test_a_live_worker_id_belongs_to_its_instance(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    seen(&s, "w1", "i1");
+    Err err;
+    err_clear(&err);
+    CHECK(ws_check_worker(s.ws, "w1", "i1", false, s.now, &err) == 0,
+          "the registered instance may act for its id: %s", err.msg);
+    CHECK(ws_check_worker(s.ws, "w-new", "x", false, s.now, &err) == 0,
+          "an unknown id is anyone's to register: %s", err.msg);
+    CHECK(ws_check_worker(s.ws, "w1", "i2", false, s.now, &err) != 0 && err.status == 409 &&
+              !strcmp(err.type, "worker-id-taken"),
+          "another instance of a live worker, without a claim, should be refused with 409 "
+          "worker-id-taken, not %d %s",
+          err.status, err.type);
+    CHECK(ws_check_worker(s.ws, "w1", NULL, false, s.now, &err) != 0,
+          "a request naming no instance, without a claim, should be refused");
+    CHECK(ws_check_worker(s.ws, "w1", "i2", true, s.now, &err) == 0,
+          "a claim (a bound token) may take the id over, as after a restart");
+    set_now(&s, T0 + CFG.worker_timeout_ms);
+    CHECK(ws_check_worker(s.ws, "w1", "i2", false, s.now, &err) == 0,
+          "once the registered instance is silent past the timeout, anyone may take the id");
     sim_free(&s);
 }
 
@@ -1612,9 +1785,14 @@ static void cmd_report(Prop *p)
              : retry   ? "failed"
                        : "failed for good");
     json_t *result = json_pack("{s:i}", "step", p->step);
+    /* Mostly from the worker that holds the attempt; sometimes from another. */
+    const char *holder = pick ? json_string_value(json_object_get(pick, "worker_id")) : NULL;
+    const char *sender =
+        holder && rng_chance(&p->rng, 85) ? holder : p->workers[rng_below(&p->rng, N_WORKERS)].id;
     Report r = {.work_id = id,
                 .attempt = attempt,
-                .worker_id = "w0",
+                .worker_id = sender,
+                .claim = true,
                 .completed = completed,
                 .result = result,
                 .error = error,
@@ -1623,9 +1801,16 @@ static void cmd_report(Prop *p)
     size_t nk = known_for(s, &id, 1, known);
     const WorkItem *open = ws_get(s->ws, id);
     bool want = false;
-    const char *want_status = NULL, *want_reason = open || nk ? "superseded" : "not-found";
+    const char *want_status = NULL, *want_reason = open ? "superseded"
+                                                   : nk && !strcmp(known[0].status, "cancelled")
+                                                       ? "cancelled"
+                                                   : nk ? "superseded"
+                                                        : "not-found";
     size_t want_events = 0;
-    if (open && open->status == WORK_RUNNING && open->attempt == attempt) {
+    if (open && open->status == WORK_RUNNING && open->attempt == attempt &&
+        strcmp(sender, open->worker_id) != 0) {
+        want_reason = "not-holder";
+    } else if (open && open->status == WORK_RUNNING && open->attempt == attempt) {
         want = true;
         bool again = retry && attempt < open->max_attempts;
         want_status = completed ? "completed" : again ? "scheduled" : "dead";
@@ -1672,8 +1857,8 @@ static void cmd_cancel(Prop *p)
                                 : "none";
     snprintf(p->what, sizeof p->what, "cancelling '%s'", id);
     const WorkItem *it = ws_get(s->ws, id);
-    int want = !it ? 404 : it->status == WORK_RUNNING ? 409 : 0;
-    p->cov->n[COV_CANCEL_RUNNING] += want == 409;
+    int want = !it ? 404 : 0;
+    p->cov->n[COV_CANCEL_RUNNING] += it && it->status == WORK_RUNNING;
     p->cov->n[COV_CANCEL_UNKNOWN] += want == 404;
     Err err;
     err_clear(&err);
@@ -2090,6 +2275,8 @@ int main(void)
         cmocka_unit_test(test_submit_of_finished_work_is_known),
         cmocka_unit_test(test_start_by_priority_then_acceptance),
         cmocka_unit_test(test_start_honours_the_workers_queues),
+        cmocka_unit_test(test_queue_limits_hold_back_starts),
+        cmocka_unit_test(test_keys_take_turns),
         cmocka_unit_test(test_complete),
         cmocka_unit_test(test_backoff_is_exponential_capped_and_jittered),
         cmocka_unit_test(test_fail_with_retry_is_scheduled_at_backoff),
@@ -2103,6 +2290,8 @@ int main(void)
         cmocka_unit_test(test_silent_worker_is_lost),
         cmocka_unit_test(test_deadline_and_lost_worker_end_the_attempt_once),
         cmocka_unit_test(test_restarted_worker_loses_its_attempts),
+        cmocka_unit_test(test_only_the_holder_may_report),
+        cmocka_unit_test(test_a_live_worker_id_belongs_to_its_instance),
         cmocka_unit_test(test_forgotten_worker_loses_its_attempts),
         cmocka_unit_test(test_recovered_running_work_keeps_its_lease),
         cmocka_unit_test(test_attempts_a_worker_does_not_list_fail),

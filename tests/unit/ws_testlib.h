@@ -176,6 +176,7 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(version);
     EVD_STR(work_id);
     EVD_STR(queue);
+    EVD_STR(key);
     EVD_INT(priority);
     EVD_JSON(payload);
     EVD_INT(run_at);
@@ -189,6 +190,11 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(retry_at);
     EVD_INT(new_term);
     EVD_STR(leader_url);
+    EVD_INT(limits.paused);
+    EVD_INT(limits.max_running);
+    EVD_INT(limits.max_running_per_key);
+    EVD_INT(limits.rate_limit);
+    EVD_INT(limits.rate_period_ms);
 #undef EVD_INT
 #undef EVD_STR
 #undef EVD_JSON
@@ -447,6 +453,7 @@ static inline void items_clear(SubmitItem *items, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(items[i].id);
         free(items[i].queue);
+        free(items[i].key);
         json_decref(items[i].payload);
         memset(&items[i], 0, sizeof items[i]);
     }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "auth.h"
 #include "config.h"
 #include "db.h"
@@ -15,6 +16,7 @@
 #include "http.h"
 #include "httpc.h"
 #include "journal.h"
+#include "leaderinfo.h"
 #include "listener.h"
 #include "log.h"
 #include "manager.h"
@@ -24,15 +26,6 @@
 #include "server.h"
 #include "sse.h"
 #include "util.h"
-
-int64_t server_leader(Server *s, char *out, size_t outlen)
-{
-    pthread_mutex_lock(&s->leader.lock);
-    snprintf(out, outlen, "%s", s->leader.url);
-    int64_t t = s->leader.term;
-    pthread_mutex_unlock(&s->leader.lock);
-    return t;
-}
 
 #define MS(x) (int64_t)(x)
 static ServerConfig C;
@@ -253,10 +246,10 @@ static int serve(Server *s)
                  "to the leader get no more than --max-body, like any client's");
     s->metrics = xcalloc(1, sizeof *s->metrics);
     metrics_init(s->metrics);
-    s->started_ms = wall_ms();
-    pthread_mutex_init(&s->leader.lock, NULL);
-    pthread_mutex_init(&s->stats_lock, NULL);
-    pthread_mutex_init(&s->conns_lock, NULL);
+    int64_t started_ms = wall_ms();
+    s->leader = leaderinfo_new();
+    s->api = api_new();
+    s->http = http_new(s);
     int rc = 1;
     if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
         !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
@@ -287,9 +280,25 @@ static int serve(Server *s)
         if (!(s->mgr = manager_start(&mc, &err)))
             goto out;
     }
-    if (!(s->proxy = proxy_start(s, &err)) || !(s->listener = listener_start(s, &err)))
+    ProxyConfig pc = {.leader = s->leader,
+                      .metrics = s->metrics,
+                      .deadline_ms = s->cfg.proxy_deadline_ms,
+                      .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
+                      .max_reply_bytes = s->cfg.max_reply_bytes,
+                      .cluster_secret = s->cfg.cluster_secret,
+                      .node_id = s->cfg.node_id};
+    ListenerConfig lc = {.database_url = s->cfg.database_url,
+                         .node_id = s->cfg.node_id,
+                         .advertise_url = s->cfg.advertise_url,
+                         .roles = s->cfg.roles,
+                         .started_ms = started_ms,
+                         .page_bytes = s->cfg.sse_buffer_bytes,
+                         .hub = s->hub,
+                         .leader = s->leader,
+                         .http = s->http};
+    if (!(s->proxy = proxy_start(&pc, &err)) || !(s->listener = listener_start(&lc, &err)))
         goto out;
-    if (s->cfg.role_frontend && http_start(s, &err) != 0)
+    if (s->cfg.role_frontend && http_start(s->http, &err) != 0)
         goto out;
     log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
              s->cfg.advertise_url);
@@ -309,7 +318,7 @@ out:
     proxy_stop(s->proxy);
     listener_stop(s->listener);
     dbpool_stop(s->pool);
-    http_stop(s);
+    http_stop(s->http);
     dbwatch_stop(s->dbwatch);
     manager_free(s->mgr);
     proxy_free(s->proxy);
@@ -317,10 +326,9 @@ out:
     hub_free(s->hub);
     free(s->metrics);
     auth_free(s->auth);
-    pthread_mutex_destroy(&s->leader.lock);
-    pthread_mutex_destroy(&s->stats_lock);
-    pthread_mutex_destroy(&s->conns_lock);
-    json_decref(s->finished_counts);
+    http_free(s->http);
+    api_free(s->api);
+    leaderinfo_free(s->leader);
     return rc;
 }
 

@@ -2,8 +2,6 @@
 #ifndef WORKD_SERVER_H
 #define WORKD_SERVER_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,23 +46,20 @@ typedef struct ServerConfig {
     char *cluster_secret; /* shared by the nodes: proves a forwarded request ("": none) */
 } ServerConfig;
 
-/* What this node knows of the leader, kept by the listener; read by anyone. */
-typedef struct LeaderInfo {
-    pthread_mutex_t lock;
-    char url[256];
-    int64_t term;
-    atomic_bool suspect; /* a forward failed: re-read soon */
-} LeaderInfo;
-
-struct Hub;
-struct Listener;
-struct Proxy;
-struct DbPool;
-struct Metrics;
-struct MHD_Daemon;
+struct Api;
 struct Auth;
+struct DbPool;
 struct DbWatch;
+struct Http;
+struct Hub;
+struct LeaderInfo;
+struct Listener;
+struct Metrics;
+struct Proxy;
 
+/* The parts of a node, each made and freed by main() and owning its own
+ * state; a part is handed only the others it needs (its *_start config). The
+ * HTTP handlers (api.c) reach them all through Req.srv. */
 typedef struct Server {
     ServerConfig cfg;
     Manager *mgr; /* NULL without the manager role */
@@ -73,24 +68,11 @@ typedef struct Server {
     struct Proxy *proxy;
     struct DbPool *pool;
     struct Metrics *metrics;
-    struct MHD_Daemon *mhd;
-    struct Auth *auth;       /* bearer tokens; none configured: the API is open */
-    struct DbWatch *dbwatch; /* what the database offers a 202 (dbwatch.h) */
-    LeaderInfo leader;
-    /* Connections still receiving their first request, for the slow-client
-     * sweep (http_sweep); guarded by conns_lock. */
-    pthread_mutex_t conns_lock;
-    struct ConnTrack *conns;
-    atomic_bool db_ok; /* the listener's session is up */
-    /* Finished-work counts are a scan of the history: computed at most every
-     * few seconds, whoever asks (read-pool threads). */
-    pthread_mutex_t stats_lock;
-    json_t *finished_counts;
-    int64_t finished_counts_ms;
-    int64_t started_ms;
+    struct Http *http;
+    struct Auth *auth;         /* bearer tokens; none configured: the API is open */
+    struct DbWatch *dbwatch;   /* what the database offers a 202 (dbwatch.h) */
+    struct LeaderInfo *leader; /* written by the listener alone (leaderinfo.h) */
+    struct Api *api;
 } Server;
-
-/* Copies the leader URL into out ("" if unknown); returns the term. */
-int64_t server_leader(Server *s, char *out, size_t outlen);
 
 #endif

@@ -1,6 +1,7 @@
-/* api: the routes of the public HTTP API and their handlers. Requests that only
- * the leader can answer go to the local manager when this node leads, and
- * through the proxy otherwise; reads are served by any node from the table. */
+/* api: see api.h. */
+#include "api.h"
+
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -510,6 +511,30 @@ static void h_work_list(Req *r, char *const *p)
 
 #define FINISHED_COUNTS_MS 5000
 
+/* api.c's own state. Finished-work counts are a scan of the history: computed
+ * at most every FINISHED_COUNTS_MS, whoever asks (read-pool threads). */
+struct Api {
+    pthread_mutex_t stats_lock; /* guards the two below */
+    json_t *finished_counts;
+    int64_t finished_counts_ms;
+};
+
+Api *api_new(void)
+{
+    Api *a = xcalloc(1, sizeof *a);
+    pthread_mutex_init(&a->stats_lock, NULL);
+    return a;
+}
+
+void api_free(Api *a)
+{
+    if (!a)
+        return;
+    json_decref(a->finished_counts);
+    pthread_mutex_destroy(&a->stats_lock);
+    free(a);
+}
+
 static void queues_task(PGconn *conn, void *arg)
 {
     Req *r = arg;
@@ -522,17 +547,18 @@ static void queues_task(PGconn *conn, void *arg)
         req_finish_problem(r, &err);
         return;
     }
-    pthread_mutex_lock(&s->stats_lock);
-    if (!s->finished_counts || mono_ms() - s->finished_counts_ms > FINISHED_COUNTS_MS) {
+    Api *a = s->api;
+    pthread_mutex_lock(&a->stats_lock);
+    if (!a->finished_counts || mono_ms() - a->finished_counts_ms > FINISHED_COUNTS_MS) {
         json_t *fc = journal_finished_counts(conn, &err);
         if (fc) {
-            json_decref(s->finished_counts);
-            s->finished_counts = fc;
-            s->finished_counts_ms = mono_ms();
+            json_decref(a->finished_counts);
+            a->finished_counts = fc;
+            a->finished_counts_ms = mono_ms();
         }
     }
-    json_t *finished = json_incref(s->finished_counts);
-    pthread_mutex_unlock(&s->stats_lock);
+    json_t *finished = json_incref(a->finished_counts);
+    pthread_mutex_unlock(&a->stats_lock);
     if (!finished) {
         json_decref(open);
         req_finish_problem(r, &err);
@@ -771,8 +797,8 @@ static void h_healthz(Req *r, char *const *p)
 static void h_readyz(Req *r, char *const *p)
 {
     char url[256];
-    int64_t term = server_leader(r->srv, url, sizeof url);
-    if (!atomic_load(&r->srv->db_ok)) {
+    int64_t term = leaderinfo_get(r->srv->leader, url, sizeof url);
+    if (!listener_db_ok(r->srv->listener)) {
         problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
         return;
     }
@@ -908,7 +934,7 @@ static void metrics_task(PGconn *conn, void *arg)
         histogram_render(&b, "workd_http_request_duration_seconds", labels, &m->latency[i]);
     }
     char url[256];
-    int64_t term = server_leader(s, url, sizeof url);
+    int64_t term = leaderinfo_get(s->leader, url, sizeof url);
     sbuf_printf(&b,
                 "# HELP workd_leader_term The term of the leader this node knows.\n"
                 "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
@@ -929,7 +955,7 @@ static void metrics_task(PGconn *conn, void *arg)
                 "# HELP workd_proxy_failures_total Forwards that no leader answered in time.\n"
                 "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
                 (long long)term, s->mgr && manager_is_leader(s->mgr) ? 1 : 0,
-                atomic_load(&s->db_ok) ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
+                listener_db_ok(s->listener) ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
                 (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
                 (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
                 (long long)atomic_load(&m->proxy_failures));

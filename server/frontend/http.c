@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,7 @@
 /* A connection from accept until it is closed. `receiving` while a request is
  * on its way in: from the accept, or from the end of the previous request on
  * the connection (since_ms), until the whole request has arrived. Listed in
- * Server.conns under conns_lock; the two atomics are written by the HTTP
+ * Http.conns under conns_lock; the two atomics are written by the HTTP
  * thread of the connection and read by the sweep. */
 typedef struct ConnTrack {
     int fd;
@@ -33,6 +35,14 @@ typedef struct ConnTrack {
     bool cut;
     struct ConnTrack *prev, *next;
 } ConnTrack;
+
+struct Http {
+    Server *srv; /* handed to every handler (Req.srv) */
+    struct MHD_Daemon *mhd;
+    /* Connections, for the slow-client sweep (http_sweep); guarded by conns_lock. */
+    pthread_mutex_t conns_lock;
+    ConnTrack *conns;
+};
 
 static int64_t now_us(void)
 {
@@ -450,7 +460,7 @@ static ConnTrack *conn_track(struct MHD_Connection *conn)
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    Server *s = cls;
+    Http *h = cls;
     ConnTrack *t = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
@@ -459,33 +469,34 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         t->fd = ci ? ci->connect_fd : -1;
         atomic_store(&t->since_ms, mono_ms());
         atomic_store(&t->receiving, true);
-        pthread_mutex_lock(&s->conns_lock);
-        t->next = s->conns;
-        if (s->conns)
-            s->conns->prev = t;
-        s->conns = t;
-        pthread_mutex_unlock(&s->conns_lock);
+        pthread_mutex_lock(&h->conns_lock);
+        t->next = h->conns;
+        if (h->conns)
+            h->conns->prev = t;
+        h->conns = t;
+        pthread_mutex_unlock(&h->conns_lock);
         *socket_context = t;
     } else if (t) {
         /* Closed: unlisted before libmicrohttpd closes the descriptor, so the
          * sweep never touches a number that another connection may reuse. */
-        pthread_mutex_lock(&s->conns_lock);
+        pthread_mutex_lock(&h->conns_lock);
         if (t->prev)
             t->prev->next = t->next;
         else
-            s->conns = t->next;
+            h->conns = t->next;
         if (t->next)
             t->next->prev = t->prev;
-        pthread_mutex_unlock(&s->conns_lock);
+        pthread_mutex_unlock(&h->conns_lock);
         free(t);
         *socket_context = NULL;
     }
 }
 
-void http_sweep(Server *s, int64_t now)
+void http_sweep(Http *h, int64_t now)
 {
-    pthread_mutex_lock(&s->conns_lock);
-    for (ConnTrack *t = s->conns; t; t = t->next)
+    const Server *s = h->srv;
+    pthread_mutex_lock(&h->conns_lock);
+    for (ConnTrack *t = h->conns; t; t = t->next)
         if (!t->cut && atomic_load(&t->receiving) && t->fd >= 0 &&
             now - atomic_load(&t->since_ms) > s->cfg.request_timeout_ms) {
             /* shutdown, not close: libmicrohttpd sees the end of the stream and
@@ -495,7 +506,7 @@ void http_sweep(Server *s, int64_t now)
             log_info("cut off a client that sent no complete request in %lld ms",
                      (long long)s->cfg.request_timeout_ms);
         }
-    pthread_mutex_unlock(&s->conns_lock);
+    pthread_mutex_unlock(&h->conns_lock);
 }
 
 /* The whole request has arrived (or is refused unread): the request timeout
@@ -519,7 +530,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
-    Server *s = cls;
+    Http *h = cls;
+    Server *s = h->srv;
     Req *r = *con_cls;
     if (!r) {
         r = xcalloc(1, sizeof *r);
@@ -630,8 +642,17 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
     log_debug("http: %s", msg);
 }
 
-int http_start(Server *s, Err *err)
+Http *http_new(Server *s)
 {
+    Http *h = xcalloc(1, sizeof *h);
+    h->srv = s;
+    pthread_mutex_init(&h->conns_lock, NULL);
+    return h;
+}
+
+int http_start(Http *h, Err *err)
+{
+    const Server *s = h->srv;
     /* Every idle stream and long-poll is a descriptor: lift the soft limit. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -649,23 +670,33 @@ int http_start(Server *s, Err *err)
         return err_set(err, 400, "bad-config", "--listen: '%s' is not an IPv4 address", host);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
-    s->mhd = MHD_start_daemon(
-        flags, (uint16_t)port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        s, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
+    h->mhd = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        h, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(s->cfg.connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)32 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+        (size_t)32 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
-    if (!s->mhd)
+    if (!h->mhd)
         return err_set(err, 500, "listen-failed", "cannot listen on %s (in use, or not allowed?)",
                        s->cfg.listen);
     return 0;
 }
 
-void http_stop(Server *s)
+void http_stop(Http *h)
 {
-    if (s->mhd)
-        MHD_stop_daemon(s->mhd);
-    s->mhd = NULL;
+    if (h && h->mhd)
+        MHD_stop_daemon(h->mhd);
+    if (h)
+        h->mhd = NULL;
+}
+
+void http_free(Http *h)
+{
+    if (!h)
+        return;
+    /* The daemon has stopped: every connection has been closed and unlisted. */
+    pthread_mutex_destroy(&h->conns_lock);
+    free(h);
 }

@@ -57,13 +57,18 @@ struct Req {
 };
 
 /* ---- the daemon ---- */
-int http_start(Server *s, Err *err) WARN_UNUSED;
-void http_stop(Server *s);
+typedef struct Http Http;
+/* The daemon of server s, not listening yet; s is handed to every handler. */
+Http *http_new(Server *s);
+int http_start(Http *h, Err *err) WARN_UNUSED;
+/* Stops serving (NULL: nothing); http_free after, once nothing uses h. */
+void http_stop(Http *h);
+void http_free(Http *h);
 /* Cuts off connections that have not delivered a whole request (head and
  * body) within --request-timeout of being accepted or of the previous answer
  * on the same connection (a client sending a byte at a time). Call about once
  * a second, from any thread. */
-void http_sweep(Server *s, int64_t now_ms);
+void http_sweep(Http *h, int64_t now_ms);
 
 /* ---- answering (any thread) ---- */
 /* Parks the request: call from the handler before handing work to another

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -19,7 +20,7 @@
 #define NODE_EVERY_MS 3000
 
 struct Listener {
-    Server *srv;
+    ListenerConfig cfg; /* strings borrowed from the caller */
     pthread_t thread;
     atomic_bool stopping;
     int efd;
@@ -28,6 +29,7 @@ struct Listener {
     int64_t next_node_ms;
     pthread_mutex_t nodes_lock;
     json_t *nodes;
+    atomic_bool db_ok; /* the session is up (written by the thread only) */
 };
 
 static void drop(Listener *l, const char *why)
@@ -37,7 +39,7 @@ static void drop(Listener *l, const char *why)
     l->down_logged = true;
     PQfinish(l->conn);
     l->conn = NULL;
-    atomic_store(&l->srv->db_ok, false);
+    atomic_store(&l->db_ok, false);
 }
 
 static int refresh_leader(Listener *l)
@@ -49,14 +51,7 @@ static int refresh_leader(Listener *l)
         drop(l, err.msg);
         return -1;
     }
-    Server *s = l->srv;
-    pthread_mutex_lock(&s->leader.lock);
-    bool changed = term != s->leader.term || strcmp(url, s->leader.url) != 0;
-    snprintf(s->leader.url, sizeof s->leader.url, "%s", url);
-    s->leader.term = term;
-    pthread_mutex_unlock(&s->leader.lock);
-    atomic_store(&s->leader.suspect, false);
-    if (changed && term)
+    if (leaderinfo_set(l->cfg.leader, url, term) && term)
         log_info("leader is %s (term %lld)", url, (long long)term);
     return 0;
 }
@@ -65,14 +60,14 @@ static int refresh_leader(Listener *l)
  * to be committed before this read started). */
 static int pump(Listener *l, int64_t notified)
 {
-    if (hub_scanned_upto(l->srv->hub) >= notified)
+    if (hub_scanned_upto(l->cfg.hub) >= notified)
         return 0; /* this node's own commit, published by its manager */
     for (;;) {
         json_t *rows = json_array();
         Err err = {0};
         bool at_end = false;
-        int n = journal_finished_after(l->conn, hub_scanned_upto(l->srv->hub), PAGE,
-                                       l->srv->cfg.sse_buffer_bytes, rows, &at_end, &err);
+        int n = journal_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE,
+                                       l->cfg.page_bytes, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
             drop(l, err.msg);
@@ -82,11 +77,11 @@ static int pump(Listener *l, int64_t notified)
         json_t *ev;
         json_array_foreach(rows, i, ev)
         {
-            hub_publish(l->srv->hub, ev);
+            hub_publish(l->cfg.hub, ev);
         }
         json_decref(rows);
         if (at_end) {
-            hub_scanned(l->srv->hub, notified);
+            hub_scanned(l->cfg.hub, notified);
             return 0;
         }
     }
@@ -95,7 +90,7 @@ static int pump(Listener *l, int64_t notified)
 static int connect_listen(Listener *l)
 {
     Err err = {0};
-    l->conn = db_connect(l->srv->cfg.database_url, "listener", &err);
+    l->conn = db_connect(l->cfg.database_url, "listener", &err);
     if (!l->conn) {
         if (!l->down_logged)
             log_warn("listener cannot reach the database, retrying: %s", err.msg);
@@ -121,7 +116,7 @@ static int connect_listen(Listener *l)
     }
     /* After a failover the log must go on from where it was: with synchronous
      * replication the new primary has every event this node saw committed. */
-    int64_t seen = hub_scanned_upto(l->srv->hub);
+    int64_t seen = hub_scanned_upto(l->cfg.hub);
     if (last < seen)
         log_error("the event log on this database server ends at seq %lld, but this node already "
                   "saw seq %lld: committed events were lost (a failover to a standby that was not "
@@ -129,17 +124,16 @@ static int connect_listen(Listener *l)
                   (long long)last, (long long)seen, (long long)last);
     if (refresh_leader(l) != 0 || pump(l, last) != 0)
         return -1;
-    atomic_store(&l->srv->db_ok, true);
+    atomic_store(&l->db_ok, true);
     return 0;
 }
 
 static void announce(Listener *l)
 {
-    Server *s = l->srv;
     Err err = {0};
     char started[40];
-    time_format(s->started_ms, started, sizeof started);
-    const char *params[] = {s->cfg.node_id, s->cfg.advertise_url, s->cfg.roles, started};
+    time_format(l->cfg.started_ms, started, sizeof started);
+    const char *params[] = {l->cfg.node_id, l->cfg.advertise_url, l->cfg.roles, started};
     PGresult *r = db_exec(l->conn,
                           "INSERT INTO workd_nodes (id, url, roles, started_at, last_seen)"
                           " VALUES ($1, $2, $3, $4::timestamptz, now())"
@@ -187,7 +181,7 @@ json_t *listener_nodes(Listener *l)
  * (its answer is due at its deadline, not at the next second). */
 static int tick_in(Listener *l, int64_t most)
 {
-    int64_t due = hub_next_deadline(l->srv->hub) - mono_ms();
+    int64_t due = hub_next_deadline(l->cfg.hub) - mono_ms();
     return (int)(due < 0 ? 0 : due < most ? due : most);
 }
 
@@ -196,8 +190,9 @@ static void *listener_main(void *arg)
     Listener *l = arg;
     int64_t backoff = 50;
     while (!atomic_load(&l->stopping)) {
-        hub_tick(l->srv->hub, mono_ms());
-        http_sweep(l->srv, mono_ms());
+        hub_tick(l->cfg.hub, mono_ms());
+        if (l->cfg.http)
+            http_sweep(l->cfg.http, mono_ms());
         if (!l->conn) {
             if (connect_listen(l) != 0) {
                 struct pollfd pfd = {.fd = l->efd, .events = POLLIN};
@@ -221,7 +216,7 @@ static void *listener_main(void *arg)
             if (!l->conn)
                 continue;
         }
-        bool suspect = atomic_load(&l->srv->leader.suspect);
+        bool suspect = leaderinfo_suspect(l->cfg.leader);
         struct pollfd pfd[2] = {{.fd = l->efd, .events = POLLIN},
                                 {.fd = PQsocket(l->conn), .events = POLLIN}};
         poll(pfd, 2, tick_in(l, suspect ? 100 : 1000));
@@ -259,10 +254,10 @@ static void *listener_main(void *arg)
     return NULL;
 }
 
-Listener *listener_start(Server *s, Err *err)
+Listener *listener_start(const ListenerConfig *cfg, Err *err)
 {
     Listener *l = xcalloc(1, sizeof *l);
-    l->srv = s;
+    l->cfg = *cfg;
     pthread_mutex_init(&l->nodes_lock, NULL);
     l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (l->efd < 0 || pthread_create(&l->thread, NULL, listener_main, l) != 0) {
@@ -273,6 +268,11 @@ Listener *listener_start(Server *s, Err *err)
         return NULL;
     }
     return l;
+}
+
+bool listener_db_ok(Listener *l)
+{
+    return l && atomic_load(&l->db_ok);
 }
 
 void listener_wake(Listener *l)

@@ -7,15 +7,29 @@
 #include <jansson.h>
 
 #include "err.h"
-#include "server.h"
+#include "http.h"
+#include "leaderinfo.h"
+#include "sse.h"
 
 typedef struct Listener Listener;
 
-Listener *listener_start(Server *s, Err *err);
+typedef struct ListenerConfig {
+    const char *database_url; /* strings are borrowed: they outlive the listener */
+    const char *node_id, *advertise_url, *roles; /* this node's row in workd_nodes */
+    int64_t started_ms;                          /* when this node started (wall clock) */
+    int64_t page_bytes;                          /* a read of finished events, about */
+    Hub *hub;                                    /* fed with finished events; its timers driven */
+    LeaderInfo *leader;                          /* written by the listener alone */
+    Http *http; /* its slow-client sweep is driven too (NULL: none) */
+} ListenerConfig;
+
+Listener *listener_start(const ListenerConfig *cfg, Err *err);
 void listener_stop(Listener *l);
 /* Makes the listener thread look at the hub's timers again now (a new
  * GET ?wait= may end before it would next wake). Any thread. */
 void listener_wake(Listener *l);
+/* Whether the listener's database session is up (any thread; NULL: no). */
+bool listener_db_ok(Listener *l);
 /* The live server nodes as JSON (a new reference), refreshed every few seconds. */
 json_t *listener_nodes(Listener *l);
 

@@ -33,7 +33,7 @@ typedef struct Fwd {
 } Fwd;
 
 struct Proxy {
-    Server *srv;
+    ProxyConfig cfg; /* strings borrowed from the caller */
     CURLM *multi;
     pthread_t thread;
     atomic_bool stopping;
@@ -140,7 +140,7 @@ static void answer(Proxy *p, Fwd *f, int status)
 
 static void fail_unreachable(Proxy *p, Fwd *f)
 {
-    atomic_fetch_add(&p->srv->metrics->proxy_failures, 1);
+    atomic_fetch_add(&p->cfg.metrics->proxy_failures, 1);
     Err err;
     if (atomic_load(&p->stopping)) {
         err_set(&err, 503, "shutting-down", "this node is shutting down; retry on another node");
@@ -148,8 +148,7 @@ static void fail_unreachable(Proxy *p, Fwd *f)
         return;
     }
     err_set(&err, 503, "leader-unavailable", "no leader answered within %lld ms (%s); retry later",
-            (long long)p->srv->cfg.proxy_deadline_ms,
-            f->last_error[0] ? f->last_error : "no leader known");
+            (long long)p->cfg.deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
     req_finish_problem(f->req, &err);
 }
 
@@ -157,10 +156,10 @@ static void fail_unreachable(Proxy *p, Fwd *f)
 static void try_send(Proxy *p, Fwd *f, int64_t now)
 {
     char leader[256];
-    server_leader(p->srv, leader, sizeof leader);
+    leaderinfo_get(p->cfg.leader, leader, sizeof leader);
     if (!leader[0]) {
         snprintf(f->last_error, sizeof f->last_error, "no leader known");
-        atomic_store(&p->srv->leader.suspect, true);
+        leaderinfo_mark_suspect(p->cfg.leader);
         f->next_try = now + 100;
         f->next = p->waiting;
         p->waiting = f;
@@ -171,7 +170,7 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     CURL *e = f->easy;
     curl_easy_reset(e);
     sbuf_reset(&f->resp);
-    f->resp_limit = (size_t)p->srv->cfg.max_reply_bytes;
+    f->resp_limit = (size_t)p->cfg.max_reply_bytes;
     f->too_large = false;
     f->content_type[0] = f->location[0] = '\0';
     f->retry_after = 0;
@@ -188,7 +187,7 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                     (long)(p->srv->cfg.pull_wait_max_ms + p->srv->cfg.proxy_deadline_ms + 5000));
+                     (long)(p->cfg.pull_wait_max_ms + p->cfg.deadline_ms + 5000));
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
@@ -203,12 +202,12 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     fly_add(p, f);
     f->attempt++;
     if (f->attempt > 1)
-        atomic_fetch_add(&p->srv->metrics->proxy_retries, 1);
+        atomic_fetch_add(&p->cfg.metrics->proxy_retries, 1);
 }
 
 static void retry_or_fail(Proxy *p, Fwd *f, int64_t now)
 {
-    atomic_store(&p->srv->leader.suspect, true);
+    leaderinfo_mark_suspect(p->cfg.leader);
     if (now >= f->deadline || atomic_load(&p->stopping)) {
         fail_unreachable(p, f);
         fwd_free(f);
@@ -309,7 +308,7 @@ static void *proxy_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         while (in) {
             Fwd *next = in->next;
-            in->deadline = now + p->srv->cfg.proxy_deadline_ms;
+            in->deadline = now + p->cfg.deadline_ms;
             try_send(p, in, now);
             in = next;
         }
@@ -353,10 +352,10 @@ static void *proxy_main(void *arg)
     return NULL;
 }
 
-Proxy *proxy_start(Server *s, Err *err)
+Proxy *proxy_start(const ProxyConfig *cfg, Err *err)
 {
     Proxy *p = xcalloc(1, sizeof *p);
-    p->srv = s;
+    p->cfg = *cfg;
     pthread_mutex_init(&p->lock, NULL);
     p->multi = curl_multi_init();
     curl_multi_setopt(p->multi, CURLMOPT_MAXCONNECTS, 256L);
@@ -443,13 +442,13 @@ void proxy_forward(Proxy *p, Req *r, char *body)
     }
     /* Proof that a node of the cluster forwards (http.c checks it), and which. */
     char fwd[600];
-    const char *secret = p->srv->cfg.cluster_secret;
+    const char *secret = p->cfg.cluster_secret;
     snprintf(fwd, sizeof fwd, "X-Workd-Forwarded: %s%s%snode=%s", secret[0] ? "secret=" : "",
-             secret, secret[0] ? "; " : "", p->srv->cfg.node_id);
+             secret, secret[0] ? "; " : "", p->cfg.node_id);
     f->hdrs = curl_slist_append(f->hdrs, fwd);
     explicit_bzero(fwd, sizeof fwd);
     f->hdrs = curl_slist_append(f->hdrs, "Expect:");
-    atomic_fetch_add(&p->srv->metrics->proxied, 1);
+    atomic_fetch_add(&p->cfg.metrics->proxied, 1);
     pthread_mutex_lock(&p->lock);
     if (atomic_load(&p->stopping)) {
         pthread_mutex_unlock(&p->lock);

@@ -9,11 +9,22 @@
 
 #include "err.h"
 #include "http.h"
-#include "server.h"
+#include "leaderinfo.h"
+#include "metrics.h"
 
 typedef struct Proxy Proxy;
 
-Proxy *proxy_start(Server *s, Err *err);
+typedef struct ProxyConfig {
+    LeaderInfo *leader;         /* where to forward; marked suspect when a forward fails */
+    Metrics *metrics;           /* proxied, proxy_retries, proxy_failures */
+    int64_t deadline_ms;        /* retry until this long after the request came (then 503) */
+    int64_t pull_wait_max_ms;   /* a forwarded pull may wait this long at the leader */
+    int64_t max_reply_bytes;    /* a longer reply from the leader is answered 502 */
+    const char *cluster_secret; /* proves the forward to the leader ("": none); borrowed */
+    const char *node_id;        /* named in X-Workd-Forwarded; borrowed */
+} ProxyConfig;
+
+Proxy *proxy_start(const ProxyConfig *cfg, Err *err);
 /* Answers everything in flight with 503, then joins; later forwards are
  * answered 503 at once. proxy_free after the HTTP daemon has stopped. */
 void proxy_stop(Proxy *p);

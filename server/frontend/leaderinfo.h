@@ -1,0 +1,32 @@
+/* leaderinfo: what this node knows of the leader (its advertise URL and term).
+ * One writer, the listener, which reads it from the database; anyone reads it.
+ * A reader that found the leader unreachable marks it suspect, and the
+ * listener re-reads it soon. Thread-safe: a mutex guards the URL and term. */
+#ifndef WORKD_LEADERINFO_H
+#define WORKD_LEADERINFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct LeaderInfo LeaderInfo;
+
+/* ---- lifetime ---- */
+/* Nothing known yet: URL "", term 0. */
+LeaderInfo *leaderinfo_new(void);
+void leaderinfo_free(LeaderInfo *li);
+
+/* ---- the writer (the listener thread) ---- */
+/* Records the leader as read from the database and clears the suspicion.
+ * Returns whether the URL or term changed. */
+bool leaderinfo_set(LeaderInfo *li, const char *url, int64_t term);
+
+/* ---- readers (any thread) ---- */
+/* Copies the leader URL into out ("" if unknown); returns the term. */
+int64_t leaderinfo_get(LeaderInfo *li, char *out, size_t outlen);
+/* A forward to the leader failed, or none is known: ask the writer to re-read. */
+void leaderinfo_mark_suspect(LeaderInfo *li);
+/* Whether a reader asked for a re-read since the last leaderinfo_set. */
+bool leaderinfo_suspect(LeaderInfo *li);
+
+#endif

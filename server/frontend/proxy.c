@@ -148,7 +148,8 @@ static void fail_unreachable(Proxy *p, Fwd *f)
         return;
     }
     err_set(&err, 503, "leader-unavailable", "no leader answered within %lld ms (%s); retry later",
-            (long long)p->cfg.deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
+            (long long)p->cfg.deadline_ms,
+            f->last_error[0] ? f->last_error : "no leader known");
     req_finish_problem(f->req, &err);
 }
 
@@ -160,6 +161,13 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     if (!leader[0]) {
         snprintf(f->last_error, sizeof f->last_error, "no leader known");
         leaderinfo_mark_suspect(p->cfg.leader);
+        /* No leader all the way to the deadline: 503, as when one was known
+         * but did not answer (else the forward would wait until stopping). */
+        if (now >= f->deadline) {
+            fail_unreachable(p, f);
+            fwd_free(f);
+            return;
+        }
         f->next_try = now + 100;
         f->next = p->waiting;
         p->waiting = f;

@@ -107,6 +107,36 @@ typedef struct Fire {
     void *arg;
 } Fire;
 
+typedef enum {
+    TAKE_ALL,      /* shutting down */
+    TAKE_FINISHED, /* work_id has a finished event at seq v */
+    TAKE_DUE,      /* the time is v */
+} TakeWhy;
+
+/* Takes the waiters that `why` ends off the list, under the lock; the caller
+ * fires them with fire_all once it has released the lock. */
+static Fire *take_waiters(Hub *h, TakeWhy why, const char *work_id, int64_t v, size_t *nf)
+{
+    Fire *fires = NULL;
+    *nf = 0;
+    for (Waiter **pw = &h->waiters; *pw;) {
+        Waiter *w = *pw;
+        bool take = why == TAKE_ALL ||
+                    (why == TAKE_FINISHED && !strcmp(w->work_id, work_id) && v > w->after_seq) ||
+                    (why == TAKE_DUE && w->deadline <= v);
+        if (!take) {
+            pw = &w->next;
+            continue;
+        }
+        fires = xrealloc(fires, (*nf + 1) * sizeof *fires);
+        fires[(*nf)++] = (Fire){w->fn, w->arg};
+        *pw = w->next;
+        free(w->work_id);
+        free(w);
+    }
+    return fires;
+}
+
 static void fire_all(Fire *f, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -125,18 +155,8 @@ void hub_shutdown(Hub *h)
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    size_t nf = 0;
-    for (Waiter *w = h->waiters; w; w = w->next)
-        nf++;
-    Fire *fires = xcalloc(nf + 1, sizeof *fires);
-    nf = 0;
-    while (h->waiters) {
-        Waiter *w = h->waiters;
-        h->waiters = w->next;
-        fires[nf++] = (Fire){w->fn, w->arg};
-        free(w->work_id);
-        free(w);
-    }
+    size_t nf;
+    Fire *fires = take_waiters(h, TAKE_ALL, NULL, 0, &nf);
     pthread_mutex_unlock(&h->lock);
     resume_all(wake, n);
     fire_all(fires, nf);
@@ -266,20 +286,8 @@ void hub_publish(Hub *h, json_t *ev)
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    size_t nf = 0;
-    Fire *fires = NULL;
-    for (Waiter **pw = &h->waiters; *pw;) {
-        Waiter *w = *pw;
-        if (!strcmp(w->work_id, work_id) && seq > w->after_seq) {
-            fires = xrealloc(fires, (nf + 1) * sizeof *fires);
-            fires[nf++] = (Fire){w->fn, w->arg};
-            *pw = w->next;
-            free(w->work_id);
-            free(w);
-        } else {
-            pw = &w->next;
-        }
-    }
+    size_t nf;
+    Fire *fires = take_waiters(h, TAKE_FINISHED, work_id, seq, &nf);
     pthread_mutex_unlock(&h->lock);
     resume_all(wake, n);
     fire_all(fires, nf);
@@ -333,20 +341,8 @@ void hub_tick(Hub *h, int64_t now)
             wake[n++] = s->conn;
         }
     }
-    size_t nf = 0;
-    Fire *fires = NULL;
-    for (Waiter **pw = &h->waiters; *pw;) {
-        Waiter *w = *pw;
-        if (w->deadline <= now) {
-            fires = xrealloc(fires, (nf + 1) * sizeof *fires);
-            fires[nf++] = (Fire){w->fn, w->arg};
-            *pw = w->next;
-            free(w->work_id);
-            free(w);
-        } else {
-            pw = &w->next;
-        }
-    }
+    size_t nf;
+    Fire *fires = take_waiters(h, TAKE_DUE, NULL, now, &nf);
     pthread_mutex_unlock(&h->lock);
     resume_all(wake, n);
     fire_all(fires, nf);

@@ -24,7 +24,7 @@
 #include "migrate.h"
 #include "proxy.h"
 #include "server.h"
-#include "sse.h"
+#include "hub.h"
 #include "util.h"
 
 #define MS(x) (int64_t)(x)

@@ -15,7 +15,7 @@
 #include "metrics.h"
 #include "parse.h"
 #include "proxy.h"
-#include "sse.h"
+#include "hub.h"
 #include "static.h"
 #include "util.h"
 

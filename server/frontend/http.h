@@ -105,6 +105,6 @@ struct Route {
 extern const Route api_routes[];
 extern const size_t api_routes_count;
 
-/* Suspends an SSE connection from inside its content reader (see sse.c). */
+/* Suspends an SSE connection from inside its content reader (see hub.c). */
 void http_suspend_stream(struct MHD_Connection *c);
 #endif

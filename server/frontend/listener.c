@@ -13,7 +13,7 @@
 #include "http.h"
 #include "journal.h"
 #include "log.h"
-#include "sse.h"
+#include "hub.h"
 #include "util.h"
 
 #define PAGE 1000

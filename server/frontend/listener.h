@@ -9,7 +9,7 @@
 #include "err.h"
 #include "http.h"
 #include "leaderinfo.h"
-#include "sse.h"
+#include "hub.h"
 
 typedef struct Listener Listener;
 

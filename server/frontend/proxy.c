@@ -148,8 +148,7 @@ static void fail_unreachable(Proxy *p, Fwd *f)
         return;
     }
     err_set(&err, 503, "leader-unavailable", "no leader answered within %lld ms (%s); retry later",
-            (long long)p->cfg.deadline_ms,
-            f->last_error[0] ? f->last_error : "no leader known");
+            (long long)p->cfg.deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
     req_finish_problem(f->req, &err);
 }
 

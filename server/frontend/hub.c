@@ -1,7 +1,7 @@
-/* sse: see sse.h. One mutex guards the ring, the subscribers and the waiters.
+/* hub: see hub.h. One mutex guards the ring, the subscribers and the waiters.
  * A connection is resumed outside the mutex: a suspended connection cannot be
  * closed by libmicrohttpd, so the subscriber stays valid until it is resumed. */
-#include "sse.h"
+#include "hub.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -57,7 +57,7 @@ struct Hub {
     DbPool *pool;
     Metrics *metrics;
     int64_t keepalive_ms, max_subs;
-    int64_t ring_bytes, buffer_bytes; /* budgets (sse.h) */
+    int64_t ring_bytes, buffer_bytes; /* budgets (hub.h) */
     Entry ring[RING_CAP];
     size_t head, len;     /* oldest entry at head */
     size_t bytes;         /* of the frames in the ring */

@@ -1,10 +1,10 @@
-/* sse: the hub that fans finished work out to /results subscribers and to
- * GET /work/{id}?wait long-polls. The listener feeds it events in seq order
- * (hub_publish); subscribers that fell behind the in-memory ring catch up from
- * the table through the read pool. Idle subscribers are suspended
+/* hub: fans finished work out to /results subscribers (server-sent events)
+ * and to GET /work/{id}?wait long-polls. The listener feeds it events in seq
+ * order (hub_publish); subscribers that fell behind the in-memory ring catch
+ * up from the table through the read pool. Idle subscribers are suspended
  * connections: they cost no CPU until an event or a keep-alive wakes them. */
-#ifndef WORKD_SSE_H
-#define WORKD_SSE_H
+#ifndef WORKD_HUB_H
+#define WORKD_HUB_H
 
 #include <jansson.h>
 #include <microhttpd.h>

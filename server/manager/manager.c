@@ -735,7 +735,7 @@ static json_t *cluster_json(Manager *m, int64_t now)
 {
     json_t *workers = json_array();
     size_t pos = 0;
-    const Worker *w;
+    const WsWorker *w;
     while ((w = ws_worker_next(m->ws, &pos))) {
         json_t *queues = json_array();
         for (size_t i = 0; w->queues && w->queues[i]; i++)

@@ -41,7 +41,7 @@ struct WorkState {
     WsConfig cfg;
     HMap items;   /* id -> WorkItem */
     HMap queues;  /* name -> Queue */
-    HMap workers; /* id -> Worker */
+    HMap workers; /* id -> WsWorker (owned) */
     Heap running; /* by deadline */
 };
 
@@ -284,7 +284,7 @@ static void item_free(WorkItem *it)
     free(it);
 }
 
-static void worker_free(Worker *w)
+static void wsworker_free(WsWorker *w)
 {
     free(w->id);
     free(w->instance);
@@ -317,7 +317,7 @@ void ws_free(WorkState *ws)
     for (size_t i = 0; hmap_next(&ws->queues, &i, &k, &v);)
         queue_free(v);
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
-        worker_free(v);
+        wsworker_free(v);
     hmap_free(&ws->items);
     hmap_free(&ws->queues);
     hmap_free(&ws->workers);
@@ -546,7 +546,7 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
     /* The current attempt: only its holder may end it (a report names an
      * attempt, which anyone can read off the work; the holder's instance is
      * its own). */
-    const Worker *w = hmap_get(&ws->workers, it->worker_id);
+    const WsWorker *w = hmap_get(&ws->workers, it->worker_id);
     const char *held_by = w ? w->instance : NULL;
     if (!r->worker_id || strcmp(r->worker_id, it->worker_id) != 0 ||
         (held_by && (r->instance ? strcmp(r->instance, held_by) != 0 : !r->claim))) {
@@ -601,7 +601,7 @@ bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *qu
     return true;
 }
 
-static bool worker_expired(const WorkState *ws, const Worker *w, int64_t now)
+static bool worker_expired(const WorkState *ws, const WsWorker *w, int64_t now)
 {
     return w->last_seen + ws->cfg.worker_timeout_ms <= now;
 }
@@ -628,7 +628,7 @@ void ws_decide_timers(const WorkState *ws, int64_t now, EventList *out)
             end_attempt(ws, it, EV_TIMED_OUT, msg, true, now, out);
             continue;
         }
-        const Worker *w = hmap_get(&ws->workers, it->worker_id);
+        const WsWorker *w = hmap_get(&ws->workers, it->worker_id);
         if (!w || worker_expired(ws, w, now)) {
             char msg[256];
             snprintf(msg, sizeof msg, "worker %s lost: no heartbeat for %lld ms", it->worker_id,
@@ -795,7 +795,7 @@ void ws_advance(WorkState *ws, int64_t now)
     /* Forget silent workers once their attempts have been ended: collect them
      * first (the map must not change while it is walked), in one pass over
      * the workers and one over the running attempts. */
-    Worker **gone = NULL;
+    WsWorker **gone = NULL;
     size_t n_gone = 0, cap = 0;
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
         if (!worker_expired(ws, v, now))
@@ -817,7 +817,7 @@ void ws_advance(WorkState *ws, int64_t now)
     for (size_t i = 0; i < n_gone; i++)
         if (!hmap_get(&holders, gone[i]->id)) {
             hmap_del(&ws->workers, gone[i]->id);
-            worker_free(gone[i]);
+            wsworker_free(gone[i]);
         }
     hmap_free(&holders);
     free(gone);
@@ -847,7 +847,7 @@ int64_t ws_next_deadline(const WorkState *ws)
     if (r && r->deadline < t)
         t = r->deadline;
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
-        const Worker *w = v;
+        const WsWorker *w = v;
         if (w->last_seen + ws->cfg.worker_timeout_ms < t)
             t = w->last_seen + ws->cfg.worker_timeout_ms;
     }
@@ -904,7 +904,7 @@ static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *r
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, json_t *running, int64_t now, EventList *out)
 {
-    Worker *w = hmap_get(&ws->workers, worker_id);
+    WsWorker *w = hmap_get(&ws->workers, worker_id);
     bool restarted = false;
     if (!w) {
         w = xcalloc(1, sizeof *w);
@@ -949,7 +949,7 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
 int ws_check_worker(const WorkState *ws, const char *worker_id, const char *instance, bool claim,
                     int64_t now, Err *err)
 {
-    const Worker *w = hmap_get(&ws->workers, worker_id);
+    const WsWorker *w = hmap_get(&ws->workers, worker_id);
     if (!w || !w->instance || worker_expired(ws, w, now) || claim ||
         (instance && !strcmp(instance, w->instance)))
         return 0;
@@ -963,16 +963,16 @@ int ws_check_worker(const WorkState *ws, const char *worker_id, const char *inst
 
 void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out)
 {
-    Worker *w = hmap_del(&ws->workers, worker_id);
+    WsWorker *w = hmap_del(&ws->workers, worker_id);
     if (!w)
         return;
     char why[256];
     snprintf(why, sizeof why, "worker %s left while running the attempt", worker_id);
     fail_attempts_of(ws, worker_id, why, now, out);
-    worker_free(w);
+    wsworker_free(w);
 }
 
-const Worker *ws_worker_get(const WorkState *ws, const char *worker_id)
+const WsWorker *ws_worker_get(const WorkState *ws, const char *worker_id)
 {
     return hmap_get(&ws->workers, worker_id);
 }
@@ -982,7 +982,7 @@ size_t ws_worker_count(const WorkState *ws)
     return ws->workers.len;
 }
 
-const Worker *ws_worker_next(const WorkState *ws, size_t *pos)
+const WsWorker *ws_worker_next(const WorkState *ws, size_t *pos)
 {
     void *v;
     return hmap_next(&ws->workers, pos, NULL, &v) ? v : NULL;
@@ -993,7 +993,7 @@ void ws_adopt_running_workers(WorkState *ws, int64_t now)
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
         if (!hmap_get(&ws->workers, it->worker_id)) {
-            Worker *w = xcalloc(1, sizeof *w);
+            WsWorker *w = xcalloc(1, sizeof *w);
             w->id = xstrdup(it->worker_id);
             w->last_seen = now;
             hmap_put(&ws->workers, w->id, w);

@@ -55,7 +55,7 @@ typedef struct WorkItem {
     int where; /* which heap holds it */
 } WorkItem;
 
-typedef struct Worker {
+typedef struct WsWorker {
     char *id;
     char *instance; /* NULL: learned from the log at recovery, not heard from yet */
     int capacity;
@@ -63,7 +63,7 @@ typedef struct Worker {
     int64_t last_seen;
     json_t *running; /* the first WORKER_RUNNING_KEPT attempts it last said it runs (array),
                         for display: a heartbeat may list more, they are not kept */
-} Worker;
+} WsWorker;
 
 #define WORKER_RUNNING_KEPT 100
 
@@ -216,10 +216,10 @@ int ws_check_worker(const WorkState *ws, const char *worker_id, const char *inst
                     int64_t now, Err *err) WARN_UNUSED;
 /* Deregisters a worker; the attempts it still holds are failed (events to out). */
 void ws_worker_forget(WorkState *ws, const char *worker_id, int64_t now, EventList *out);
-const Worker *ws_worker_get(const WorkState *ws, const char *worker_id);
+const WsWorker *ws_worker_get(const WorkState *ws, const char *worker_id);
 size_t ws_worker_count(const WorkState *ws);
 /* Iteration over workers: for (size_t i = 0; (w = ws_worker_next(ws, &i));) */
-const Worker *ws_worker_next(const WorkState *ws, size_t *pos);
+const WsWorker *ws_worker_next(const WorkState *ws, size_t *pos);
 /* After recovery: every worker named by a running attempt gets a placeholder
  * that must heartbeat within the worker timeout from now. */
 void ws_adopt_running_workers(WorkState *ws, int64_t now);

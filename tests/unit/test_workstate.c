@@ -1151,7 +1151,7 @@ static void test_recovered_running_work_keeps_its_lease(void **state)
     CHECK(!d, "%s", d);
     CHECK(!ws_worker_get(ws, "w1"), "recovery alone should not know any worker");
     ws_adopt_running_workers(ws, s.now);
-    const Worker *w = ws_worker_get(ws, "w1");
+    const WsWorker *w = ws_worker_get(ws, "w1");
     CHECK(w && !w->instance && w->last_seen == s.now,
           "w1, named by a running attempt, should be adopted with no instance, seen now");
     CHECK(ws_worker_get(ws, "w2"), "w2 should be adopted");
@@ -1296,7 +1296,7 @@ static void test_worker_registry(void **state)
     set_now(&s, T0 + 1000);
     ws_worker_seen(s.ws, "w1", NULL, 0, NULL, NULL, s.now, &s.out);
     CHECK(s.out.len == 0, "registering workers decides no events");
-    const Worker *w = ws_worker_get(s.ws, "w1");
+    const WsWorker *w = ws_worker_get(s.ws, "w1");
     CHECK(w && !strcmp(w->instance, "i1") && w->capacity == 4 && w->last_seen == T0 + 1000,
           "a heartbeat without instance or capacity keeps them and refreshes last_seen");
     CHECK(w->queues && !strcmp(w->queues[0], "a") && !strcmp(w->queues[1], "b") && !w->queues[2],
@@ -1736,7 +1736,7 @@ static void cmd_pull(Prop *p)
     int max = 1 + rng_below(&p->rng, 3);
     snprintf(p->what, sizeof p->what, "a pull of %d by %s", max, w->id);
     json_t *items = open_items(p);
-    const Worker *reg = ws_worker_get(s->ws, w->id);
+    const WsWorker *reg = ws_worker_get(s->ws, w->id);
     bool restarted = reg && reg->instance && strcmp(reg->instance, w->instance) != 0;
     ws_worker_seen(s->ws, w->id, w->instance, reg ? 0 : max, w->queues, NULL, s->now, &s->out);
     expect_attempts_failed(p, items, w->id, why_always, restarted ? "restarted" : NULL);
@@ -1915,7 +1915,7 @@ static void cmd_heartbeat(Prop *p)
     }
     snprintf(p->what, sizeof p->what, "a heartbeat of %s as %s", w->id, w->instance);
     json_t *items = open_items(p), *it;
-    const Worker *reg = ws_worker_get(s->ws, w->id);
+    const WsWorker *reg = ws_worker_get(s->ws, w->id);
     Beat beat = {.restarted = reg && reg->instance && strcmp(reg->instance, w->instance) != 0,
                  .running = json_array()};
     /* It lists what it runs (a new process runs nothing), but a job whose
@@ -1972,7 +1972,7 @@ static void cmd_time(Prop *p)
     {
         if (strcmp(jstr(it, "status"), "running") != 0)
             continue;
-        const Worker *w = ws_worker_get(s->ws, jstr(it, "worker_id"));
+        const WsWorker *w = ws_worker_get(s->ws, jstr(it, "worker_id"));
         bool timed_out = jint(it, "deadline") <= s->now;
         bool lost = !w || w->last_seen + s->cfg.worker_timeout_ms <= s->now;
         if (!timed_out && !lost)
@@ -1994,7 +1994,7 @@ static void cmd_time(Prop *p)
     prop_emit(p);
     ws_advance(s->ws, s->now);
     size_t pos = 0;
-    const Worker *w;
+    const WsWorker *w;
     while ((w = ws_worker_next(s->ws, &pos)))
         PCHECK(p, w->last_seen + s->cfg.worker_timeout_ms > s->now,
                "%s is silent past the timeout yet still registered after the timers", w->id);
@@ -2127,7 +2127,7 @@ static void check_invariants(Prop *p)
     json_decref(stats);
     json_decref(want_stats);
     size_t pos = 0;
-    const Worker *w;
+    const WsWorker *w;
     while ((w = ws_worker_next(s->ws, &pos)))
         if (w->last_seen + s->cfg.worker_timeout_ms < next)
             next = w->last_seen + s->cfg.worker_timeout_ms;

@@ -617,8 +617,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     if (!r)
         return;
-    if (r->state_free)
-        r->state_free(r->state);
     if (r->stream)
         MHD_destroy_response(r->stream);
     mgrcmd_free(r->cmd);

@@ -45,9 +45,6 @@ struct Req {
     const char *content_type;
     char location[300];
     int64_t retry_after_s;
-    /* Set by handlers that need per-request state while parked. */
-    void *state;
-    void (*state_free)(void *state);
     struct MHD_Response *stream; /* SSE: a callback response to queue when resumed */
     /* A command sent to the local manager, and how to turn its reply into the
      * answer (run on the HTTP thread when the request is resumed). */

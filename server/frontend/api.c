@@ -817,175 +817,30 @@ static void h_readyz(Req *r, char *const *p)
                               (json_int_t)term, "is_leader", leader));
 }
 
-static void render_manager_metrics(SBuf *b, Server *s)
-{
-    const ManagerStats *st = manager_stats(s->mgr);
-    sbuf_puts(b, "# HELP workd_commit_duration_seconds Time of one group commit of the leader.\n"
-                 "# TYPE workd_commit_duration_seconds histogram\n");
-    histogram_render(b, "workd_commit_duration_seconds", "", &st->commit_us);
-    sbuf_puts(b, "# HELP workd_commit_events Events written by one group commit.\n"
-                 "# TYPE workd_commit_events histogram\n");
-    histogram_render(b, "workd_commit_events", "", &st->commit_events);
-    sbuf_puts(b, "# HELP workd_events_total Events committed by this node as leader, by type.\n"
-                 "# TYPE workd_events_total counter\n");
-    for (int t = EV_TERM; t <= EV_LAST; t++)
-        sbuf_printf(b, "workd_events_total{type=\"%s\"} %lld\n", event_type_name((EventType)t),
-                    (long long)atomic_load(&st->events_by_type[t]));
-    sbuf_printf(b,
-                "# HELP workd_attempts_total Attempts ended, by outcome.\n"
-                "# TYPE workd_attempts_total counter\n"
-                "workd_attempts_total{outcome=\"completed\"} %lld\n"
-                "workd_attempts_total{outcome=\"failed\"} %lld\n"
-                "workd_attempts_total{outcome=\"timed_out\"} %lld\n"
-                "# HELP workd_lease_expiries_total Attempts ended because their deadline passed.\n"
-                "# TYPE workd_lease_expiries_total counter\nworkd_lease_expiries_total %lld\n"
-                "# HELP workd_workers_lost_total Attempts ended because their worker went silent.\n"
-                "# TYPE workd_workers_lost_total counter\nworkd_workers_lost_total %lld\n"
-                "# HELP workd_elections_won_total Elections this node won.\n"
-                "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
-                "# HELP workd_step_downs_total Times this node stopped leading.\n"
-                "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
-                (long long)atomic_load(&st->events_by_type[EV_COMPLETED]),
-                (long long)atomic_load(&st->events_by_type[EV_FAILED]),
-                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
-                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
-                (long long)atomic_load(&st->workers_lost),
-                (long long)atomic_load(&st->elections_won),
-                (long long)atomic_load(&st->step_downs));
-    if (manager_is_leader(s->mgr))
-        sbuf_printf(b,
-                    "# HELP workd_open_work Work not finished (pending, scheduled, running).\n"
-                    "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
-                    "# HELP workd_workers Workers known to the leader.\n"
-                    "# TYPE workd_workers gauge\nworkd_workers %lld\n"
-                    "# HELP workd_waiting_pulls Workers' pulls waiting for work.\n"
-                    "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
-                    (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
-                    (long long)atomic_load(&st->waiting_pulls));
-    sbuf_printf(b,
-                "# HELP workd_sql_submissions_total Work submitted in SQL (workd.submit) that this "
-                "node took from the inbox as leader: taken into the log, or refused there (an id "
-                "with another payload).\n"
-                "# TYPE workd_sql_submissions_total counter\n"
-                "workd_sql_submissions_total{outcome=\"taken\"} %lld\n"
-                "workd_sql_submissions_total{outcome=\"refused\"} %lld\n",
-                (long long)(atomic_load(&st->inbox_taken) - atomic_load(&st->inbox_refused)),
-                (long long)atomic_load(&st->inbox_refused));
-    const RetentionStats *rs = manager_retention_stats(s->mgr);
-    if (manager_is_leader(s->mgr) && atomic_load(&rs->last_run_ms))
-        sbuf_printf(
-            b,
-            "# HELP workd_storage_bytes Size of workd's tables with their indexes.\n"
-            "# TYPE workd_storage_bytes gauge\n"
-            "workd_storage_bytes{table=\"events\"} %lld\n"
-            "workd_storage_bytes{table=\"done\"} %lld\n"
-            "workd_storage_bytes{table=\"open\"} %lld\n"
-            "# HELP workd_parts Parts (partitions) of the history kept.\n"
-            "# TYPE workd_parts gauge\nworkd_parts %lld\n"
-            "# HELP workd_oldest_part_timestamp_seconds When the oldest part kept was first "
-            "written.\n"
-            "# TYPE workd_oldest_part_timestamp_seconds gauge\n"
-            "workd_oldest_part_timestamp_seconds %.3f\n"
-            "# HELP workd_retention_last_run_timestamp_seconds When retention last completed a "
-            "pass.\n"
-            "# TYPE workd_retention_last_run_timestamp_seconds gauge\n"
-            "workd_retention_last_run_timestamp_seconds %.3f\n"
-            "# HELP workd_parts_dropped_total Parts dropped by retention since this node "
-            "started.\n"
-            "# TYPE workd_parts_dropped_total counter\nworkd_parts_dropped_total %lld\n",
-            (long long)atomic_load(&rs->events_bytes), (long long)atomic_load(&rs->done_bytes),
-            (long long)atomic_load(&rs->open_bytes), (long long)atomic_load(&rs->parts),
-            (double)atomic_load(&rs->oldest_part_ms) / 1000.0,
-            (double)atomic_load(&rs->last_run_ms) / 1000.0,
-            (long long)atomic_load(&rs->parts_dropped));
-}
-
 /* Runs on a read-pool thread: queue depths come from the projection, so that
  * every node, leader or not, reports them. */
 static void metrics_task(PGconn *conn, void *arg)
 {
     Req *r = arg;
     Server *s = r->srv;
-    Metrics *m = s->metrics;
-    SBuf b;
-    sbuf_init(&b);
-    sbuf_puts(
-        &b, "# HELP workd_http_requests_total HTTP requests answered, by route and status class.\n"
-            "# TYPE workd_http_requests_total counter\n");
-    /* Requests that matched no route (404, 405, early 413) count as "unmatched". */
-    for (size_t i = 0; i < METRICS_ROUTES; i++) {
-        if (i >= api_routes_count && i != METRICS_ROUTES - 1)
-            continue;
-        const char *name = i < api_routes_count ? api_routes[i].name : "unmatched";
-        for (int c = 1; c <= 5; c++) {
-            long long v = atomic_load(&m->status[i][c]);
-            if (v)
-                sbuf_printf(&b, "workd_http_requests_total{route=\"%s\",code=\"%dxx\"} %lld\n",
-                            name, c, v);
-        }
-    }
-    sbuf_puts(&b, "# HELP workd_http_request_duration_seconds Time to answer, by route.\n"
-                  "# TYPE workd_http_request_duration_seconds histogram\n");
-    for (size_t i = 0; i < api_routes_count; i++) {
-        if (!atomic_load(&m->latency[i].count))
-            continue;
-        char labels[96];
-        snprintf(labels, sizeof labels, "route=\"%s\"", api_routes[i].name);
-        histogram_render(&b, "workd_http_request_duration_seconds", labels, &m->latency[i]);
-    }
+    const char *routes[METRICS_ROUTES];
+    for (size_t i = 0; i < api_routes_count; i++)
+        routes[i] = api_routes[i].name;
     char url[256];
-    int64_t term = leaderinfo_get(s->leader, url, sizeof url);
-    sbuf_printf(&b,
-                "# HELP workd_leader_term The term of the leader this node knows.\n"
-                "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
-                "# HELP workd_is_leader 1 while this node leads.\n"
-                "# TYPE workd_is_leader gauge\nworkd_is_leader %d\n"
-                "# HELP workd_database_up 1 while this node's listener session is up.\n"
-                "# TYPE workd_database_up gauge\nworkd_database_up %d\n"
-                "# HELP workd_sse_subscribers Open result streams on this node.\n"
-                "# TYPE workd_sse_subscribers gauge\nworkd_sse_subscribers %lld\n"
-                "# HELP workd_sse_events_sent_total Results sent to streams by this node.\n"
-                "# TYPE workd_sse_events_sent_total counter\nworkd_sse_events_sent_total %lld\n"
-                "# HELP workd_get_waits_total GET /work/{id}?wait= that waited.\n"
-                "# TYPE workd_get_waits_total counter\nworkd_get_waits_total %lld\n"
-                "# HELP workd_proxy_requests_total Requests forwarded to the leader.\n"
-                "# TYPE workd_proxy_requests_total counter\nworkd_proxy_requests_total %lld\n"
-                "# HELP workd_proxy_retries_total Retries of forwards (leader unknown or moving).\n"
-                "# TYPE workd_proxy_retries_total counter\nworkd_proxy_retries_total %lld\n"
-                "# HELP workd_proxy_failures_total Forwards that no leader answered in time.\n"
-                "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
-                (long long)term, s->mgr && manager_is_leader(s->mgr) ? 1 : 0,
-                listener_db_ok(s->listener) ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
-                (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
-                (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
-                (long long)atomic_load(&m->proxy_failures));
     Err err = {0};
-    json_t *open = conn ? journal_open_counts(conn, &err) : NULL;
-    if (open) {
-        sbuf_puts(&b, "# HELP workd_queue_depth Open work by queue and state.\n"
-                      "# TYPE workd_queue_depth gauge\n");
-        const char *q;
-        json_t *v;
-        json_object_foreach(open, q, v)
-        {
-            static const char *states[] = {"pending", "scheduled", "running"};
-            for (int i = 0; i < 3; i++)
-                sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q, states[i],
-                            (long long)json_integer_value(json_object_get(v, states[i])));
-        }
-        sbuf_puts(&b, "# HELP workd_queue_oldest_pending_age_seconds Age of the oldest ready job.\n"
-                      "# TYPE workd_queue_oldest_pending_age_seconds gauge\n");
-        json_object_foreach(open, q, v)
-        {
-            sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n", q,
-                        json_real_value(json_object_get(v, "oldest_pending_age_s")));
-        }
-        json_decref(open);
-    }
-    if (s->mgr)
-        render_manager_metrics(&b, s);
-    size_t len = b.len;
-    req_finish_raw(r, 200, "text/plain; version=0.0.4", sbuf_steal(&b), len);
+    MetricsNode node = {
+        .routes = routes,
+        .n_routes = api_routes_count,
+        .leader_term = leaderinfo_get(s->leader, url, sizeof url),
+        .is_leader = s->mgr && manager_is_leader(s->mgr),
+        .database_up = listener_db_ok(s->listener),
+        .open_counts = conn ? journal_open_counts(conn, &err) : NULL,
+        .mgr = s->mgr,
+    };
+    size_t len;
+    char *text = metrics_render(s->metrics, &node, &len);
+    json_decref(node.open_counts);
+    req_finish_raw(r, 200, "text/plain; version=0.0.4", text, len);
 }
 
 static void h_metrics(Req *r, char *const *p)

@@ -179,6 +179,38 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
     proxy_forward(s->proxy, r, forward_body);
 }
 
+/* Fills c from the request: p, the path's parameters; body, the parsed JSON
+ * body (NULL for a route without one). Sets c->worker_id. */
+typedef int (*CmdParse)(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err);
+
+/* The worker routes: p[0] must be a valid id (what it names), the request
+ * parses into a command, and the token must be allowed to act for the command's
+ * worker id; then the command goes to the leader. */
+static void worker_cmd(Req *r, char *const *p, const char *what, MgrCmdType type, CmdParse parse)
+{
+    if (!check_id(r, p[0], what))
+        return;
+    Err err = {0};
+    json_t *body = NULL;
+    if (r->rt->json_body && !(body = body_json(r, &err))) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    MgrCmd *c = mgrcmd_new(type);
+    int rc = parse(r, p, body, c, &err);
+    json_decref(body);
+    if (rc != 0) {
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    if (!worker_allowed(r, c->worker_id, c)) {
+        mgrcmd_free(c);
+        return;
+    }
+    to_leader(r, c, NULL);
+}
+
 /* ---- work ---- */
 
 static void h_submit(Req *r, char *const *p)
@@ -412,37 +444,28 @@ static void h_bulk_retry(Req *r, char *const *p)
     bulk(r, MC_BULK_RETRY);
 }
 
-static void single_report(Req *r, char *const *p, bool completed)
+static int parse_complete(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (!check_id(r, p[0], "work id"))
-        return;
-    Err err = {0};
-    json_t *body = body_json(r, &err);
-    MgrCmd *c = mgrcmd_new(MC_REPORTS);
-    if (!body || parse_single_report(body, p[0], p[1], completed, &c->reports, &c->worker_id,
-                                     &c->instance, &err) != 0) {
-        json_decref(body);
-        mgrcmd_free(c);
-        req_finish_problem(r, &err);
-        return;
-    }
-    json_decref(body);
-    if (!worker_allowed(r, c->worker_id, c)) {
-        mgrcmd_free(c);
-        return;
-    }
     r->single_report = true;
-    to_leader(r, c, NULL);
+    return parse_single_report(body, p[0], p[1], true, &c->reports, &c->worker_id, &c->instance,
+                               err);
+}
+
+static int parse_fail(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+{
+    r->single_report = true;
+    return parse_single_report(body, p[0], p[1], false, &c->reports, &c->worker_id, &c->instance,
+                               err);
 }
 
 static void h_complete(Req *r, char *const *p)
 {
-    single_report(r, p, true);
+    worker_cmd(r, p, "work id", MC_REPORTS, parse_complete);
 }
 
 static void h_fail(Req *r, char *const *p)
 {
-    single_report(r, p, false);
+    worker_cmd(r, p, "work id", MC_REPORTS, parse_fail);
 }
 
 typedef struct ListTask {
@@ -687,99 +710,69 @@ static void h_results(Req *r, char *const *p)
 
 /* ---- workers ---- */
 
-static void h_heartbeat(Req *r, char *const *p)
+static int parse_heartbeat_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (!check_id(r, p[0], "worker id"))
-        return;
-    Err err = {0};
-    json_t *body = body_json(r, &err);
     HeartbeatMsg hb;
-    if (!body || parse_heartbeat(body, &hb, &err) != 0) {
-        json_decref(body);
-        req_finish_problem(r, &err);
-        return;
-    }
-    json_decref(body);
-    MgrCmd *c = mgrcmd_new(MC_HEARTBEAT);
+    if (parse_heartbeat(body, &hb, err) != 0)
+        return -1;
     c->worker_id = xstrdup(p[0]);
     c->instance = hb.instance;
     c->capacity = hb.capacity;
     c->queues = hb.queues;
     c->running = hb.running;
-    if (!worker_allowed(r, p[0], c)) {
-        mgrcmd_free(c);
-        return;
-    }
-    to_leader(r, c, NULL);
+    return 0;
+}
+
+static void h_heartbeat(Req *r, char *const *p)
+{
+    worker_cmd(r, p, "worker id", MC_HEARTBEAT, parse_heartbeat_cmd);
+}
+
+static int parse_deregister(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+{
+    const char *instance = req_query(r, "instance");
+    if (instance && !id_valid(instance))
+        return err_set(err, 400, "invalid-parameter",
+                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
+    c->worker_id = xstrdup(p[0]);
+    c->instance = xstrdup(instance);
+    return 0;
 }
 
 static void h_deregister(Req *r, char *const *p)
 {
-    if (!check_id(r, p[0], "worker id"))
-        return;
-    const char *instance = req_query(r, "instance");
-    if (instance && !id_valid(instance)) {
-        problem(r, 400, "invalid-parameter",
-                "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");
-        return;
-    }
-    MgrCmd *c = mgrcmd_new(MC_DEREGISTER);
-    c->worker_id = xstrdup(p[0]);
-    c->instance = xstrdup(instance);
-    if (!worker_allowed(r, p[0], c)) {
-        mgrcmd_free(c);
-        return;
-    }
-    to_leader(r, c, NULL);
+    worker_cmd(r, p, "worker id", MC_DEREGISTER, parse_deregister);
 }
 
-static void h_pull(Req *r, char *const *p)
+static int parse_pull_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (!check_id(r, p[0], "worker id"))
-        return;
-    Err err = {0};
-    json_t *body = body_json(r, &err);
     PullMsg pm;
-    if (!body || parse_pull(body, &pm, &err) != 0) {
-        json_decref(body);
-        req_finish_problem(r, &err);
-        return;
-    }
-    json_decref(body);
-    MgrCmd *c = mgrcmd_new(MC_PULL);
+    if (parse_pull(body, &pm, err) != 0)
+        return -1;
     c->worker_id = xstrdup(p[0]);
     c->instance = pm.instance;
     c->max = pm.max;
     c->wait_ms = pm.wait_ms;
     c->queues = pm.queues;
-    if (!worker_allowed(r, p[0], c)) {
-        mgrcmd_free(c);
-        return;
-    }
-    to_leader(r, c, NULL);
+    return 0;
+}
+
+static void h_pull(Req *r, char *const *p)
+{
+    worker_cmd(r, p, "worker id", MC_PULL, parse_pull_cmd);
+}
+
+static int parse_reports_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+{
+    if (parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->instance, err) != 0)
+        return -1;
+    c->worker_id = xstrdup(p[0]);
+    return 0;
 }
 
 static void h_reports(Req *r, char *const *p)
 {
-    if (!check_id(r, p[0], "worker id"))
-        return;
-    Err err = {0};
-    json_t *body = body_json(r, &err);
-    MgrCmd *c = mgrcmd_new(MC_REPORTS);
-    if (!body ||
-        parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->instance, &err) != 0) {
-        json_decref(body);
-        mgrcmd_free(c);
-        req_finish_problem(r, &err);
-        return;
-    }
-    json_decref(body);
-    c->worker_id = xstrdup(p[0]);
-    if (!worker_allowed(r, p[0], c)) {
-        mgrcmd_free(c);
-        return;
-    }
-    to_leader(r, c, NULL);
+    worker_cmd(r, p, "worker id", MC_REPORTS, parse_reports_cmd);
 }
 
 /* ---- operations ---- */

@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "db.h"
+#include "election.h"
 #include "hmap.h"
 #include "projection.h"
 #include "journal.h"
@@ -42,8 +43,8 @@ struct Manager {
     int part;              /* the part this leader appends into (also in cur_part) */
     PartList *parts;       /* the parts as last read */
     int64_t parts_read_ms; /* when */
+    Election election;     /* stands for leader on conn */
     int64_t last_db_ok;
-    bool db_down_logged;
     MgrCmd *waiters, *waiters_tail; /* pulls waiting for work, FIFO */
     MgrCmd *done_head, *done_tail;  /* replies to send after the commit */
     EventList batch;                /* events of this round, applied, not yet committed */
@@ -298,25 +299,6 @@ static void step_down(Manager *m, const char *why)
     m->conn = NULL;
 }
 
-static int ensure_conn(Manager *m)
-{
-    if (m->conn && PQstatus(m->conn) == CONNECTION_OK)
-        return 0;
-    PQfinish(m->conn);
-    Err err = {0};
-    m->conn = db_connect(m->cfg.database_url, "manager", &err);
-    if (!m->conn) {
-        if (!m->db_down_logged)
-            log_warn("manager cannot reach the database, retrying: %s", err.msg);
-        m->db_down_logged = true;
-        return -1;
-    }
-    if (m->db_down_logged)
-        log_info("manager reached the database again");
-    m->db_down_logged = false;
-    return 0;
-}
-
 /* Assigns seq, term and time to the events in tmp, applies them to the state
  * and moves them to the round's batch, folding each into its work's row. */
 static void emit(Manager *m, EventList *tmp, int64_t now)
@@ -429,36 +411,14 @@ static int commit_batch(Manager *m)
     return 0;
 }
 
-/* Tries the leader lock once; on success rebuilds the state and opens a term. */
+/* Stands for leader once (election.c); on a win rebuilds the state and opens
+ * a term. */
 static void campaign(Manager *m)
 {
-    if (ensure_conn(m) != 0)
+    if (election_try(&m->election, &m->conn) != ELECTION_WON)
         return;
     Err err = {0};
-    char cls[16], obj[16];
-    snprintf(cls, sizeof cls, "%d", DB_LOCK_CLASS);
-    snprintf(obj, sizeof obj, "%d", DB_LOCK_LEADER);
-    const char *params[] = {cls, obj};
-    PGresult *r = db_exec(m->conn, "SELECT pg_try_advisory_lock($1::int, $2::int)", 2, params,
-                          "trying the leader lock", &err);
-    if (!r) {
-        log_warn("election: %s", err.msg);
-        PQfinish(m->conn);
-        m->conn = NULL;
-        return;
-    }
-    bool won = strcmp(PQgetvalue(r, 0, 0), "t") == 0;
-    PQclear(r);
-    if (!won)
-        return;
-
     int64_t t0 = mono_ms();
-    if (journal_prepare(m->conn, &err) != 0) {
-        log_error("won the lock but cannot prepare statements: %s", err.msg);
-        PQfinish(m->conn); /* releases the lock */
-        m->conn = NULL;
-        return;
-    }
     m->ws = ws_new(&m->cfg.ws);
     int64_t last_term = 0;
     m->parts_read_ms = 0;
@@ -1261,6 +1221,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->cfg = *cfg;
     m->cfg.database_url = xstrdup(cfg->database_url);
     m->cfg.advertise_url = xstrdup(cfg->advertise_url);
+    m->election.database_url = m->cfg.database_url;
     pthread_mutex_init(&m->lock, NULL);
     eventlist_init(&m->batch);
     histogram_init(&m->stats.commit_us, histogram_us_bounds, 1e6);

@@ -17,7 +17,7 @@ static void env_name(const char *name, char *out, size_t outlen)
     out[j] = '\0';
 }
 
-static int set_value(const OptSpec *o, const char *val, const char *source, Err *err)
+WARN_UNUSED static int set_value(const OptSpec *o, const char *val, const char *source, Err *err)
 {
     switch (o->type) {
     case OPT_STRING:

@@ -3,10 +3,22 @@
 #ifndef WORKD_ERR_H
 #define WORKD_ERR_H
 
+/* The error convention of workd. A fallible function has one of two forms:
+ *
+ *   int f(..., Err *err) WARN_UNUSED;    0 on success, -1 on failure
+ *   T  *f(..., Err *err) WARN_UNUSED;    the new object, or NULL on failure
+ *
+ * and on failure fills *err when the caller passed one (err may be NULL). A
+ * few return a count or -1 (journal_finished_after) or an enum of outcomes
+ * (election_try); their header says so. Every fallible function, public or
+ * static, is marked WARN_UNUSED: the compiler (-Werror) refuses a caller that
+ * ignores the outcome, and a (void) cast does not silence it.
+ *
+ * A function that answers yes or no returns bool, never int. A function that
+ * must free what it made on the way out has one label for it, `cleanup`,
+ * reached by every path that owns something (success or failure alike). */
 #define WARN_UNUSED __attribute__((warn_unused_result))
 
-/* Every fallible function in workd returns int: 0 on success, -1 on failure,
- * filling an Err when the caller passed one. */
 typedef struct Err {
     int status;    /* HTTP status the failure maps to (400, 404, 409, 503...); 500 if unknown */
     char type[48]; /* short machine-readable kind, e.g. "conflict", "queue-full" */

@@ -128,7 +128,7 @@ void *hmap_del(HMap *m, const char *key)
     return val;
 }
 
-int hmap_next(const HMap *m, size_t *pos, const char **key, void **val)
+bool hmap_next(const HMap *m, size_t *pos, const char **key, void **val)
 {
     for (; *pos < m->cap; (*pos)++)
         if (m->keys[*pos]) {
@@ -137,7 +137,7 @@ int hmap_next(const HMap *m, size_t *pos, const char **key, void **val)
             if (val)
                 *val = m->vals[*pos];
             (*pos)++;
-            return 1;
+            return true;
         }
-    return 0;
+    return false;
 }

@@ -9,6 +9,7 @@
 #ifndef WORKD_HMAP_H
 #define WORKD_HMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,7 +30,7 @@ void *hmap_del(HMap *m, const char *key);
 
 /* Iteration: for (size_t i = 0; hmap_next(m, &i, &k, &v);) ... Do not modify
  * the map while iterating (collect the keys to delete, then delete). */
-int hmap_next(const HMap *m, size_t *pos, const char **key, void **val);
+bool hmap_next(const HMap *m, size_t *pos, const char **key, void **val);
 
 /* How many slots a lookup of key inspects (at least 1 once the table has
  * slots): what flooding with colliding keys would make grow. For tests and

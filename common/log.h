@@ -5,12 +5,14 @@
 
 #include <stdbool.h>
 
+#include "err.h"
+
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } LogLevel;
 
 /* ---- setup (call once, before threads start) ---- */
 void log_setup(const char *node, const char *role, LogLevel min_level, bool json);
 /* Parses "debug", "info", "warn", "error"; returns -1 if unknown. */
-int log_level_parse(const char *s, LogLevel *out);
+int log_level_parse(const char *s, LogLevel *out) WARN_UNUSED;
 
 /* ---- emitting (thread-safe) ---- */
 void log_emit(LogLevel level, const char *file, int line, const char *fmt, ...)

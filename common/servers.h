@@ -22,7 +22,7 @@ typedef struct Servers Servers;
  * slash is dropped). what names the setting in err ("--server"). Returns NULL
  * (err says which URL is wrong) on an empty list or a bad URL. The caller frees
  * it with servers_free. */
-Servers *servers_new(const char *list, const char *what, Err *err);
+Servers *servers_new(const char *list, const char *what, Err *err) WARN_UNUSED;
 void servers_free(Servers *s);
 
 size_t servers_count(const Servers *s);

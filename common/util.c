@@ -195,7 +195,7 @@ void time_format(int64_t ms, char *out, size_t outlen)
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
-static int digits(const char **p, int n, int *out)
+WARN_UNUSED static int digits(const char **p, int n, int *out)
 {
     int v = 0;
     for (int i = 0; i < n; i++) {

@@ -24,7 +24,7 @@
  * Settings the URL gives itself win; workd fills in the rest (DB_CONNECT_DEFAULTS
  * in db.c: read-write target, keepalives, timeouts). Returns NULL and sets err
  * (503 database-unavailable) on failure. The caller PQfinish()es. */
-PGconn *db_connect(const char *url, const char *app, Err *err);
+PGconn *db_connect(const char *url, const char *app, Err *err) WARN_UNUSED;
 
 /* For an idle connection that does not LISTEN (no query running): false if its
  * server has gone away or said anything meanwhile (the socket tells without a
@@ -38,7 +38,7 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err) WARN_UNUSED;
 /* Runs a parameterised statement (text parameters) and returns its result, or
  * NULL with err set. The caller PQclear()s. */
 PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
-                  const char *what, Err *err);
+                  const char *what, Err *err) WARN_UNUSED;
 
 /* Column helpers for text results: NULL-safe. */
 int64_t db_int(const PGresult *r, int row, int col);

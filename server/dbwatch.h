@@ -20,7 +20,7 @@ typedef struct DbWatch DbWatch;
 
 /* Starts the watching thread on database_url. Returns NULL (err set) only if
  * the thread cannot start; an unreachable database is retried and reported. */
-DbWatch *dbwatch_start(const char *database_url, Err *err);
+DbWatch *dbwatch_start(const char *database_url, Err *err) WARN_UNUSED;
 /* Stops and joins the thread, then frees. NULL is a no-op. */
 void dbwatch_stop(DbWatch *w);
 

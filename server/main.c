@@ -121,7 +121,7 @@ static const char synopsis[] =
     "           and a WorkManager candidate (role manager)\n"
     "  migrate  apply database migrations and exit";
 
-static int finish_config(ServerConfig *c, Err *err)
+WARN_UNUSED static int finish_config(ServerConfig *c, Err *err)
 {
     if (!c->database_url[0])
         return err_set(err, 400, "bad-config",

@@ -8,7 +8,7 @@
 #include "db.h"
 #include "log.h"
 
-static int exec_simple(PGconn *c, const char *sql, const char *what, Err *err)
+WARN_UNUSED static int exec_simple(PGconn *c, const char *sql, const char *what, Err *err)
 {
     PGresult *r = PQexec(c, sql);
     int rc = db_check(c, r, what, err);

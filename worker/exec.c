@@ -442,10 +442,12 @@ static void close_fd(int *fd)
     }
 }
 
-static int set_nonblock(int fd)
+/* Only for descriptors where it cannot fail (our ends of pipes). */
+static void set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
-    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
 /* Keeps the last EXEC_STDERR_TAIL bytes of stderr (plus slack, trimmed at the end). */
@@ -659,7 +661,7 @@ static void child_outcome(Child *ch, ExecOutcome *o)
 }
 
 /* Adds fd (if >= 0) to pfd[*n]; returns its index, or -1. */
-static int watch(struct pollfd *pfd, int *n, int fd, short events)
+WARN_UNUSED static int watch(struct pollfd *pfd, int *n, int fd, short events)
 {
     if (fd < 0)
         return -1;
@@ -768,9 +770,9 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     ch.err_fd = err_p[0];
     in_p[1] = out_p[0] = err_p[0] = -1;
     /* Only our ends: the child's must stay blocking. Cannot fail on a pipe. */
-    (void)set_nonblock(ch.in_fd);
-    (void)set_nonblock(ch.out_fd);
-    (void)set_nonblock(ch.err_fd);
+    set_nonblock(ch.in_fd);
+    set_nonblock(ch.out_fd);
+    set_nonblock(ch.err_fd);
     ch.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (spec->input_len == 0)
         close_fd(&ch.in_fd);

@@ -36,8 +36,8 @@ typedef struct Options {
 
 #define HOUR_MS (3600LL * 1000)
 
-static int check(Options *o, WorkerConfig *cfg, char ***queues, char *id_buf, size_t id_len,
-                 LogLevel *level, bool *json, Err *err)
+WARN_UNUSED static int check(Options *o, WorkerConfig *cfg, char ***queues, char *id_buf,
+                             size_t id_len, LogLevel *level, bool *json, Err *err)
 {
     int kinds = (o->exec && *o->exec) + o->demo + o->noop;
     if (kinds != 1)

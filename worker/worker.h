@@ -40,7 +40,7 @@ typedef struct Worker Worker;
 /* Copies cfg and prepares the worker; no thread runs yet. Reads the
  * environment (for the jobs' environment) and, for WORK_EXEC, forks the job
  * guard (exec_guard_start), so call it before threads start. */
-Worker *worker_new(const WorkerConfig *cfg, Err *err);
+Worker *worker_new(const WorkerConfig *cfg, Err *err) WARN_UNUSED;
 /* Starts the threads: reporter, executor slots, heartbeat (which registers),
  * pull and the one that carries out a stop. On failure nothing is left running. */
 int worker_start(Worker *w, Err *err) WARN_UNUSED;

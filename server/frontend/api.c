@@ -28,7 +28,7 @@ static void problem(Req *r, int status, const char *type, const char *msg)
     req_finish_problem(r, &e);
 }
 
-static json_t *body_json(Req *r, Err *err)
+WARN_UNUSED static json_t *body_json(Req *r, Err *err)
 {
     return parse_json_body(r->body.data ? r->body.data : "", r->body.len,
                            (size_t)r->srv->cfg.max_json_depth, err);
@@ -444,14 +444,14 @@ static void h_bulk_retry(Req *r, char *const *p)
     bulk(r, MC_BULK_RETRY);
 }
 
-static int parse_complete(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_complete(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     r->single_report = true;
     return parse_single_report(body, p[0], p[1], true, &c->reports, &c->worker_id, &c->instance,
                                err);
 }
 
-static int parse_fail(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_fail(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     r->single_report = true;
     return parse_single_report(body, p[0], p[1], false, &c->reports, &c->worker_id, &c->instance,
@@ -710,7 +710,8 @@ static void h_results(Req *r, char *const *p)
 
 /* ---- workers ---- */
 
-static int parse_heartbeat_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_heartbeat_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c,
+                                           Err *err)
 {
     HeartbeatMsg hb;
     if (parse_heartbeat(body, &hb, err) != 0)
@@ -728,7 +729,7 @@ static void h_heartbeat(Req *r, char *const *p)
     worker_cmd(r, p, "worker id", MC_HEARTBEAT, parse_heartbeat_cmd);
 }
 
-static int parse_deregister(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_deregister(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     const char *instance = req_query(r, "instance");
     if (instance && !id_valid(instance))
@@ -744,7 +745,7 @@ static void h_deregister(Req *r, char *const *p)
     worker_cmd(r, p, "worker id", MC_DEREGISTER, parse_deregister);
 }
 
-static int parse_pull_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_pull_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     PullMsg pm;
     if (parse_pull(body, &pm, err) != 0)
@@ -762,7 +763,7 @@ static void h_pull(Req *r, char *const *p)
     worker_cmd(r, p, "worker id", MC_PULL, parse_pull_cmd);
 }
 
-static int parse_reports_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+WARN_UNUSED static int parse_reports_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     if (parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->instance, err) != 0)
         return -1;

@@ -24,7 +24,7 @@ struct Auth {
     size_t n;
 };
 
-static int parse_scopes(const char *s, size_t len, int *out, Err *err)
+WARN_UNUSED static int parse_scopes(const char *s, size_t len, int *out, Err *err)
 {
     *out = 0;
     const char *p = s, *end = s + len;
@@ -48,7 +48,8 @@ static int parse_scopes(const char *s, size_t len, int *out, Err *err)
 }
 
 /* Parses the comma-separated worker-id patterns of "worker[...]" into *out. */
-static int parse_workers(const char *s, size_t len, char ***out, const char *source, Err *err)
+WARN_UNUSED static int parse_workers(const char *s, size_t len, char ***out, const char *source,
+                                     Err *err)
 {
     char *list = xmalloc(len + 1);
     memcpy(list, s, len);
@@ -77,7 +78,7 @@ static int parse_workers(const char *s, size_t len, char ***out, const char *sou
 }
 
 /* Adds every "scopes:token" word of text. */
-static int add_entries(Auth *a, const char *text, const char *source, Err *err)
+WARN_UNUSED static int add_entries(Auth *a, const char *text, const char *source, Err *err)
 {
     const char *p = text;
     while (*p) {

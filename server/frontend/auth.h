@@ -21,7 +21,7 @@ typedef struct Auth Auth;
 /* Parses "scopes:token" entries separated by whitespace or newlines (inline)
  * and the lines of file (may be NULL; '#' starts a comment). Scopes are a
  * comma-separated subset of client, worker, admin. */
-Auth *auth_load(const char *inline_tokens, const char *file, Err *err);
+Auth *auth_load(const char *inline_tokens, const char *file, Err *err) WARN_UNUSED;
 void auth_free(Auth *a);
 bool auth_enabled(const Auth *a);
 size_t auth_count(const Auth *a);

@@ -13,7 +13,7 @@ typedef struct DbPool DbPool;
  * database cannot be reached: the task must answer with a 503 itself). */
 typedef void (*DbTaskFn)(PGconn *conn, void *arg);
 
-DbPool *dbpool_start(const char *database_url, int threads, Err *err);
+DbPool *dbpool_start(const char *database_url, int threads, Err *err) WARN_UNUSED;
 /* Runs what is queued (with conn NULL), then joins; later tasks run at once
  * with conn NULL. dbpool_free after the HTTP daemon has stopped. */
 void dbpool_stop(DbPool *p);

@@ -202,7 +202,7 @@ static enum MHD_Result on_header_line(void *cls, enum MHD_ValueKind kind, const 
  * Transfer-Encoding win over Content-Length and serves a request without
  * Host: head_check (parse.c) judges every line it kept, before anything else
  * reads the head. */
-static int check_framing(struct MHD_Connection *conn, const char *version, Err *err)
+WARN_UNUSED static int check_framing(struct MHD_Connection *conn, const char *version, Err *err)
 {
     HeadCheck h = {0};
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, on_header_line, &h);
@@ -303,7 +303,7 @@ static enum MHD_Result on_query_arg(void *cls, enum MHD_ValueKind kind, const ch
 
 /* Refuses a query parameter the route does not take, so that a misspelt one
  * is an error rather than a silent default. */
-static int check_query(Req *r, Err *err)
+WARN_UNUSED static int check_query(Req *r, Err *err)
 {
     if (!r->rt->query)
         return 0;
@@ -320,7 +320,7 @@ static int check_query(Req *r, Err *err)
 }
 
 /* Finds the route of r (r->rt, r->params, r->route), or refuses with 404/405. */
-static int route(Req *r, Err *err)
+WARN_UNUSED static int route(Req *r, Err *err)
 {
     r->segs = xstrdup(r->path);
     char *segs[MAX_SEGMENTS + 1];
@@ -353,7 +353,7 @@ static int route(Req *r, Err *err)
 /* What the request head alone decides, before a byte of the body is read:
  * framing, the forwarding header, the route, the token, the query, the
  * content type and the body's size. Returns 0 to go on, or -1 with err. */
-static int check_head(Req *r, const char *version, Err *err)
+WARN_UNUSED static int check_head(Req *r, const char *version, Err *err)
 {
     Server *s = r->srv;
     if (check_framing(r->conn, version, err) != 0) {

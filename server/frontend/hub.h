@@ -51,7 +51,7 @@ int64_t hub_next_deadline(Hub *h);
 /* A text/event-stream response for events after `after` (-1: from now on),
  * optionally filtered. NULL with err (503) when the subscriber limit is reached. */
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, Err *err);
+                                   const char *work_id, const char *queue, Err *err) WARN_UNUSED;
 
 /* ---- throughput ---- */
 #define HUB_RATE_BUCKETS 60      /* ... of */

@@ -42,7 +42,7 @@ static void drop(Listener *l, const char *why)
     atomic_store(&l->db_ok, false);
 }
 
-static int refresh_leader(Listener *l)
+WARN_UNUSED static int refresh_leader(Listener *l)
 {
     Err err = {0};
     char url[256];
@@ -58,7 +58,7 @@ static int refresh_leader(Listener *l)
 
 /* Reads finished events past what the hub has, up to `notified` (a seq known
  * to be committed before this read started). */
-static int pump(Listener *l, int64_t notified)
+WARN_UNUSED static int pump(Listener *l, int64_t notified)
 {
     if (hub_scanned_upto(l->cfg.hub) >= notified)
         return 0; /* this node's own commit, published by its manager */
@@ -87,7 +87,7 @@ static int pump(Listener *l, int64_t notified)
     }
 }
 
-static int connect_listen(Listener *l)
+WARN_UNUSED static int connect_listen(Listener *l)
 {
     Err err = {0};
     l->conn = db_connect(l->cfg.database_url, "listener", &err);

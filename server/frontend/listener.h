@@ -23,7 +23,7 @@ typedef struct ListenerConfig {
     Http *http; /* its slow-client sweep is driven too (NULL: none) */
 } ListenerConfig;
 
-Listener *listener_start(const ListenerConfig *cfg, Err *err);
+Listener *listener_start(const ListenerConfig *cfg, Err *err) WARN_UNUSED;
 void listener_stop(Listener *l);
 /* Makes the listener thread look at the hub's timers again now (a new
  * GET ?wait= may end before it would next wake). Any thread. */

@@ -111,8 +111,8 @@ bool queue_name_valid(const char *s)
 }
 
 /* where names the item in a bulk submission ("item 3: "), or is "". */
-static int seconds_to_ms(json_t *v, const char *where, const char *field, int64_t max_ms,
-                         bool allow_zero, int64_t *out, Err *err)
+WARN_UNUSED static int seconds_to_ms(json_t *v, const char *where, const char *field,
+                                     int64_t max_ms, bool allow_zero, int64_t *out, Err *err)
 {
     if (!json_is_number(v))
         return err_set(err, 400, "invalid-field", "%s'%s' must be a number of seconds", where,
@@ -130,7 +130,8 @@ static int seconds_to_ms(json_t *v, const char *where, const char *field, int64_
 
 /* Refuses a field of object o that is not in known (NULL-terminated), naming
  * it and listing the known ones, so that a typo is an error, not a default. */
-static int check_fields(json_t *o, const char *const *known, const char *where, Err *err)
+WARN_UNUSED static int check_fields(json_t *o, const char *const *known, const char *where,
+                                    Err *err)
 {
     const char *key;
     json_t *v;
@@ -151,8 +152,8 @@ static int check_fields(json_t *o, const char *const *known, const char *where, 
     return 0;
 }
 
-static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
-                      const ParseLimits *lim, SubmitItem *it, Err *err)
+WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
+                                  const ParseLimits *lim, SubmitItem *it, Err *err)
 {
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
@@ -325,7 +326,7 @@ json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
     return one;
 }
 
-static int parse_queues(json_t *v, char ***out, Err *err)
+WARN_UNUSED static int parse_queues(json_t *v, char ***out, Err *err)
 {
     *out = NULL;
     if (!v || json_is_null(v))
@@ -348,7 +349,7 @@ static int parse_queues(json_t *v, char ***out, Err *err)
     return 0;
 }
 
-static int parse_instance(json_t *body, char **out, Err *err)
+WARN_UNUSED static int parse_instance(json_t *body, char **out, Err *err)
 {
     json_t *v = json_object_get(body, "instance");
     *out = NULL;
@@ -428,7 +429,7 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
     return 0;
 }
 
-static int check_report(json_t *r, size_t i, Err *err)
+WARN_UNUSED static int check_report(json_t *r, size_t i, Err *err)
 {
     static const char *const known[] = {"id",    "attempt", "outcome", "result",
                                         "error", "retry",   NULL};

@@ -21,7 +21,7 @@ typedef struct ParseLimits {
 
 /* Parses a JSON body; refuses invalid JSON, invalid UTF-8 and nesting deeper
  * than max_depth. Returns a new reference or NULL with err (400). */
-json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err);
+json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err) WARN_UNUSED;
 
 /* POST /work: one object or an array of them. idem_key (Idempotency-Key
  * header, may be NULL) becomes the id of a single item. Items without id get a

@@ -24,7 +24,7 @@ typedef struct ProxyConfig {
     const char *node_id;        /* named in X-Workd-Forwarded; borrowed */
 } ProxyConfig;
 
-Proxy *proxy_start(const ProxyConfig *cfg, Err *err);
+Proxy *proxy_start(const ProxyConfig *cfg, Err *err) WARN_UNUSED;
 /* Answers everything in flight with 503, then joins; later forwards are
  * answered 503 at once. proxy_free after the HTTP daemon has stopped. */
 void proxy_stop(Proxy *p);

@@ -9,7 +9,7 @@
 #include "log.h"
 
 /* A usable session in *conn, opened when there is none or it broke. */
-static int ensure_session(Election *e, PGconn **conn)
+WARN_UNUSED static int ensure_session(Election *e, PGconn **conn)
 {
     if (*conn && PQstatus(*conn) == CONNECTION_OK)
         return 0;

@@ -9,6 +9,8 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 
+#include "err.h"
+
 typedef enum {
     ELECTION_LOST, /* another session holds the lock; try again later */
     ELECTION_WON,  /* the session holds the lock, the journal's statements prepared */
@@ -25,6 +27,6 @@ typedef struct Election {
 /* Tries the lock once on *conn, a session of the caller's: opened (or
  * reopened when broken) here, closed and set NULL here on ELECTION_DOWN. On
  * ELECTION_WON the caller writes through *conn and closes it to resign. */
-ElectionResult election_try(Election *e, PGconn **conn);
+ElectionResult election_try(Election *e, PGconn **conn) WARN_UNUSED;
 
 #endif

@@ -30,7 +30,7 @@ int event_type_parse(const char *name, EventType *out)
     return -1;
 }
 
-int event_is_final(EventType t)
+bool event_is_final(EventType t)
 {
     return t == EV_COMPLETED || t == EV_DEAD || t == EV_CANCELLED;
 }
@@ -115,7 +115,7 @@ json_t *event_data_encode(const Event *e)
 
 /* Always writes *out (0 unless the field holds an integer), so no caller can
  * read an unset value on any path, whatever the optimiser concludes. */
-static int get_int(json_t *d, const char *key, int64_t *out, int required, Err *err)
+WARN_UNUSED static int get_int(json_t *d, const char *key, int64_t *out, int required, Err *err)
 {
     json_t *v = json_object_get(d, key);
     *out = 0;

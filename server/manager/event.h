@@ -80,7 +80,7 @@ typedef struct EventList {
 const char *event_type_name(EventType t);
 int event_type_parse(const char *name, EventType *out) WARN_UNUSED;
 /* True for the events that finish work (and are published on /results). */
-int event_is_final(EventType t);
+bool event_is_final(EventType t);
 
 /* ---- encoding ---- */
 /* The "data" column of e (a new reference). */

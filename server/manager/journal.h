@@ -88,12 +88,13 @@ int journal_dead_matching(PGconn *c, const char *queue, const char *key, int lim
 
 /* The work row as the API shows it (a new reference), or NULL with err 404.
  * Finished work is found while its part is kept (the retention window). */
-json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err);
+json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
 
 /* The history of one work item, a page at a time: {"id", "events": [at most
  * limit events with seq > after], "next_after": the `after` of the next page,
  * or null after the last}; 404 if the work has no event (after == 0). */
-json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err);
+json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
+                            Err *err) WARN_UNUSED;
 
 /* Events after seq that finish work (completed, dead, cancelled), oldest first,
  * at most limit and about max_bytes of event data (at least one event, so a
@@ -102,22 +103,22 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
  * event is left after the ones appended (as of the read). Returns the number
  * appended, or -1. */
 int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
-                           bool *at_end, Err *err);
+                           bool *at_end, Err *err) WARN_UNUSED;
 
 /* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
  * are told apart by run_at) and queue (NULL: any), before accepted seq
  * `before` (0: from the newest), at most limit: {"items": [...], "next_before": N|null}. */
 json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
-                          int limit, Err *err);
+                          int limit, Err *err) WARN_UNUSED;
 
 /* Open work by queue from the projection: {queue: {pending, scheduled, running,
  * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
  * open work. */
-json_t *journal_open_counts(PGconn *c, Err *err);
+json_t *journal_open_counts(PGconn *c, Err *err) WARN_UNUSED;
 
 /* Every queue's flow control as operators set it: {queue: {paused,
  * max_running, rate}} (a new reference; queues never set are absent). */
-json_t *journal_queue_limits(PGconn *c, Err *err);
+json_t *journal_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
 
 /* The highest seq in the table (0 if empty). */
 int journal_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
@@ -128,6 +129,6 @@ int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err 
 /* Counts of finished work by queue and status within the retention window
  * (dead work: all of it) (a new reference: {"queue": {"completed": n, "dead":
  * n, "cancelled": n}}). */
-json_t *journal_finished_counts(PGconn *c, Err *err);
+json_t *journal_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
 
 #endif

@@ -341,7 +341,7 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
  * one than the last append's (a new leader's clock may lag). The parts are
  * read again when the next one is due or, when none is known, every second
  * until the retention thread has added it. */
-static int choose_part(Manager *m, int64_t now, Err *err)
+WARN_UNUSED static int choose_part(Manager *m, int64_t now, Err *err)
 {
     const PartList *pl = m->parts;
     bool next_known = false;
@@ -363,7 +363,7 @@ static int choose_part(Manager *m, int64_t now, Err *err)
     return 0;
 }
 
-static int commit_batch(Manager *m)
+WARN_UNUSED static int commit_batch(Manager *m)
 {
     if (m->batch.len == 0 && m->n_inbox_ack == 0)
         return 0;
@@ -469,7 +469,7 @@ static json_t *job_json(const WorkItem *it)
 }
 
 /* Hands ready jobs to a pull, up to its max; returns how many. */
-static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
+WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
 {
     json_t *jobs = json_object_get(c->reply, "jobs");
     Err err = {0};
@@ -635,7 +635,7 @@ static void add_waiter(Manager *m, MgrCmd *c)
 
 /* Whether worker_id may be registered or refreshed: a new id past --max-workers
  * is refused, as a worker id is anyone's to invent and each costs memory. */
-static int check_worker_room(const Manager *m, const char *worker_id, Err *err)
+WARN_UNUSED static int check_worker_room(const Manager *m, const char *worker_id, Err *err)
 {
     if (ws_worker_get(m->ws, worker_id) || ws_worker_count(m->ws) < (size_t)m->cfg.max_workers)
         return 0;
@@ -862,7 +862,7 @@ static void inbox_cmd_done(MgrCmd *c, void *ud)
 /* Turns the oldest inbox entries into submit commands ahead of the round's
  * mail, one command each, so that one refused entry does not hold the others
  * back. Returns -1 when the leader stepped down. */
-static int take_inbox(Manager *m, MgrCmd **mail)
+WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
 {
     int64_t now = mono_ms();
     if (!m->inbox_due && now - m->inbox_read_ms < INBOX_POLL_MS)
@@ -1010,7 +1010,7 @@ static void want_known(Manager *m, IdList *l, const char *id)
     l->ids[l->n++] = (char *)id;
 }
 
-static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
+WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
 {
     IdList l = {0};
     for (MgrCmd *c = list; c; c = c->next) {

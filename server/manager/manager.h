@@ -107,7 +107,7 @@ typedef struct Manager Manager;
 
 /* ---- lifetime ---- */
 /* Starts the manager thread (it campaigns at once). Copies cfg's strings. */
-Manager *manager_start(const ManagerConfig *cfg, Err *err);
+Manager *manager_start(const ManagerConfig *cfg, Err *err) WARN_UNUSED;
 /* Steps down (releasing the lock), fails queued commands with 503, joins.
  * Commands sent afterwards are answered 503 at once; free after the HTTP
  * daemon has stopped. */

@@ -35,7 +35,8 @@ int64_t retention_span(int64_t retain_ms)
     return span < 1000 ? 1000 : span > DAY_MS ? DAY_MS : span;
 }
 
-static int exec(Retention *r, const char *sql, int n, const char *const *params, const char *what)
+WARN_UNUSED static int exec(Retention *r, const char *sql, int n, const char *const *params,
+                            const char *what)
 {
     Err err = {0};
     PGresult *res = db_exec(r->conn, sql, n, params, what, &err);
@@ -49,7 +50,7 @@ static int exec(Retention *r, const char *sql, int n, const char *const *params,
 }
 
 /* Adds parts until AHEAD of them start after now. */
-static int add_ahead(Retention *r, const PartList *pl, int64_t now)
+WARN_UNUSED static int add_ahead(Retention *r, const PartList *pl, int64_t now)
 {
     const Part *last = &pl->items[pl->n - 1];
     int part = last->part;
@@ -72,7 +73,7 @@ static int add_ahead(Retention *r, const PartList *pl, int64_t now)
 
 /* Detaches and drops one table of a part. A detach that was interrupted
  * (a lost session, a lock timeout) is finished first. */
-static int drop_table(Retention *r, const char *table, int part)
+WARN_UNUSED static int drop_table(Retention *r, const char *table, int part)
 {
     char name[64], sql[256];
     snprintf(name, sizeof name, "%s_p%d", table, part);
@@ -108,7 +109,7 @@ static int drop_table(Retention *r, const char *table, int part)
 /* Drops the oldest parts whose every row is older than the window. The part
  * the leader writes into is never dropped, nor any after it; a part's rows
  * are all as old as its last event, which the seq index finds at once. */
-static int drop_expired(Retention *r, const PartList *pl, int64_t now)
+WARN_UNUSED static int drop_expired(Retention *r, const PartList *pl, int64_t now)
 {
     int current = r->cfg.current_part(r->cfg.ud);
     for (size_t i = 0; i < pl->n && pl->items[i].part < current; i++) {

@@ -43,7 +43,7 @@ typedef struct Retention Retention;
 int64_t retention_span(int64_t retain_ms);
 
 /* Starts the thread; copies cfg's strings. */
-Retention *retention_start(const RetentionConfig *cfg, Err *err);
+Retention *retention_start(const RetentionConfig *cfg, Err *err) WARN_UNUSED;
 /* Wakes the thread for a pass now (any thread). */
 void retention_kick(Retention *r);
 /* Stops and frees (NULL is fine). */

@@ -100,12 +100,12 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         char src[96];
         snprintf(src, sizeof src, "default of --%s", o->name);
         if (o->def && set_value(o, o->def, src, err) != 0)
-            goto out;
+            goto cleanup;
         char env[80];
         env_name(o->name, env, sizeof env);
         const char *v = getenv(env);
         if (v && set_value(o, v, env, err) != 0)
-            goto out;
+            goto cleanup;
     }
     int i = first;
     for (; i < argc; i++) {
@@ -126,7 +126,7 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         const OptSpec *o = find(specs, n, name, len);
         if (!o) {
             err_set(err, 400, "bad-config", "unknown option '%s' (see --help)", a);
-            goto out;
+            goto cleanup;
         }
         char src[96];
         snprintf(src, sizeof src, "--%s", o->name);
@@ -138,7 +138,7 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         } else {
             if (i + 1 >= argc) {
                 err_set(err, 400, "bad-config", "%s needs a value", src);
-                goto out;
+                goto cleanup;
             }
             val = argv[++i];
         }
@@ -146,12 +146,12 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
         if (o->type == OPT_LIST && given[k])
             list_append(o, val);
         else if (set_value(o, val, src, err) != 0)
-            goto out;
+            goto cleanup;
         given[k] = true;
     }
     *rest = i;
     rc = 0;
-out:
+cleanup:
     free(given);
     return rc;
 }

@@ -15,8 +15,8 @@
  * ignores the outcome, and a (void) cast does not silence it.
  *
  * A function that answers yes or no returns bool, never int. A function that
- * must free what it made on the way out has one label for it, `cleanup`,
- * reached by every path that owns something (success or failure alike). */
+ * frees what it made on its way out does so after one label, `cleanup` (a
+ * flag or rc says what there is to undo), never a ladder of labels. */
 #define WARN_UNUSED __attribute__((warn_unused_result))
 
 typedef struct Err {

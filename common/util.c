@@ -208,18 +208,25 @@ WARN_UNUSED static int digits(const char **p, int n, int *out)
     return 0;
 }
 
+/* The refusal of every malformed time (time_parse). */
+static int not_a_time(const char *s, Err *err)
+{
+    return err_set(err, 400, "invalid-time",
+                   "'%.64s' is not an RFC 3339 time such as 2026-01-02T03:04:05Z", s);
+}
+
 int time_parse(const char *s, int64_t *ms_out, Err *err)
 {
     const char *p = s;
     int Y, M, D, h, m, sec;
     if (digits(&p, 4, &Y) || *p++ != '-' || digits(&p, 2, &M) || *p++ != '-' || digits(&p, 2, &D) ||
         (*p != 'T' && *p != 't' && *p != ' '))
-        goto bad;
+        return not_a_time(s, err);
     p++;
     if (digits(&p, 2, &h) || *p++ != ':' || digits(&p, 2, &m) || *p++ != ':' || digits(&p, 2, &sec))
-        goto bad;
+        return not_a_time(s, err);
     if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
-        goto bad;
+        return not_a_time(s, err);
     int ms = 0;
     if (*p == '.') {
         p++;
@@ -232,7 +239,7 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
             p++;
         }
         if (nd == 0)
-            goto bad;
+            return not_a_time(s, err);
     }
     int offset_min = 0;
     if (*p == 'Z' || *p == 'z') {
@@ -241,13 +248,13 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
         int sign = *p == '-' ? -1 : 1, oh, om;
         p++;
         if (digits(&p, 2, &oh) || *p++ != ':' || digits(&p, 2, &om) || oh > 23 || om > 59)
-            goto bad;
+            return not_a_time(s, err);
         offset_min = sign * (oh * 60 + om);
     } else {
-        goto bad;
+        return not_a_time(s, err);
     }
     if (*p)
-        goto bad;
+        return not_a_time(s, err);
     struct tm tm = {.tm_year = Y - 1900,
                     .tm_mon = M - 1,
                     .tm_mday = D,
@@ -259,17 +266,14 @@ int time_parse(const char *s, int64_t *ms_out, Err *err)
     struct tm back;
     gmtime_r(&t, &back);
     if (back.tm_mday != D || back.tm_mon != M - 1)
-        goto bad;
+        return not_a_time(s, err);
     int64_t v = ((int64_t)t - (int64_t)offset_min * 60) * 1000 + ms;
     /* An offset can carry 0000-01-01 or 9999-12-31 out of the years RFC 3339
      * can write, and time_format could not give it back. */
     if (v < -62167219200000LL || v > 253402300799999LL)
-        goto bad;
+        return not_a_time(s, err);
     *ms_out = v;
     return 0;
-bad:
-    return err_set(err, 400, "invalid-time",
-                   "'%.64s' is not an RFC 3339 time such as 2026-01-02T03:04:05Z", s);
 }
 
 int duration_parse(const char *s, int64_t *ms_out)

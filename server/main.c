@@ -253,7 +253,7 @@ static int serve(Server *s)
     int rc = 1;
     if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
         !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
-        goto out;
+        goto cleanup;
     s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
                      s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, last_seq);
     /* After the hub: the manager publishes its commits into it. */
@@ -278,7 +278,7 @@ static int serve(Server *s)
             .on_commit_ud = s,
         };
         if (!(s->mgr = manager_start(&mc, &err)))
-            goto out;
+            goto cleanup;
     }
     ProxyConfig pc = {.leader = s->leader,
                       .metrics = s->metrics,
@@ -297,9 +297,9 @@ static int serve(Server *s)
                          .leader = s->leader,
                          .http = s->http};
     if (!(s->proxy = proxy_start(&pc, &err)) || !(s->listener = listener_start(&lc, &err)))
-        goto out;
+        goto cleanup;
     if (s->cfg.role_frontend && http_start(s->http, &err) != 0)
-        goto out;
+        goto cleanup;
     log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
              s->cfg.advertise_url);
 
@@ -308,7 +308,7 @@ static int serve(Server *s)
     }
     log_info("received %s: stopping", strsignal(si.si_signo));
     rc = 0;
-out:
+cleanup:
     if (rc)
         log_error("cannot start: %s", err.msg);
     /* Answer everything in flight, then stop serving, then free. */

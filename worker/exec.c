@@ -729,7 +729,8 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     if (pipe2(in_p, O_CLOEXEC) != 0 || pipe2(out_p, O_CLOEXEC) != 0 ||
         pipe2(err_p, O_CLOEXEC) != 0) {
         err_set(&e, 500, "exec", "cannot run the job: pipe: %s", strerror(errno));
-        goto fail;
+        ret = -1;
+        goto cleanup;
     }
     if (ctl)
         pthread_mutex_lock(&ctl->lock);
@@ -737,7 +738,7 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
         pthread_mutex_unlock(&ctl->lock);
         out->stopped = true;
         exec_outcome_fail(out, true, "worker stopping");
-        goto done;
+        goto cleanup;
     }
     /* Forked under the ctl lock so that a stop sees either no child or its group. */
     pid_t parent = getpid();
@@ -759,7 +760,8 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
         pthread_mutex_unlock(&ctl->lock);
     if (pid < 0) {
         err_set(&e, 500, "exec", "cannot run the job: fork: %s", strerror(fork_errno));
-        goto fail;
+        ret = -1;
+        goto cleanup;
     }
     ch.pid = pid;
     close_fd(&in_p[0]);
@@ -820,7 +822,8 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
                 ctl->pgid = 0;
                 pthread_mutex_unlock(&ctl->lock);
             }
-            goto fail;
+            ret = -1;
+            goto cleanup;
         }
         now = mono_ms();
         if (rc <= 0) {
@@ -843,15 +846,13 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     if (ch.killed_by_ctl)
         out->stopped = true;
     child_outcome(&ch, out);
-    goto done;
-
-fail:
-    ret = -1;
-    out->elapsed_ms = mono_ms() - ch.start;
-    exec_outcome_fail(out, true, "%s", e.msg);
-    if (err)
-        *err = e;
-done:
+cleanup:
+    if (ret != 0) {
+        out->elapsed_ms = mono_ms() - ch.start;
+        exec_outcome_fail(out, true, "%s", e.msg);
+        if (err)
+            *err = e;
+    }
     close_fd(&ch.in_fd);
     close_fd(&ch.out_fd);
     close_fd(&ch.err_fd);

@@ -190,7 +190,7 @@ int main(int argc, char **argv)
     const size_t nspecs = sizeof specs / sizeof specs[0];
 
     int status = 2, sfd = -1;
-    bool json = false;
+    bool json = false, curl_ready = false;
     char **queues = NULL;
     char id[ID_MAX + 1];
     LogLevel level = LOG_INFO;
@@ -202,10 +202,13 @@ int main(int argc, char **argv)
     int cli = config_cli(specs, nspecs, argc, argv, 1, "workd-worker", SYNOPSIS);
     if (cli != 0) {
         status = cli > 0 ? 0 : 2;
-        goto out;
+        goto cleanup;
     }
-    if (check(&o, &cfg, &queues, id, sizeof id, &level, &json, &err) != 0)
-        goto bad_config;
+    if (check(&o, &cfg, &queues, id, sizeof id, &level, &json, &err) != 0) {
+        fprintf(stderr, "workd-worker: %s\n", err.msg);
+        status = 2;
+        goto cleanup;
+    }
     log_setup(id, "worker", level, json);
 
     /* A job runs as our user unless the operator says otherwise
@@ -232,10 +235,11 @@ int main(int argc, char **argv)
     if (sfd < 0) {
         log_error("signalfd: %s", strerror(errno));
         status = 1;
-        goto out;
+        goto cleanup;
     }
 
     httpc_global_init();
+    curl_ready = true;
     w = worker_new(&cfg, &err);
     if (!w || worker_start(w, &err) != 0) {
         log_error("cannot start: %s", err.msg);
@@ -253,13 +257,8 @@ int main(int argc, char **argv)
         status = 1;
 cleanup:
     worker_free(w);
-    httpc_global_cleanup();
-    goto out;
-
-bad_config:
-    fprintf(stderr, "workd-worker: %s\n", err.msg);
-    status = 2;
-out:
+    if (curl_ready)
+        httpc_global_cleanup();
     if (sfd >= 0)
         close(sfd);
     strv_free(queues);

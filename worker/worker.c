@@ -813,24 +813,24 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     }
     for (int i = 0; i < w->nslots; i++) {
         if (exec_ctl_init(&w->slots[i].ctl, err) != 0)
-            goto fail;
+            goto cleanup;
         w->slots[i].ctl_ready = true;
     }
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
         err_set(err, 500, "internal", "pipe: %s", strerror(errno));
-        goto fail;
+        goto cleanup;
     }
     w->done_rd = p[0];
     w->done_wr = p[1];
     /* Here, before any thread exists: it forks (exec.h). */
     if (cfg->kind == WORK_EXEC) {
         if (exec_guard_start(err) != 0)
-            goto fail;
+            goto cleanup;
         w->guarded = true;
     }
     return w;
-fail:
+cleanup:
     worker_free(w);
     return NULL;
 }

@@ -282,13 +282,13 @@ static void get_task(PGconn *conn, void *arg)
     Err err = {0};
     if (!conn) {
         problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
-        goto done;
+        goto cleanup;
     }
     json_t *o = t->events ? journal_work_events(conn, t->id, t->after, t->limit, &err)
                           : journal_work_get(conn, t->id, wall_ms(), &err);
     if (!o) {
         req_finish_problem(r, &err);
-        goto done;
+        goto cleanup;
     }
     const char *status = json_string_value(json_object_get(o, "status"));
     if (!t->events && t->wait_ms > 0 && !t->waited && !is_final(status)) {
@@ -300,7 +300,7 @@ static void get_task(PGconn *conn, void *arg)
     }
     json_object_del(o, "updated_seq");
     req_finish_json(r, 200, o);
-done:
+cleanup:
     free(t->id);
     free(t);
 }

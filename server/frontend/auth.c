@@ -127,12 +127,12 @@ Auth *auth_load(const char *inline_tokens, const char *file, Err *err)
 {
     Auth *a = xcalloc(1, sizeof *a);
     if (inline_tokens && add_entries(a, inline_tokens, "--tokens", err) != 0)
-        goto fail;
+        goto cleanup;
     if (file && *file) {
         FILE *f = fopen(file, "r");
         if (!f) {
             err_set(err, 400, "bad-config", "--tokens-file: cannot read '%s'", file);
-            goto fail;
+            goto cleanup;
         }
         SBuf b;
         sbuf_init(&b);
@@ -145,10 +145,10 @@ Auth *auth_load(const char *inline_tokens, const char *file, Err *err)
         explicit_bzero(b.data, b.len);
         sbuf_free(&b);
         if (rc != 0)
-            goto fail;
+            goto cleanup;
     }
     return a;
-fail:
+cleanup:
     auth_free(a);
     return NULL;
 }

@@ -150,12 +150,12 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
     switch (out->type) {
     case EV_TERM:
         if (get_int(data, "term", &out->new_term, 1, err))
-            goto fail;
+            goto cleanup;
         out->leader_url = get_str(data, "leader");
         break;
     case EV_RETRIED:
         if (get_int(data, "attempt", &v, 1, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         out->error = get_str(data, "error");
         /* a retried event carries what accepted carried */
@@ -165,10 +165,10 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         out->queue = get_str(data, "queue");
         if (!out->queue) {
             err_set(err, 500, "bad-event", "accepted event lacks 'queue'");
-            goto fail;
+            goto cleanup;
         }
         if (get_int(data, "priority", &v, 0, err))
-            goto fail;
+            goto cleanup;
         out->priority = (int)v;
         out->payload = json_incref(json_object_get(data, "payload"));
         if (!out->payload)
@@ -176,24 +176,24 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         if (get_int(data, "run_at", &out->run_at, 0, err) ||
             get_int(data, "timeout_ms", &out->timeout_ms, 1, err) ||
             get_int(data, "max_attempts", &v, 1, err))
-            goto fail;
+            goto cleanup;
         out->max_attempts = (int)v;
         break;
     case EV_STARTED:
         if (get_int(data, "attempt", &v, 1, err) ||
             get_int(data, "deadline", &out->deadline, 1, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         /* Required: a running attempt without a holder would crash the timers. */
         out->worker_id = get_str(data, "worker_id");
         if (!out->worker_id) {
             err_set(err, 500, "bad-event", "started event lacks 'worker_id'");
-            goto fail;
+            goto cleanup;
         }
         break;
     case EV_COMPLETED:
         if (get_int(data, "attempt", &v, 1, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         out->result = json_incref(json_object_get(data, "result"));
         if (!out->result)
@@ -203,39 +203,39 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
     case EV_TIMED_OUT:
         if (get_int(data, "attempt", &v, 1, err) ||
             get_int(data, "retry_at", &out->retry_at, 0, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         out->error = get_str(data, "error");
         break;
     case EV_DEAD:
         out->error = get_str(data, "error");
         if (get_int(data, "attempts", &v, 0, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         break;
     case EV_CANCELLED:
         if (get_int(data, "attempt", &v, 0, err))
-            goto fail;
+            goto cleanup;
         out->attempt = (int)v;
         break;
     case EV_QUEUE_SET: {
         out->queue = get_str(data, "queue");
         if (!out->queue) {
             err_set(err, 500, "bad-event", "queue_set event lacks 'queue'");
-            goto fail;
+            goto cleanup;
         }
         out->limits.paused = json_is_true(json_object_get(data, "paused"));
         if (get_int(data, "max_running", &v, 0, err))
-            goto fail;
+            goto cleanup;
         out->limits.max_running = (int)v;
         if (get_int(data, "max_running_per_key", &v, 0, err))
-            goto fail;
+            goto cleanup;
         out->limits.max_running_per_key = (int)v;
         json_t *rate = json_object_get(data, "rate");
         if (json_is_object(rate)) {
             if (get_int(rate, "limit", &v, 1, err) ||
                 get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
-                goto fail;
+                goto cleanup;
             out->limits.rate_limit = (int)v;
         }
         break;
@@ -245,10 +245,10 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
     if (out->type != EV_TERM && out->type != EV_QUEUE_SET && !out->work_id) {
         err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
-        goto fail;
+        goto cleanup;
     }
     return 0;
-fail:
+cleanup:
     event_clear(out);
     return -1;
 }

@@ -1229,7 +1229,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (m->efd < 0) {
         err_set(err, 500, "internal", "eventfd: %s", strerror(errno));
-        goto fail;
+        goto cleanup;
     }
     m->parts = xcalloc(1, sizeof *m->parts);
     atomic_store(&m->cur_part, -1);
@@ -1243,13 +1243,13 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                           .current_part = current_part,
                           .ud = m};
     if (!(m->retention = retention_start(&rc, err)))
-        goto fail;
+        goto cleanup;
     if (pthread_create(&m->thread, NULL, manager_main, m) != 0) {
         err_set(err, 500, "internal", "cannot start the manager thread");
-        goto fail;
+        goto cleanup;
     }
     return m;
-fail:
+cleanup:
     retention_stop(m->retention);
     free(m->parts);
     if (m->efd >= 0)

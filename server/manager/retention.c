@@ -220,14 +220,14 @@ Retention *retention_start(const RetentionConfig *cfg, Err *err)
     r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (r->efd < 0) {
         err_set(err, 500, "internal", "eventfd: %s", strerror(errno));
-        goto fail;
+        goto cleanup;
     }
     if (pthread_create(&r->thread, NULL, retention_main, r) != 0) {
         err_set(err, 500, "internal", "cannot start the retention thread");
-        goto fail;
+        goto cleanup;
     }
     return r;
-fail:
+cleanup:
     if (r->efd >= 0)
         close(r->efd);
     free((char *)r->cfg.database_url);

@@ -406,7 +406,7 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
             if (!json_equal(existing, s->payload)) {
                 err_set(err, 409, "conflict",
                         "work '%s' already exists with a different payload; use another id", s->id);
-                goto refuse;
+                goto cleanup;
             }
             results[i].created = false;
             results[i].status = open   ? ws_item_status(open, now)
@@ -419,7 +419,7 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
                     "the limit of open work items (--max-open) is %lld and %zu are open; this "
                     "request adds at least %zu; retry later",
                     (long long)ws->cfg.max_open, ws->items.len, created + 1);
-            goto refuse;
+            goto cleanup;
         }
         Event *e = eventlist_push(out);
         e->type = EV_ACCEPTED;
@@ -439,7 +439,7 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
     }
     hmap_free(&seen);
     return 0;
-refuse:
+cleanup:
     hmap_free(&seen);
     while (out->len > first)
         event_clear(&out->items[--out->len]);

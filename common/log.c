@@ -20,6 +20,7 @@ static struct {
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *level_names[] = {"debug", "info", "warn", "error"};
+_Static_assert(sizeof level_names / sizeof level_names[0] == LOG_ERROR + 1, "a name per LogLevel");
 
 void log_setup(const char *node, const char *role, LogLevel min_level, bool json)
 {

@@ -43,11 +43,16 @@ typedef struct Waiter {
     struct Waiter *next;
 } Waiter;
 
+/* The finished statuses counted per queue, in the order of Rate.count. */
+enum { RATE_KINDS = 3 };
+static const char *const rate_kinds[] = {"completed", "dead", "cancelled"};
+_Static_assert(sizeof rate_kinds / sizeof rate_kinds[0] == RATE_KINDS, "a name per rate kind");
+
 /* Finished events per 10-second bucket, for one queue. */
 typedef struct Rate {
     char *queue;
     int64_t bucket[HUB_RATE_BUCKETS]; /* which bucket (ms / HUB_RATE_BUCKET_MS) slot i holds */
-    int count[3][HUB_RATE_BUCKETS];   /* completed, dead, cancelled */
+    int count[RATE_KINDS][HUB_RATE_BUCKETS]; /* by rate_kinds */
     struct Rate *next;
 } Rate;
 
@@ -202,7 +207,10 @@ static char *frame_of(json_t *ev, size_t *len)
 
 static void count_rate(Hub *h, const char *queue, const char *status, int64_t now)
 {
-    int kind = !strcmp(status, "completed") ? 0 : !strcmp(status, "dead") ? 1 : 2;
+    int kind = RATE_KINDS - 1; /* cancelled: the last */
+    for (int k = 0; k < RATE_KINDS - 1; k++)
+        if (!strcmp(status, rate_kinds[k]))
+            kind = k;
     Rate *r = h->rates;
     while (r && strcmp(r->queue, queue) != 0)
         r = r->next;
@@ -216,7 +224,7 @@ static void count_rate(Hub *h, const char *queue, const char *status, int64_t no
     int slot = (int)(b % HUB_RATE_BUCKETS);
     if (r->bucket[slot] != b) {
         r->bucket[slot] = b;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < RATE_KINDS; k++)
             r->count[k][slot] = 0;
     }
     r->count[kind][slot]++;
@@ -226,18 +234,17 @@ json_t *hub_throughput(Hub *h, int64_t now)
 {
     json_t *queues = json_object();
     int64_t last = now / HUB_RATE_BUCKET_MS;
-    static const char *kinds[] = {"completed", "dead", "cancelled"};
     pthread_mutex_lock(&h->lock);
     for (Rate *r = h->rates; r; r = r->next) {
         json_t *q = json_object();
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < RATE_KINDS; k++) {
             json_t *arr = json_array();
             for (int64_t b = last - HUB_RATE_BUCKETS + 1; b <= last; b++) {
                 int slot = (int)(b % HUB_RATE_BUCKETS);
                 json_array_append_new(arr,
                                       json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
             }
-            json_object_set_new(q, kinds[k], arr);
+            json_object_set_new(q, rate_kinds[k], arr);
         }
         json_object_set_new(queues, r->queue, q);
     }

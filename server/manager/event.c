@@ -12,6 +12,8 @@ static const char *type_names[] = {
     [EV_DEAD] = "dead",           [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
     [EV_QUEUE_SET] = "queue_set",
 };
+_Static_assert(sizeof type_names / sizeof type_names[0] == EV_LAST + 1,
+               "a name per EventType (and EV_LAST the last of them)");
 
 const char *event_type_name(EventType t)
 {

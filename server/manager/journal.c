@@ -27,31 +27,33 @@
 typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON } ColKind;
 
 /* A column of a projection row: its name in workd_open / workd_done, its kind,
- * and the PC_* bit saying an update changed it (0: set once, at acceptance). */
-typedef enum {
-    F_ID,
-    F_MASK,
-    F_QUEUE,
-    F_KEY,
-    F_PRIORITY,
-    F_PAYLOAD,
-    F_STATUS,
-    F_ATTEMPTS,
-    F_MAX_ATTEMPTS,
-    F_TIMEOUT,
-    F_RUN_AT,
-    F_CREATED_AT,
-    F_ACCEPTED_SEQ,
-    F_STARTED_AT,
-    F_FINISHED_AT,
-    F_WORKER,
-    F_DEADLINE,
-    F_RESULT,
-    F_LAST_ERROR,
-    F_UPDATED_SEQ,
-    F_FINISHED_SEQ,
-    F_COUNT
-} Field;
+ * and the PC_* bit saying an update changed it (0: set once, at acceptance).
+ * One table makes the Field enum, the FieldDef array and the checks below. */
+#define FIELD_TABLE(X)                                                                             \
+    X(F_ID, "id", K_TEXT, 0)                                                                       \
+    X(F_MASK, "m", K_INT, 0)                                                                       \
+    X(F_QUEUE, "queue", K_TEXT, 0)                                                                 \
+    X(F_KEY, "key", K_TEXT, 0)                                                                     \
+    X(F_PRIORITY, "priority", K_INT, 0)                                                            \
+    X(F_PAYLOAD, "payload", K_JSON, 0)                                                             \
+    X(F_STATUS, "status", K_TEXT, PC_STATUS)                                                       \
+    X(F_ATTEMPTS, "attempts", K_INT, PC_ATTEMPTS)                                                  \
+    X(F_MAX_ATTEMPTS, "max_attempts", K_INT, PC_MAX_ATTEMPTS)                                      \
+    X(F_TIMEOUT, "timeout_ms", K_BIGINT, 0)                                                        \
+    X(F_RUN_AT, "run_at", K_TIME, PC_RUN_AT)                                                       \
+    X(F_CREATED_AT, "created_at", K_TIME, 0)                                                       \
+    X(F_ACCEPTED_SEQ, "accepted_seq", K_BIGINT, PC_ACCEPTED_SEQ)                                   \
+    X(F_STARTED_AT, "started_at", K_TIME, PC_STARTED_AT)                                           \
+    X(F_FINISHED_AT, "finished_at", K_TIME, PC_FINISHED_AT)                                        \
+    X(F_WORKER, "worker_id", K_TEXT, PC_WORKER)                                                    \
+    X(F_DEADLINE, "deadline", K_TIME, PC_DEADLINE)                                                 \
+    X(F_RESULT, "result", K_JSON, PC_RESULT)                                                       \
+    X(F_LAST_ERROR, "last_error", K_TEXT, PC_LAST_ERROR)                                           \
+    X(F_UPDATED_SEQ, "updated_seq", K_BIGINT, 0)                                                   \
+    X(F_FINISHED_SEQ, "finished_seq", K_BIGINT, 0)
+
+#define FIELD_ENUM(f, name, kind, pc) f,
+typedef enum { FIELD_TABLE(FIELD_ENUM) F_COUNT } Field;
 
 typedef struct FieldDef {
     const char *name;
@@ -59,30 +61,18 @@ typedef struct FieldDef {
     int pc;
 } FieldDef;
 
-static const FieldDef fields[] = {
-    [F_ID] = {"id", K_TEXT, 0},
-    [F_MASK] = {"m", K_INT, 0},
-    [F_QUEUE] = {"queue", K_TEXT, 0},
-    [F_KEY] = {"key", K_TEXT, 0},
-    [F_PRIORITY] = {"priority", K_INT, 0},
-    [F_PAYLOAD] = {"payload", K_JSON, 0},
-    [F_STATUS] = {"status", K_TEXT, PC_STATUS},
-    [F_ATTEMPTS] = {"attempts", K_INT, PC_ATTEMPTS},
-    [F_MAX_ATTEMPTS] = {"max_attempts", K_INT, PC_MAX_ATTEMPTS},
-    [F_TIMEOUT] = {"timeout_ms", K_BIGINT, 0},
-    [F_RUN_AT] = {"run_at", K_TIME, PC_RUN_AT},
-    [F_CREATED_AT] = {"created_at", K_TIME, 0},
-    [F_ACCEPTED_SEQ] = {"accepted_seq", K_BIGINT, PC_ACCEPTED_SEQ},
-    [F_STARTED_AT] = {"started_at", K_TIME, PC_STARTED_AT},
-    [F_FINISHED_AT] = {"finished_at", K_TIME, PC_FINISHED_AT},
-    [F_WORKER] = {"worker_id", K_TEXT, PC_WORKER},
-    [F_DEADLINE] = {"deadline", K_TIME, PC_DEADLINE},
-    [F_RESULT] = {"result", K_JSON, PC_RESULT},
-    [F_LAST_ERROR] = {"last_error", K_TEXT, PC_LAST_ERROR},
-    [F_UPDATED_SEQ] = {"updated_seq", K_BIGINT, 0},
-    [F_FINISHED_SEQ] = {"finished_seq", K_BIGINT, 0},
-};
+#define FIELD_DEF(f, name, kind, pc) [f] = {name, kind, pc},
+static const FieldDef fields[] = {FIELD_TABLE(FIELD_DEF)};
 _Static_assert(sizeof fields / sizeof fields[0] == F_COUNT, "a FieldDef per Field");
+
+/* Every PC_* bit has one column: an update that sets a bit with no column
+ * would never be written, two columns on one bit would both be. */
+#define FIELD_PC_OR(f, name, kind, pc) | (pc)
+#define FIELD_PC_SUM(f, name, kind, pc) +(pc)
+_Static_assert((0 FIELD_TABLE(FIELD_PC_OR)) == PC_ALL,
+               "every PC_* bit of projection.h needs a column in FIELD_TABLE");
+_Static_assert((0 FIELD_TABLE(FIELD_PC_SUM)) == PC_ALL,
+               "a PC_* bit belongs to one column of FIELD_TABLE only");
 
 static const Field open_new_cols[] = {
     F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
@@ -181,8 +171,10 @@ static char *append_sql(void)
         ev_cols[i] = i;
 
     sbuf_puts(&b, "WITH lk AS (SELECT workd_holds_leader_lock() AS ok),\n");
-    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (seq, at, type, version, work_id, data, term, "
-                  "part)\n  SELECT ");
+    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (");
+    for (int i = 0; i < E_COUNT; i++)
+        sbuf_printf(&b, "%s, ", ev_fields[i].name);
+    sbuf_puts(&b, "term, part)\n  SELECT ");
     for (int i = 0; i < E_COUNT; i++) {
         sql_value(&b, "e", &ev_fields[i]);
         sbuf_puts(&b, ", ");
@@ -942,15 +934,15 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
         "         attempts, max_attempts, workd_epoch_ms(created_at), workd_epoch_ms(finished_at),"
         "         worker_id, last_error, accepted_seq"
         "    FROM workd_open"
-        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint) AND ($2::text IS NULL OR queue = "
-        "$2)"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "     AND ($2::text IS NULL OR queue = $2)"
         "     AND ($1::text IS NULL OR $1 IN ('pending', 'scheduled', 'running', 'dead'))"
         "  UNION ALL"
         "  SELECT id, queue, priority, status, attempts, max_attempts, workd_epoch_ms(created_at),"
         "         workd_epoch_ms(finished_at), worker_id, last_error, accepted_seq"
         "    FROM workd_done"
-        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint) AND ($2::text IS NULL OR queue = "
-        "$2)"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "     AND ($2::text IS NULL OR queue = $2)"
         "     AND ($1::text IS NULL OR $1 IN ('completed', 'cancelled'))"
         ") w"
         " WHERE $1::text IS NULL OR w.status = $1"

@@ -12,19 +12,36 @@
 
 #include "event.h"
 
-/* Columns an update sets (ProjRow.changed); a new row sets them all. */
+/* Columns an update sets (ProjRow.changed); a new row sets them all. Each
+ * has a bit; journal.c's column table must give every bit a column (it checks
+ * that at compile time against PC_ALL), so add a column here by its bit. */
 enum {
-    PC_STATUS = 1 << 0,
-    PC_ATTEMPTS = 1 << 1,
-    PC_MAX_ATTEMPTS = 1 << 2,
-    PC_RUN_AT = 1 << 3,
-    PC_STARTED_AT = 1 << 4,
-    PC_FINISHED_AT = 1 << 5,
-    PC_WORKER = 1 << 6,
-    PC_DEADLINE = 1 << 7,
-    PC_RESULT = 1 << 8,
-    PC_LAST_ERROR = 1 << 9,
-    PC_ACCEPTED_SEQ = 1 << 10,
+    PCB_STATUS,
+    PCB_ATTEMPTS,
+    PCB_MAX_ATTEMPTS,
+    PCB_RUN_AT,
+    PCB_STARTED_AT,
+    PCB_FINISHED_AT,
+    PCB_WORKER,
+    PCB_DEADLINE,
+    PCB_RESULT,
+    PCB_LAST_ERROR,
+    PCB_ACCEPTED_SEQ,
+    PCB_COUNT
+};
+enum {
+    PC_STATUS = 1 << PCB_STATUS,
+    PC_ATTEMPTS = 1 << PCB_ATTEMPTS,
+    PC_MAX_ATTEMPTS = 1 << PCB_MAX_ATTEMPTS,
+    PC_RUN_AT = 1 << PCB_RUN_AT,
+    PC_STARTED_AT = 1 << PCB_STARTED_AT,
+    PC_FINISHED_AT = 1 << PCB_FINISHED_AT,
+    PC_WORKER = 1 << PCB_WORKER,
+    PC_DEADLINE = 1 << PCB_DEADLINE,
+    PC_RESULT = 1 << PCB_RESULT,
+    PC_LAST_ERROR = 1 << PCB_LAST_ERROR,
+    PC_ACCEPTED_SEQ = 1 << PCB_ACCEPTED_SEQ,
+    PC_ALL = (1 << PCB_COUNT) - 1,
 };
 
 /* One row of workd_work, or the part of it that a run of events changed.

@@ -149,6 +149,19 @@ static void fire_all(Fire *f, size_t n)
     free(f);
 }
 
+/* Called with the lock held: takes the waiters that `why` ends, releases the
+ * lock, then resumes the n connections of wake (collected under the lock) and
+ * fires those waiters. */
+static void unlock_then_wake(Hub *h, struct MHD_Connection **wake, size_t n, TakeWhy why,
+                             const char *work_id, int64_t v)
+{
+    size_t nf;
+    Fire *fires = take_waiters(h, why, work_id, v, &nf);
+    pthread_mutex_unlock(&h->lock);
+    resume_all(wake, n);
+    fire_all(fires, nf);
+}
+
 void hub_shutdown(Hub *h)
 {
     pthread_mutex_lock(&h->lock);
@@ -160,11 +173,7 @@ void hub_shutdown(Hub *h)
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    size_t nf;
-    Fire *fires = take_waiters(h, TAKE_ALL, NULL, 0, &nf);
-    pthread_mutex_unlock(&h->lock);
-    resume_all(wake, n);
-    fire_all(fires, nf);
+    unlock_then_wake(h, wake, n, TAKE_ALL, NULL, 0);
 }
 
 void hub_free(Hub *h)
@@ -293,11 +302,7 @@ void hub_publish(Hub *h, json_t *ev)
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    size_t nf;
-    Fire *fires = take_waiters(h, TAKE_FINISHED, work_id, seq, &nf);
-    pthread_mutex_unlock(&h->lock);
-    resume_all(wake, n);
-    fire_all(fires, nf);
+    unlock_then_wake(h, wake, n, TAKE_FINISHED, work_id, seq);
 }
 
 void hub_publish_committed(Hub *h, const EventList *events)
@@ -348,11 +353,7 @@ void hub_tick(Hub *h, int64_t now)
             wake[n++] = s->conn;
         }
     }
-    size_t nf;
-    Fire *fires = take_waiters(h, TAKE_DUE, NULL, now, &nf);
-    pthread_mutex_unlock(&h->lock);
-    resume_all(wake, n);
-    fire_all(fires, nf);
+    unlock_then_wake(h, wake, n, TAKE_DUE, NULL, now);
 }
 
 int64_t hub_next_deadline(Hub *h)

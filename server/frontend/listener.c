@@ -6,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "db.h"
@@ -15,6 +14,7 @@
 #include "log.h"
 #include "hub.h"
 #include "util.h"
+#include "wake.h"
 
 #define PAGE 1000
 #define NODE_EVERY_MS 3000
@@ -195,13 +195,8 @@ static void *listener_main(void *arg)
             http_sweep(l->cfg.http, mono_ms());
         if (!l->conn) {
             if (connect_listen(l) != 0) {
-                struct pollfd pfd = {.fd = l->efd, .events = POLLIN};
-                if (poll(&pfd, 1, tick_in(l, backoff)) > 0) {
-                    uint64_t v;
-                    ssize_t rd = read(l->efd, &v, sizeof v);
-                    (void)rd;
+                if (wake_wait(l->efd, tick_in(l, backoff)))
                     continue; /* woken for a timer: the backoff is not over */
-                }
                 /* Capped as low as the managers' election interval: after a
                  * failover this node's streams, and its forwards to the leader
                  * (the leader's URL comes from here), wait for this reconnect. */
@@ -220,11 +215,8 @@ static void *listener_main(void *arg)
         struct pollfd pfd[2] = {{.fd = l->efd, .events = POLLIN},
                                 {.fd = PQsocket(l->conn), .events = POLLIN}};
         poll(pfd, 2, tick_in(l, suspect ? 100 : 1000));
-        if (pfd[0].revents) {
-            uint64_t v;
-            ssize_t rd = read(l->efd, &v, sizeof v);
-            (void)rd;
-        }
+        if (pfd[0].revents)
+            wake_drain(l->efd);
         /* Notifications that arrive while a pump's queries run wait inside
          * libpq, not on the socket: read them again until none is left. */
         for (bool first = true;; first = false) {
@@ -259,11 +251,11 @@ Listener *listener_start(const ListenerConfig *cfg, Err *err)
     Listener *l = xcalloc(1, sizeof *l);
     l->cfg = *cfg;
     pthread_mutex_init(&l->nodes_lock, NULL);
-    l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (l->efd < 0 || pthread_create(&l->thread, NULL, listener_main, l) != 0) {
-        err_set(err, 500, "internal", "cannot start the listener thread");
+    if ((l->efd = wake_open(err)) < 0 || pthread_create(&l->thread, NULL, listener_main, l) != 0) {
         if (l->efd >= 0)
-            close(l->efd);
+            err_set(err, 500, "internal", "cannot start the listener thread");
+        wake_close(l->efd);
+        pthread_mutex_destroy(&l->nodes_lock);
         free(l);
         return NULL;
     }
@@ -277,9 +269,7 @@ bool listener_db_ok(Listener *l)
 
 void listener_wake(Listener *l)
 {
-    uint64_t one = 1;
-    ssize_t w = write(l->efd, &one, sizeof one);
-    (void)w;
+    wake_poke(l->efd);
 }
 
 void listener_stop(Listener *l)
@@ -287,11 +277,9 @@ void listener_stop(Listener *l)
     if (!l)
         return;
     atomic_store(&l->stopping, true);
-    uint64_t one = 1;
-    ssize_t w = write(l->efd, &one, sizeof one);
-    (void)w;
+    wake_poke(l->efd);
     pthread_join(l->thread, NULL);
-    close(l->efd);
+    wake_close(l->efd);
     PQfinish(l->conn);
     json_decref(l->nodes);
     pthread_mutex_destroy(&l->nodes_lock);

@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -19,6 +18,7 @@
 #include "journal.h"
 #include "log.h"
 #include "util.h"
+#include "wake.h"
 
 #define HEALTH_CHECK_MS 1000
 
@@ -135,9 +135,7 @@ static void flush_done(Manager *m)
 
 static MgrCmd *take_mailbox(Manager *m)
 {
-    uint64_t v;
-    while (read(m->efd, &v, sizeof v) > 0) {
-    }
+    wake_drain(m->efd);
     pthread_mutex_lock(&m->lock);
     MgrCmd *c = m->head;
     m->head = m->tail = NULL;
@@ -161,9 +159,7 @@ void manager_send(Manager *m, MgrCmd *cmd)
         m->head = cmd;
     m->tail = cmd;
     pthread_mutex_unlock(&m->lock);
-    uint64_t one = 1;
-    ssize_t w = write(m->efd, &one, sizeof one);
-    (void)w; /* the counter cannot overflow in practice; a failed write still leaves it > 0 */
+    wake_poke(m->efd);
 }
 
 bool manager_is_leader(const Manager *m)
@@ -1197,8 +1193,7 @@ static void *manager_main(void *arg)
             continue;
         /* A standby answers nothing: front-ends only send here while we lead,
          * but a command can race with a lost election. */
-        struct pollfd pfd = {.fd = m->efd, .events = POLLIN};
-        poll(&pfd, 1, (int)m->cfg.election_interval_ms);
+        wake_wait(m->efd, (int)m->cfg.election_interval_ms);
         MgrCmd *mail = take_mailbox(m);
         if (mail) {
             reject_all(m, mail, "this node is not the leader; retry");
@@ -1226,11 +1221,8 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     eventlist_init(&m->batch);
     histogram_init(&m->stats.commit_us, histogram_us_bounds, 1e6);
     histogram_init(&m->stats.commit_events, histogram_size_bounds, 1);
-    m->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (m->efd < 0) {
-        err_set(err, 500, "internal", "eventfd: %s", strerror(errno));
+    if ((m->efd = wake_open(err)) < 0)
         goto cleanup;
-    }
     m->parts = xcalloc(1, sizeof *m->parts);
     atomic_store(&m->cur_part, -1);
     RetentionConfig rc = {.database_url = cfg->database_url,
@@ -1252,8 +1244,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
 cleanup:
     retention_stop(m->retention);
     free(m->parts);
-    if (m->efd >= 0)
-        close(m->efd);
+    wake_close(m->efd);
     free((char *)m->cfg.database_url);
     free((char *)m->cfg.advertise_url);
     free(m);
@@ -1267,9 +1258,7 @@ void manager_stop(Manager *m)
     atomic_store(&m->stopping, true);
     retention_stop(m->retention);
     m->retention = NULL;
-    uint64_t one = 1;
-    ssize_t w = write(m->efd, &one, sizeof one);
-    (void)w;
+    wake_poke(m->efd);
     pthread_join(m->thread, NULL);
     pthread_mutex_lock(&m->lock);
     m->closed = true;
@@ -1284,7 +1273,7 @@ void manager_free(Manager *m)
 {
     if (!m)
         return;
-    close(m->efd);
+    wake_close(m->efd);
     free(m->parts);
     free(m->inbox_ack);
     eventlist_free(&m->batch);

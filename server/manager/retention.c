@@ -9,13 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "db.h"
 #include "journal.h"
 #include "log.h"
 #include "util.h"
+#include "wake.h"
 
 #define DAY_MS 86400000LL
 #define AHEAD 2 /* parts kept ready beyond the current one */
@@ -201,12 +201,7 @@ static void *retention_main(void *arg)
     while (!atomic_load(&r->stopping)) {
         if (r->cfg.leading(r->cfg.ud))
             pass(r);
-        struct pollfd pfd = {.fd = r->efd, .events = POLLIN};
-        if (poll(&pfd, 1, (int)r->cfg.interval_ms) > 0) {
-            uint64_t v;
-            ssize_t n = read(r->efd, &v, sizeof v);
-            (void)n;
-        }
+        wake_wait(r->efd, (int)r->cfg.interval_ms);
     }
     PQfinish(r->conn);
     return NULL;
@@ -217,19 +212,15 @@ Retention *retention_start(const RetentionConfig *cfg, Err *err)
     Retention *r = xcalloc(1, sizeof *r);
     r->cfg = *cfg;
     r->cfg.database_url = xstrdup(cfg->database_url);
-    r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (r->efd < 0) {
-        err_set(err, 500, "internal", "eventfd: %s", strerror(errno));
+    if ((r->efd = wake_open(err)) < 0)
         goto cleanup;
-    }
     if (pthread_create(&r->thread, NULL, retention_main, r) != 0) {
         err_set(err, 500, "internal", "cannot start the retention thread");
         goto cleanup;
     }
     return r;
 cleanup:
-    if (r->efd >= 0)
-        close(r->efd);
+    wake_close(r->efd);
     free((char *)r->cfg.database_url);
     free(r);
     return NULL;
@@ -237,9 +228,7 @@ cleanup:
 
 void retention_kick(Retention *r)
 {
-    uint64_t one = 1;
-    ssize_t w = write(r->efd, &one, sizeof one);
-    (void)w;
+    wake_poke(r->efd);
 }
 
 void retention_stop(Retention *r)
@@ -249,7 +238,7 @@ void retention_stop(Retention *r)
     atomic_store(&r->stopping, true);
     retention_kick(r);
     pthread_join(r->thread, NULL);
-    close(r->efd);
+    wake_close(r->efd);
     free((char *)r->cfg.database_url);
     free(r);
 }

@@ -400,7 +400,16 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
         return err_set(err, 400, "invalid-field",
                        "'running' must be an array of {\"id\": WORK_ID, \"attempt\": N}");
     }
-    out->running = running ? json_incref(running) : NULL;
+    if (running) {
+        out->running = xcalloc(1, sizeof *out->running);
+        out->running->n = json_array_size(running);
+        out->running->items = xcalloc(out->running->n + 1, sizeof *out->running->items);
+        json_array_foreach(running, i, r)
+        {
+            out->running->items[i].work_id = xstrdup(json_string_value(json_object_get(r, "id")));
+            out->running->items[i].attempt = json_integer_value(json_object_get(r, "attempt"));
+        }
+    }
     return 0;
 }
 

@@ -38,7 +38,7 @@ typedef struct HeartbeatMsg {
     char *instance;
     int capacity;
     char **queues;
-    json_t *running;
+    RunningList *running; /* NULL: not said (free with ws_running_free) */
 } HeartbeatMsg;
 int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err) WARN_UNUSED;
 

@@ -84,7 +84,7 @@ void mgrcmd_free(MgrCmd *c)
     free(c->state);
     free(c->instance);
     strv_free(c->queues);
-    json_decref(c->running);
+    ws_running_free(c->running);
     json_decref(c->reports);
     json_decref(c->reply);
     if (c->bulk) {
@@ -687,6 +687,33 @@ static json_t *storage_json(const Manager *m)
                      (json_int_t)atomic_load(&r->parts_dropped));
 }
 
+/* What a worker last said it runs, as /cluster shows it (null: never said). */
+static json_t *running_json(const RunningList *l)
+{
+    if (!l)
+        return json_null();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < l->n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:I}", "id", l->items[i].work_id, "attempt",
+                                             (json_int_t)l->items[i].attempt));
+    return arr;
+}
+
+/* Open work by queue: {"queue": {"pending": n, "scheduled": n, "running": n}}. */
+static json_t *queue_stats_json(const WorkState *ws, int64_t now)
+{
+    size_t n;
+    WsQueueStats *st = ws_queue_stats(ws, now, &n);
+    json_t *out = json_object();
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(out, st[i].queue,
+                            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)st[i].pending,
+                                      "scheduled", (json_int_t)st[i].scheduled, "running",
+                                      (json_int_t)st[i].running));
+    free(st);
+    return out;
+}
+
 static json_t *cluster_json(Manager *m, int64_t now)
 {
     json_t *workers = json_array();
@@ -699,31 +726,28 @@ static json_t *cluster_json(Manager *m, int64_t now)
         char seen[40];
         time_format(w->last_seen, seen, sizeof seen);
         json_array_append_new(workers,
-                              json_pack("{s:s, s:i, s:o, s:O, s:s, s:I}", "id", w->id, "capacity",
+                              json_pack("{s:s, s:i, s:o, s:o, s:s, s:I}", "id", w->id, "capacity",
                                         w->capacity, "queues", queues, "running",
-                                        w->running ? w->running : json_null(), "last_heartbeat",
-                                        seen, "silent_ms", (json_int_t)(now - w->last_seen)));
+                                        running_json(w->running), "last_heartbeat", seen,
+                                        "silent_ms", (json_int_t)(now - w->last_seen)));
     }
     return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", m->cfg.advertise_url, "term",
                      (json_int_t)atomic_load(&m->term), "workers", workers, "open",
-                     ws_queue_stats(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws),
+                     queue_stats_json(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws),
                      "storage", storage_json(m));
 }
 
 /* The attempts a heartbeat lists that are no longer current (cancelled,
  * timed out, finished): the worker should stop them (a new reference). */
-static json_t *stale_attempts(Manager *m, json_t *running)
+static json_t *stale_attempts(Manager *m, const RunningList *running)
 {
     json_t *out = json_array();
-    size_t i;
-    json_t *r;
-    json_array_foreach(running, i, r)
-    {
-        const char *id = json_string_value(json_object_get(r, "id"));
-        json_int_t attempt = json_integer_value(json_object_get(r, "attempt"));
-        const WorkItem *it = id ? ws_get(m->ws, id) : NULL;
-        if (id && (!it || it->status != WORK_RUNNING || it->attempt != attempt))
-            json_array_append_new(out, json_pack("{s:s, s:I}", "id", id, "attempt", attempt));
+    for (size_t i = 0; running && i < running->n; i++) {
+        const RunningAttempt *r = &running->items[i];
+        const WorkItem *it = ws_get(m->ws, r->work_id);
+        if (!it || it->status != WORK_RUNNING || it->attempt != r->attempt)
+            json_array_append_new(
+                out, json_pack("{s:s, s:I}", "id", r->work_id, "attempt", (json_int_t)r->attempt));
     }
     return out;
 }

@@ -64,8 +64,8 @@ typedef struct MgrCmd {
     char *instance;
     bool claim; /* the sender may act for worker_id without its instance (ws_check_worker) */
     int capacity;
-    char **queues; /* NULL-terminated, or NULL */
-    json_t *running;
+    char **queues;        /* NULL-terminated, or NULL */
+    RunningList *running; /* MC_HEARTBEAT: NULL when the worker did not say */
     json_t *reports;
     char *queue; /* MC_QUEUE_SET; a filter of MC_BULK_* (NULL: any) */
     char *key;   /* a filter of MC_BULK_* (NULL: any) */

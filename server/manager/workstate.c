@@ -289,7 +289,7 @@ static void wsworker_free(WsWorker *w)
     free(w->id);
     free(w->instance);
     strv_free(w->queues);
-    json_decref(w->running);
+    ws_running_free(w->running);
     free(w);
 }
 
@@ -867,26 +867,43 @@ static void fail_attempts_of(const WorkState *ws, const char *worker_id, const c
     }
 }
 
-static bool lists_attempt(json_t *running, const char *work_id, int attempt)
+static bool lists_attempt(const RunningList *running, const char *work_id, int attempt)
 {
-    size_t i;
-    json_t *r;
-    json_array_foreach(running, i, r)
-    {
-        const char *id = json_string_value(json_object_get(r, "id"));
-        if (id && !strcmp(id, work_id) &&
-            json_integer_value(json_object_get(r, "attempt")) == attempt)
+    for (size_t i = 0; i < running->n; i++)
+        if (!strcmp(running->items[i].work_id, work_id) && running->items[i].attempt == attempt)
             return true;
-    }
     return false;
+}
+
+/* A copy of the first max entries of l. */
+static RunningList *running_copy(const RunningList *l, size_t max)
+{
+    RunningList *c = xcalloc(1, sizeof *c);
+    c->n = l->n < max ? l->n : max;
+    c->items = xcalloc(c->n + 1, sizeof *c->items);
+    for (size_t i = 0; i < c->n; i++) {
+        c->items[i].work_id = xstrdup(l->items[i].work_id);
+        c->items[i].attempt = l->items[i].attempt;
+    }
+    return c;
+}
+
+void ws_running_free(RunningList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i].work_id);
+    free(l->items);
+    free(l);
 }
 
 /* An attempt the worker does not list although it was handed out a whole
  * worker timeout ago never reached it (the answer to its pull was lost, e.g.
  * with a leader that died right after committing the start): it is ended now
  * rather than at its deadline. */
-static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *running, int64_t now,
-                           EventList *out)
+static void fail_unclaimed(const WorkState *ws, const char *worker_id, const RunningList *running,
+                           int64_t now, EventList *out)
 {
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
@@ -902,7 +919,7 @@ static void fail_unclaimed(const WorkState *ws, const char *worker_id, json_t *r
 }
 
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
-                    char *const *queues, json_t *running, int64_t now, EventList *out)
+                    char *const *queues, const RunningList *running, int64_t now, EventList *out)
 {
     WsWorker *w = hmap_get(&ws->workers, worker_id);
     bool restarted = false;
@@ -930,15 +947,9 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
             w->queues[i] = xstrdup(queues[i]);
     }
     if (running) {
-        json_decref(w->running);
+        ws_running_free(w->running);
         /* Kept for display, bounded: the whole list is only read here. */
-        if (json_array_size(running) <= WORKER_RUNNING_KEPT) {
-            w->running = json_incref(running);
-        } else {
-            w->running = json_array();
-            for (size_t i = 0; i < WORKER_RUNNING_KEPT; i++)
-                json_array_append(w->running, json_array_get(running, i));
-        }
+        w->running = running_copy(running, WORKER_RUNNING_KEPT);
         /* After a restart every attempt was failed above: not a second time. */
         if (!restarted)
             fail_unclaimed(ws, worker_id, running, now, out);
@@ -1013,56 +1024,45 @@ size_t ws_open_count(const WorkState *ws)
     return ws->items.len;
 }
 
-json_t *ws_queue_stats(const WorkState *ws, int64_t now)
+WsQueueStats *ws_queue_stats(const WorkState *ws, int64_t now, size_t *n)
 {
-    json_t *out = json_object();
+    WsQueueStats *out = NULL;
+    size_t len = 0, cap = 0;
+    HMap index; /* queue -> its entry's position + 1 (out moves as it grows) */
+    hmap_init(&index);
     const char *k;
     void *v;
     for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);) {
         const WorkItem *it = v;
-        json_t *q = json_object_get(out, it->queue);
-        if (!q) {
-            q = json_pack("{s:i, s:i, s:i}", "pending", 0, "scheduled", 0, "running", 0);
-            json_object_set_new(out, it->queue, q);
+        size_t pos = (size_t)(uintptr_t)hmap_get(&index, it->queue);
+        if (!pos) {
+            if (len == cap) {
+                cap = cap ? cap * 2 : 8;
+                out = xrealloc(out, cap * sizeof *out);
+            }
+            out[len] = (WsQueueStats){.queue = it->queue};
+            pos = ++len;
+            hmap_put(&index, it->queue, (void *)(uintptr_t)pos);
         }
+        WsQueueStats *q = &out[pos - 1];
         const char *st = ws_item_status(it, now);
-        json_object_set_new(q, st, json_integer(json_integer_value(json_object_get(q, st)) + 1));
+        if (!strcmp(st, "running"))
+            q->running++;
+        else if (!strcmp(st, "scheduled"))
+            q->scheduled++;
+        else
+            q->pending++;
     }
-    return out;
+    hmap_free(&index);
+    *n = len;
+    return out ? out : xcalloc(1, sizeof *out);
 }
 
-static int by_seq(const void *a, const void *b)
+const WorkItem *ws_item_next(const WorkState *ws, size_t *pos)
 {
-    const WorkItem *x = *(WorkItem *const *)a, *y = *(WorkItem *const *)b;
-    return (x->accepted_seq > y->accepted_seq) - (x->accepted_seq < y->accepted_seq);
-}
-
-json_t *ws_dump(const WorkState *ws)
-{
-    size_t n = ws->items.len, j = 0;
-    WorkItem **all = xcalloc(n + 1, sizeof *all);
     const char *k;
     void *v;
-    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);)
-        all[j++] = v;
-    qsort(all, n, sizeof *all, by_seq);
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        const WorkItem *it = all[i];
-        json_array_append_new(
-            arr,
-            json_pack("{s:s, s:s, s:i, s:O, s:I, s:I, s:i, s:I, s:s, s:i, s:s?, s:I, s:s?, "
-                      "s:i}",
-                      "id", it->id, "queue", it->queue, "priority", it->priority, "payload",
-                      it->payload, "run_at", (json_int_t)it->run_at, "timeout_ms",
-                      (json_int_t)it->timeout_ms, "max_attempts", it->max_attempts, "accepted_seq",
-                      (json_int_t)it->accepted_seq, "status",
-                      it->status == WORK_RUNNING ? "running" : "pending", "attempt", it->attempt,
-                      "worker_id", it->worker_id, "deadline", (json_int_t)it->deadline,
-                      "last_error", it->last_error, "where", it->where));
-    }
-    free(all);
-    return arr;
+    return hmap_next(&ws->items, pos, &k, &v) ? v : NULL;
 }
 
 void ws_restore(WorkState *ws, const WorkItem *src)

@@ -55,14 +55,26 @@ typedef struct WorkItem {
     int where; /* which heap holds it */
 } WorkItem;
 
+/* An attempt a worker says it runs (its heartbeat's "running"). */
+typedef struct RunningAttempt {
+    char *work_id;
+    int64_t attempt;
+} RunningAttempt;
+
+/* A list of them, owned by whoever made it: free it with ws_running_free. */
+typedef struct RunningList {
+    RunningAttempt *items;
+    size_t n;
+} RunningList;
+
 typedef struct WsWorker {
     char *id;
     char *instance; /* NULL: learned from the log at recovery, not heard from yet */
     int capacity;
     char **queues; /* NULL-terminated; empty: every queue */
     int64_t last_seen;
-    json_t *running; /* the first WORKER_RUNNING_KEPT attempts it last said it runs (array),
-                        for display: a heartbeat may list more, they are not kept */
+    RunningList *running; /* the first WORKER_RUNNING_KEPT attempts it last said it runs, for
+                             display (NULL: it never said); a heartbeat may list more */
 } WsWorker;
 
 #define WORKER_RUNNING_KEPT 100
@@ -203,7 +215,9 @@ int64_t ws_next_deadline(const WorkState *ws);
  * does not list are failed too (the job never reached it). queues and running
  * are copied. */
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
-                    char *const *queues, json_t *running, int64_t now, EventList *out);
+                    char *const *queues, const RunningList *running, int64_t now, EventList *out);
+/* Frees a RunningList and its strings (NULL: nothing). */
+void ws_running_free(RunningList *l);
 /* Whether a request naming worker_id (and instance, may be NULL) may act for
  * it: a worker id belongs to the instance that registered it while that
  * instance is alive. Another instance, or a request without one, is refused
@@ -229,10 +243,17 @@ const WorkItem *ws_get(const WorkState *ws, const char *work_id);
 size_t ws_open_count(const WorkState *ws);
 /* "pending", "scheduled" or "running" as seen at time now. */
 const char *ws_item_status(const WorkItem *it, int64_t now);
-/* Counts by queue: {"queue": {"pending": n, "scheduled": n, "running": n}}. New reference. */
-json_t *ws_queue_stats(const WorkState *ws, int64_t now);
-/* A canonical JSON image of the open work, for tests comparing states. */
-json_t *ws_dump(const WorkState *ws);
+/* Open work of one queue by status, as seen at some time. */
+typedef struct WsQueueStats {
+    const char *queue; /* borrowed: valid until the state changes */
+    int64_t pending, scheduled, running;
+} WsQueueStats;
+/* Counts by queue (queues with open work only, in no particular order): a new
+ * array of *n entries that the caller frees. */
+WsQueueStats *ws_queue_stats(const WorkState *ws, int64_t now, size_t *n);
+/* Iteration over the open work, in no particular order:
+ * for (size_t i = 0; (it = ws_item_next(ws, &i));) */
+const WorkItem *ws_item_next(const WorkState *ws, size_t *pos);
 
 /* A queue's flow control (all zero: none). */
 QueueLimits ws_queue_limits(const WorkState *ws, const char *queue);

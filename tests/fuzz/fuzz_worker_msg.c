@@ -37,11 +37,14 @@ static void heartbeat(json_t *body)
     FUZZ_CHECK(!hb.instance || id_valid(hb.instance), "the invalid instance '%s' was accepted",
                hb.instance);
     FUZZ_CHECK(hb.capacity >= 1 && hb.capacity <= 100000, "capacity %d accepted", hb.capacity);
-    FUZZ_CHECK(!hb.running || json_is_array(hb.running), "'running' is not an array");
+    for (size_t i = 0; hb.running && i < hb.running->n; i++)
+        FUZZ_CHECK(id_valid(hb.running->items[i].work_id) && hb.running->items[i].attempt >= 1,
+                   "'running' item %zu (%s, %lld) was accepted", i, hb.running->items[i].work_id,
+                   (long long)hb.running->items[i].attempt);
     check_queues(hb.queues);
     free(hb.instance);
     strv_free(hb.queues);
-    json_decref(hb.running);
+    ws_running_free(hb.running);
 }
 
 static void pull(json_t *body)

@@ -478,11 +478,11 @@ static void test_version_1_log_replays(void **state)
                   (json_int_t)37, "status", "pending", "attempt", 1, "worker_id", "deadline",
                   (json_int_t)0, "last_error", "worker w4 lost: no heartbeat for 10000 ms");
     CHECK(want, "the test's expected open work does not pack");
-    json_t *dump = ws_dump(ws);
+    json_t *dump = state_dump(ws);
     expect_open_work(want, dump);
     CHECK(!strcmp(ws_item_status(ws_get(ws, "open-scheduled"), now), "scheduled"),
           "open-scheduled should show as scheduled");
-    json_t *stats = ws_queue_stats(ws, now);
+    json_t *stats = queue_stats_json(ws, now);
     json_t *want_stats = J("{\"default\": {\"pending\": 2, \"scheduled\": 0, \"running\": 0},"
                            " \"reports\": {\"pending\": 0, \"scheduled\": 1, \"running\": 0},"
                            " \"images\": {\"pending\": 0, \"scheduled\": 0, \"running\": 1}}");
@@ -492,7 +492,7 @@ static void test_version_1_log_replays(void **state)
     WorkState *recovered = ws_new(&CFG);
     proj_restore(&proj, recovered);
     ws_advance(recovered, now);
-    json_t *rdump = ws_dump(recovered);
+    json_t *rdump = state_dump(recovered);
     check_json_equal("the state recovered from the fixture's projection", dump, rdump);
     static const char *const final[][2] = {
         {"done-1", "completed"},

@@ -432,7 +432,7 @@ static void heartbeat_free(HeartbeatMsg *m)
 {
     free(m->instance);
     strv_free(m->queues);
-    json_decref(m->running);
+    ws_running_free(m->running);
 }
 
 static int heartbeat(const char *text, HeartbeatMsg *m, Err *err)
@@ -453,7 +453,8 @@ static void test_heartbeat(void **state)
                     &m, &err) == 0,
           "a full heartbeat was refused: %s", err.msg);
     CHECK(!strcmp(m.instance, "i-1") && m.capacity == 4 && strv_len(m.queues) == 2 &&
-              !strcmp(m.queues[1], "b") && json_array_size(m.running) == 1,
+              !strcmp(m.queues[1], "b") && m.running && m.running->n == 1 &&
+              !strcmp(m.running->items[0].work_id, "x") && m.running->items[0].attempt == 1,
           "a heartbeat should carry instance, capacity, queues and running");
     heartbeat_free(&m);
     CHECK(heartbeat("{}", &m, &err) == 0, "an empty heartbeat was refused: %s", err.msg);
@@ -461,8 +462,7 @@ static void test_heartbeat(void **state)
           "heartbeat defaults: no instance, capacity 1, every queue, and no 'running' (not "
           "said, so nothing is reconciled)");
     heartbeat_free(&m);
-    CHECK(heartbeat("{\"running\": []}", &m, &err) == 0 && json_is_array(m.running) &&
-              json_array_size(m.running) == 0,
+    CHECK(heartbeat("{\"running\": []}", &m, &err) == 0 && m.running && m.running->n == 0,
           "an empty 'running' says the worker runs nothing");
     heartbeat_free(&m);
     CHECK(heartbeat("{\"queues\": []}", &m, &err) == 0 && m.queues && !m.queues[0],

@@ -286,7 +286,7 @@ static void test_submit_makes_pending(void **state)
           "after acceptance 'a' should be pending, never attempted, accepted at seq 1");
     expect_status(&s, "a", "pending");
     CHECK(ws_open_count(s.ws) == 1, "one item should be open, not %zu", ws_open_count(s.ws));
-    json_t *stats = ws_queue_stats(s.ws, s.now);
+    json_t *stats = queue_stats_json(s.ws, s.now);
     json_t *want_stats = J("{\"q1\": {\"pending\": 1, \"scheduled\": 0, \"running\": 0}}");
     check_json_equal("the queue stats", want_stats, stats);
     json_decref(stats);
@@ -1186,8 +1186,9 @@ static void test_attempts_a_worker_does_not_list_fail(void **state)
     expect_start(&s, "w1", NULL, "lost");
     set_now(&s, T0 + CFG.worker_timeout_ms - 1);
     expect_start(&s, "w1", NULL, "young");
-    json_t *running = J("[{\"id\": \"listed\", \"attempt\": 1}, {\"id\": \"gone\", "
-                        "\"attempt\": 4}, {\"id\": \"lost\", \"attempt\": 2}]");
+    json_t *running_json = J("[{\"id\": \"listed\", \"attempt\": 1}, {\"id\": \"gone\", "
+                             "\"attempt\": 4}, {\"id\": \"lost\", \"attempt\": 2}]");
+    RunningList *running = running_list(running_json);
     size_t first = s.log.len;
     ws_worker_seen(s.ws, "w1", "i1", 0, NULL, running, s.now, &s.out);
     sim_emit(&s);
@@ -1208,14 +1209,17 @@ static void test_attempts_a_worker_does_not_list_fail(void **state)
     /* A restarted worker lists nothing: each attempt fails once, as restarted. */
     set_now(&s, T0 + 2 * CFG.worker_timeout_ms);
     first = s.log.len;
-    json_t *none = json_array();
+    json_t *none_json = json_array();
+    RunningList *none = running_list(none_json);
     ws_worker_seen(s.ws, "w1", "i2", 0, NULL, none, s.now, &s.out);
     sim_emit(&s);
     check_event_types("a heartbeat from a restarted worker", &s.log, first, "failed failed");
     for (size_t i = first; i < s.log.len; i++)
         expect_contains("the failure", s.log.items[i].error, "restarted");
-    json_decref(none);
-    json_decref(running);
+    ws_running_free(none);
+    json_decref(none_json);
+    ws_running_free(running);
+    json_decref(running_json);
     expect_replayable(&s);
     sim_free(&s);
 }
@@ -1259,7 +1263,7 @@ static void test_apply_ignores_events_that_do_not_fit(void **state)
     report(&s, "a", 1, false, true, "boom");
     set_now(&s, ws_get(s.ws, "a")->run_at);
     expect_start(&s, "w1", NULL, "a");
-    json_t *before = ws_dump(s.ws);
+    json_t *before = state_dump(s.ws);
     static const struct {
         EventType type;
         const char *id;
@@ -1272,7 +1276,7 @@ static void test_apply_ignores_events_that_do_not_fit(void **state)
     };
     for (size_t i = 0; i < sizeof misfits / sizeof *misfits; i++) {
         apply_raw(&s, misfits[i].type, misfits[i].id, misfits[i].attempt);
-        json_t *after = ws_dump(s.ws);
+        json_t *after = state_dump(s.ws);
         char what[96];
         snprintf(what, sizeof what, "the state after a misfit %s event for '%s' attempt %d",
                  event_type_name(misfits[i].type), misfits[i].id, misfits[i].attempt);
@@ -1289,7 +1293,8 @@ static void test_worker_registry(void **state)
     sim_init(&s, &CFG, T0);
     char qa[] = "a", qb[] = "b";
     char *queues[] = {qa, qb, NULL};
-    json_t *running = J("[{\"id\": \"x\", \"attempt\": 1}]");
+    json_t *running_json = J("[{\"id\": \"x\", \"attempt\": 1}]");
+    RunningList *running = running_list(running_json);
     ws_worker_seen(s.ws, "w1", "i1", 4, queues, running, s.now, &s.out);
     ws_worker_seen(s.ws, "w2", "j1", 1, NULL, NULL, s.now, &s.out);
     qa[0] = 'z'; /* the registry keeps copies of the queues */
@@ -1301,12 +1306,15 @@ static void test_worker_registry(void **state)
           "a heartbeat without instance or capacity keeps them and refreshes last_seen");
     CHECK(w->queues && !strcmp(w->queues[0], "a") && !strcmp(w->queues[1], "b") && !w->queues[2],
           "a heartbeat without queues keeps the worker's copy of its queues");
-    CHECK(json_array_size(w->running) == 1, "the registry keeps what the worker runs");
+    CHECK(w->running && w->running->n == 1 && !strcmp(w->running->items[0].work_id, "x") &&
+              w->running->items[0].attempt == 1,
+          "the registry keeps what the worker runs");
     size_t pos = 0, n = 0;
     while ((w = ws_worker_next(s.ws, &pos)))
         n++;
     CHECK(n == 2, "iterating the registry should visit 2 workers, not %zu", n);
-    json_decref(running);
+    ws_running_free(running);
+    json_decref(running_json);
     sim_free(&s);
 }
 
@@ -1450,7 +1458,7 @@ static const char *pick_id(Prop *p)
 /* The open items as the state shows them (new reference). */
 static json_t *open_items(const Prop *p)
 {
-    return ws_dump(p->s.ws);
+    return state_dump(p->s.ws);
 }
 
 static const char *jstr(json_t *o, const char *key)
@@ -1932,7 +1940,9 @@ static void cmd_heartbeat(Prop *p)
         json_array_append_new(
             beat.running,
             json_pack("{s:s, s:i}", "id", p->ids[rng_below(&p->rng, (int)p->n_ids)], "attempt", 1));
-    ws_worker_seen(s->ws, w->id, w->instance, 2, w->queues, beat.running, s->now, &s->out);
+    RunningList *running = running_list(beat.running);
+    ws_worker_seen(s->ws, w->id, w->instance, 2, w->queues, running, s->now, &s->out);
+    ws_running_free(running);
     expect_attempts_failed(p, items, w->id, why_heartbeat, &beat);
     json_decref(beat.running);
     json_decref(items);
@@ -2089,7 +2099,7 @@ static void check_invariants(Prop *p)
         PCHECK(p, attempt >= 0 && attempt <= jint(it, "max_attempts"),
                "'%s' is at attempt %lld of %lld", id, (long long)attempt,
                (long long)jint(it, "max_attempts"));
-        /* "where" is the private heap tag ws_dump exposes: 1 ready, 2 delayed, 3 running. */
+        /* "where" is the private heap tag state_dump exposes: 1 ready, 2 delayed, 3 running. */
         const char *shown;
         if (!strcmp(status, "running")) {
             const char *w = jstr(it, "worker_id");
@@ -2121,7 +2131,7 @@ static void check_invariants(Prop *p)
         }
         json_object_set_new(q, shown, json_integer(jint(q, shown) + 1));
     }
-    json_t *stats = ws_queue_stats(s->ws, s->now);
+    json_t *stats = queue_stats_json(s->ws, s->now);
     char *d = json_diff("the queue stats", want_stats, stats);
     PCHECK(p, !d, "%s", d);
     json_decref(stats);

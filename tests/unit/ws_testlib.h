@@ -54,7 +54,7 @@ static inline char *jtext_trunc(const json_t *j, size_t max)
 }
 
 /* NULL when want and got are equal JSON, else a sentence saying how they
- * differ (caller frees). For two arrays of objects (ws_dump images) it names
+ * differ (caller frees). For two arrays of objects (state_dump images) it names
  * the first item and key that differ. */
 static inline char *json_diff(const char *what, json_t *want, json_t *got)
 {
@@ -116,6 +116,73 @@ static inline json_t *J(const char *text)
     json_t *j = json_loads(text, JSON_DECODE_ANY, &je);
     CHECK(j != NULL, "the test's own JSON '%s' does not parse: %s", text, je.text);
     return j;
+}
+
+/* ---- the WorkState as JSON, for comparing states ---- */
+
+static inline int dump_by_seq(const void *a, const void *b)
+{
+    const WorkItem *x = *(WorkItem *const *)a, *y = *(WorkItem *const *)b;
+    return (x->accepted_seq > y->accepted_seq) - (x->accepted_seq < y->accepted_seq);
+}
+
+/* A canonical image of the open work (by acceptance), a new reference. */
+static inline json_t *state_dump(const WorkState *ws)
+{
+    size_t n = ws_open_count(ws), j = 0;
+    const WorkItem **all = xcalloc(n + 1, sizeof *all);
+    const WorkItem *it;
+    for (size_t i = 0; (it = ws_item_next(ws, &i));)
+        all[j++] = it;
+    qsort(all, n, sizeof *all, dump_by_seq);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        it = all[i];
+        json_array_append_new(
+            arr,
+            json_pack("{s:s, s:s, s:i, s:O, s:I, s:I, s:i, s:I, s:s, s:i, s:s?, s:I, s:s?, "
+                      "s:i}",
+                      "id", it->id, "queue", it->queue, "priority", it->priority, "payload",
+                      it->payload, "run_at", (json_int_t)it->run_at, "timeout_ms",
+                      (json_int_t)it->timeout_ms, "max_attempts", it->max_attempts, "accepted_seq",
+                      (json_int_t)it->accepted_seq, "status",
+                      it->status == WORK_RUNNING ? "running" : "pending", "attempt", it->attempt,
+                      "worker_id", it->worker_id, "deadline", (json_int_t)it->deadline,
+                      "last_error", it->last_error, "where", it->where));
+    }
+    free(all);
+    return arr;
+}
+
+/* ws_queue_stats as {"queue": {"pending": n, "scheduled": n, "running": n}}. */
+static inline json_t *queue_stats_json(const WorkState *ws, int64_t now)
+{
+    size_t n;
+    WsQueueStats *st = ws_queue_stats(ws, now, &n);
+    json_t *out = json_object();
+    for (size_t i = 0; i < n; i++)
+        json_object_set_new(out, st[i].queue,
+                            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)st[i].pending,
+                                      "scheduled", (json_int_t)st[i].scheduled, "running",
+                                      (json_int_t)st[i].running));
+    free(st);
+    return out;
+}
+
+/* A heartbeat's running list from [{"id": ..., "attempt": n}, ...] (NULL: NULL). */
+static inline RunningList *running_list(const json_t *arr)
+{
+    if (!arr)
+        return NULL;
+    RunningList *l = xcalloc(1, sizeof *l);
+    l->n = json_array_size(arr);
+    l->items = xcalloc(l->n + 1, sizeof *l->items);
+    for (size_t i = 0; i < l->n; i++) {
+        json_t *r = json_array_get(arr, i);
+        l->items[i].work_id = xstrdup(json_string_value(json_object_get(r, "id")));
+        l->items[i].attempt = json_integer_value(json_object_get(r, "attempt"));
+    }
+    return l;
 }
 
 /* ---- events ---- */
@@ -399,12 +466,12 @@ static inline WorkState *sim_recover(const Sim *s)
 }
 
 /* NULL when other holds the same open work as the live state at now, else a
- * sentence saying how they differ (caller frees). Besides ws_dump it compares
- * the times ws_dump leaves out (created_at, started_at). */
+ * sentence saying how they differ (caller frees). Besides state_dump it compares
+ * the times state_dump leaves out (created_at, started_at). */
 static inline char *state_diff(const char *what, Sim *s, WorkState *other)
 {
     ws_advance(s->ws, s->now);
-    json_t *live = ws_dump(s->ws), *got = ws_dump(other), *it;
+    json_t *live = state_dump(s->ws), *got = state_dump(other), *it;
     char *d = json_diff(what, live, got);
     size_t i;
     json_array_foreach(live, i, it)

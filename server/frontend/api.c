@@ -64,6 +64,52 @@ static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
     return true;
 }
 
+/* {"id", "attempt", "accepted", "status" or "reason"}: how the manager took
+ * one report. */
+static json_t *report_result_json(const Report *rep, const ReportResult *res)
+{
+    json_t *o = json_pack("{s:s, s:i, s:b}", "id", rep->work_id, "attempt", rep->attempt,
+                          "accepted", res->accepted);
+    if (res->accepted)
+        json_object_set_new(o, "status", json_string(res->status));
+    else
+        json_object_set_new(o, "reason", json_string(res->reason));
+    return o;
+}
+
+/* POST /workers/{id}/reports: {"results": [...]}, one per report. */
+static json_t *reports_reply(const MgrCmd *c)
+{
+    json_t *results = json_array();
+    for (size_t i = 0; i < c->n_reports; i++)
+        json_array_append_new(results, report_result_json(&c->reports[i], &c->results[i]));
+    return json_pack("{s:o}", "results", results);
+}
+
+/* POST /work/{id}/attempts/{n}/complete|fail: the result, or why it was refused. */
+static void single_report_reply(Req *r, const Report *rep, const ReportResult *res)
+{
+    char msg[300];
+    if (res->accepted) {
+        req_finish_json(r, 200, report_result_json(rep, res));
+    } else if (res->reason && !strcmp(res->reason, "not-holder")) {
+        snprintf(msg, sizeof msg,
+                 "attempt %lld of work '%s' is held by another worker (or instance); "
+                 "its report was not recorded",
+                 (long long)rep->attempt, rep->work_id);
+        problem(r, 409, "attempt-not-held", msg);
+    } else if (res->reason && !strcmp(res->reason, "not-found")) {
+        snprintf(msg, sizeof msg, "no work with id '%s'", rep->work_id);
+        problem(r, 404, "not-found", msg);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "attempt %lld of work '%s' is not the current attempt; its report was "
+                 "not recorded",
+                 (long long)rep->attempt, rep->work_id);
+        problem(r, 409, "attempt-superseded", msg);
+    }
+}
+
 /* Runs on the HTTP thread once the manager has answered. */
 static void cmd_reply(Req *r)
 {
@@ -100,36 +146,11 @@ static void cmd_reply(Req *r)
         req_finish_raw(r, 204, NULL, NULL, 0);
         return;
     case MC_REPORTS:
-        if (r->single_report) {
-            json_t *res = json_array_get(json_object_get(c->reply, "results"), 0);
-            const char *reason = json_string_value(json_object_get(res, "reason"));
-            if (json_is_true(json_object_get(res, "accepted"))) {
-                req_finish_json(r, 200, json_incref(res));
-            } else if (reason && !strcmp(reason, "not-holder")) {
-                char msg[300];
-                snprintf(msg, sizeof msg,
-                         "attempt %lld of work '%s' is held by another worker (or instance); "
-                         "its report was not recorded",
-                         (long long)json_integer_value(json_object_get(res, "attempt")),
-                         json_string_value(json_object_get(res, "id")));
-                problem(r, 409, "attempt-not-held", msg);
-            } else if (reason && !strcmp(reason, "not-found")) {
-                char msg[200];
-                snprintf(msg, sizeof msg, "no work with id '%s'",
-                         json_string_value(json_object_get(res, "id")));
-                problem(r, 404, "not-found", msg);
-            } else {
-                char msg[300];
-                snprintf(msg, sizeof msg,
-                         "attempt %lld of work '%s' is not the current attempt; its report was "
-                         "not recorded",
-                         (long long)json_integer_value(json_object_get(res, "attempt")),
-                         json_string_value(json_object_get(res, "id")));
-                problem(r, 409, "attempt-superseded", msg);
-            }
-            return;
-        }
-        break;
+        if (r->single_report)
+            single_report_reply(r, &c->reports[0], &c->results[0]);
+        else
+            req_finish_json(r, 200, reports_reply(c));
+        return;
     case MC_CLUSTER:
         json_object_set_new(c->reply, "nodes", listener_nodes(r->srv->listener));
         json_object_set_new(c->reply, "database", dbwatch_json(r->srv->dbwatch));
@@ -447,15 +468,15 @@ static void h_bulk_retry(Req *r, char *const *p)
 WARN_UNUSED static int parse_complete(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     r->single_report = true;
-    return parse_single_report(body, p[0], p[1], true, &c->reports, &c->worker_id, &c->instance,
-                               err);
+    return parse_single_report(body, p[0], p[1], true, &c->reports, &c->n_reports, &c->worker_id,
+                               &c->instance, err);
 }
 
 WARN_UNUSED static int parse_fail(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
     r->single_report = true;
-    return parse_single_report(body, p[0], p[1], false, &c->reports, &c->worker_id, &c->instance,
-                               err);
+    return parse_single_report(body, p[0], p[1], false, &c->reports, &c->n_reports, &c->worker_id,
+                               &c->instance, err);
 }
 
 static void h_complete(Req *r, char *const *p)
@@ -765,7 +786,8 @@ static void h_pull(Req *r, char *const *p)
 
 WARN_UNUSED static int parse_reports_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->instance, err) != 0)
+    if (parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->n_reports, &c->instance,
+                      err) != 0)
         return -1;
     c->worker_id = xstrdup(p[0]);
     return 0;

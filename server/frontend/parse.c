@@ -468,9 +468,26 @@ WARN_UNUSED static int check_report(json_t *r, size_t i, Err *err)
     return 0;
 }
 
-int parse_reports(json_t *body, size_t max_batch, json_t **reports, char **instance, Err *err)
+/* A report checked by check_report, typed; its strings and result are new. */
+static void report_of(json_t *r, Report *out)
+{
+    json_t *res = json_object_get(r, "result"), *e = json_object_get(r, "error"),
+           *retry = json_object_get(r, "retry");
+    *out = (Report){
+        .work_id = xstrdup(json_string_value(json_object_get(r, "id"))),
+        .attempt = (int)json_integer_value(json_object_get(r, "attempt")),
+        .completed = !strcmp(json_string_value(json_object_get(r, "outcome")), "completed"),
+        .result = res ? json_incref(res) : NULL,
+        .error = e ? xstrdup(json_string_value(e)) : NULL,
+        .retry = !retry || json_is_true(retry),
+    };
+}
+
+int parse_reports(json_t *body, size_t max_batch, Report **reports, size_t *n, char **instance,
+                  Err *err)
 {
     *reports = NULL;
+    *n = 0;
     *instance = NULL;
     static const char *const known[] = {"reports", "instance", NULL};
     json_t *arr = json_is_object(body) ? json_object_get(body, "reports") : NULL;
@@ -490,14 +507,20 @@ int parse_reports(json_t *body, size_t max_batch, json_t **reports, char **insta
     }
     if (parse_instance(body, instance, err) != 0)
         return -1;
-    *reports = json_incref(arr);
+    *n = json_array_size(arr);
+    *reports = xcalloc(*n + 1, sizeof **reports);
+    json_array_foreach(arr, i, r)
+    {
+        report_of(r, &(*reports)[i]);
+    }
     return 0;
 }
 
 int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
-                        json_t **reports, char **worker_id, char **instance, Err *err)
+                        Report **reports, size_t *n, char **worker_id, char **instance, Err *err)
 {
     *reports = NULL;
+    *n = 0;
     *worker_id = NULL;
     *instance = NULL;
     static const char *const known_done[] = {"worker_id", "instance", "result", NULL};
@@ -506,8 +529,8 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
     if (check_fields(body, completed ? known_done : known_fail, "the report", err) != 0)
         return -1;
-    int64_t n;
-    if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
+    int64_t att;
+    if (parse_seq(attempt, &att, err) != 0 || att < 1 || att > 1000000)
         return err_set(err, 400, "invalid-path",
                        "the attempt in the path must be a positive integer");
     json_t *w = json_object_get(body, "worker_id");
@@ -516,7 +539,8 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
     char *inst = NULL;
     if (parse_instance(body, &inst, err) != 0)
         return -1;
-    json_t *r = json_pack("{s:s, s:I, s:s}", "id", work_id, "attempt", (json_int_t)n, "outcome",
+    /* Checked as one report of a batch would be, so that both read alike. */
+    json_t *r = json_pack("{s:s, s:I, s:s}", "id", work_id, "attempt", (json_int_t)att, "outcome",
                           completed ? "completed" : "failed");
     if (completed) {
         json_t *res = json_object_get(body, "result");
@@ -533,7 +557,10 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
         free(inst);
         return -1;
     }
-    *reports = json_pack("[o]", r);
+    *reports = xcalloc(2, sizeof **reports);
+    report_of(r, &(*reports)[0]);
+    *n = 1;
+    json_decref(r);
     *worker_id = xstrdup(w ? json_string_value(w) : "anonymous");
     *instance = inst;
     return 0;

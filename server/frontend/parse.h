@@ -51,15 +51,19 @@ typedef struct PullMsg {
 } PullMsg;
 int parse_pull(json_t *body, PullMsg *out, Err *err) WARN_UNUSED;
 
-/* POST /workers/{id}/reports: {"reports": [...], "instance": "..."}; returns the
- * validated array (new reference) in *reports and the sender's instance (NULL
- * when absent; the caller frees it) in *instance. */
-int parse_reports(json_t *body, size_t max_batch, json_t **reports, char **instance,
+/* POST /workers/{id}/reports: {"reports": [...], "instance": "..."}. On
+ * success *reports holds *n typed reports (the caller frees them with
+ * ws_reports_free; worker_id, instance and claim are left for the manager)
+ * and *instance the sender's instance (NULL when absent; the caller frees it).
+ * A report without "result" has result NULL, without "retry" retry true. */
+int parse_reports(json_t *body, size_t max_batch, Report **reports, size_t *n, char **instance,
                   Err *err) WARN_UNUSED;
-/* POST /work/{id}/attempts/{n}/complete|fail: builds the one-element reports
- * array; *worker_id and *instance (NULL when absent) are the caller's to free. */
+/* POST /work/{id}/attempts/{n}/complete|fail: one report, as parse_reports
+ * gives them (a completion without "result" has the result null);
+ * *worker_id and *instance (NULL when absent) are the caller's to free. */
 int parse_single_report(json_t *body, const char *work_id, const char *attempt, bool completed,
-                        json_t **reports, char **worker_id, char **instance, Err *err) WARN_UNUSED;
+                        Report **reports, size_t *n, char **worker_id, char **instance,
+                        Err *err) WARN_UNUSED;
 
 /* ---- a request's head: framing (RFC 9112) ---- */
 /* What head_line has seen of a head's lines; zero it before the first. The

@@ -85,7 +85,8 @@ void mgrcmd_free(MgrCmd *c)
     free(c->instance);
     strv_free(c->queues);
     ws_running_free(c->running);
-    json_decref(c->reports);
+    ws_reports_free(c->reports, c->n_reports);
+    free(c->results);
     json_decref(c->reply);
     if (c->bulk) {
         journal_known_free(c->bulk);
@@ -581,42 +582,26 @@ static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t n
 
 static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
-    json_t *results = json_array();
+    free(c->results);
+    c->results = xcalloc(c->n_reports + 1, sizeof *c->results);
     EventList tmp;
     eventlist_init(&tmp);
-    size_t i;
-    json_t *rep;
-    json_array_foreach(c->reports, i, rep)
-    {
-        Report r = {0};
-        r.work_id = json_string_value(json_object_get(rep, "id"));
-        r.attempt = (int)json_integer_value(json_object_get(rep, "attempt"));
+    for (size_t i = 0; i < c->n_reports; i++) {
+        Report r = c->reports[i];
         r.worker_id = c->worker_id;
         r.instance = c->instance;
         r.claim = c->claim;
-        r.completed = !strcmp(json_string_value(json_object_get(rep, "outcome")), "completed");
-        r.result = json_object_get(rep, "result");
-        r.error = json_string_value(json_object_get(rep, "error"));
-        json_t *retry = json_object_get(rep, "retry");
-        r.retry = !retry || json_is_true(retry);
-        ReportResult res;
+        ReportResult *res = &c->results[i];
         ws_decide_report(m->ws, &r,
                          ws_get(m->ws, r.work_id) ? NULL : known_get(m, known, r.work_id), now,
-                         &tmp, &res);
+                         &tmp, res);
         emit(m, &tmp, now);
-        const WorkItem *after = res.accepted ? ws_get(m->ws, r.work_id) : NULL;
+        const WorkItem *after = res->accepted ? ws_get(m->ws, r.work_id) : NULL;
         if (after)
-            res.status = ws_item_status(after, now);
-        json_t *o = json_pack("{s:s, s:i, s:b}", "id", r.work_id, "attempt", r.attempt, "accepted",
-                              res.accepted);
-        if (res.accepted)
-            json_object_set_new(o, "status", json_string(res.status));
-        else
-            json_object_set_new(o, "reason", json_string(res.reason));
-        json_array_append_new(results, o);
+            res->status = ws_item_status(after, now);
     }
     eventlist_free(&tmp);
-    cmd_ok(c, 200, json_pack("{s:o}", "results", results));
+    cmd_ok(c, 200, NULL);
 }
 
 static void add_waiter(Manager *m, MgrCmd *c)
@@ -1035,7 +1020,6 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
     IdList l = {0};
     for (MgrCmd *c = list; c; c = c->next) {
         size_t i;
-        json_t *rep;
         switch (c->type) {
         case MC_SUBMIT:
             /* A UUID this node just generated cannot exist yet (2^-122). */
@@ -1048,10 +1032,8 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
             want_known(m, &l, c->work_id);
             break;
         case MC_REPORTS:
-            json_array_foreach(c->reports, i, rep)
-            {
-                want_known(m, &l, json_string_value(json_object_get(rep, "id")));
-            }
+            for (i = 0; i < c->n_reports; i++)
+                want_known(m, &l, c->reports[i].work_id);
             break;
         case MC_BULK_RETRY: {
             /* Dead work lives in the database only: find what matches. */

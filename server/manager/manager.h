@@ -40,7 +40,7 @@ typedef enum {
     MC_SUBMIT,      /* items -> {"items": [{id, status, created}]} */
     MC_CANCEL,      /* work_id -> {id, status} */
     MC_RETRY,       /* work_id (dead) -> {id, status} */
-    MC_REPORTS,     /* worker_id, instance, claim, reports (JSON array) -> {"results": [...]} */
+    MC_REPORTS,     /* worker_id, instance, claim, reports -> results (typed, no JSON) */
     MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> {"jobs": [...]} */
     MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals */
     MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
@@ -66,7 +66,9 @@ typedef struct MgrCmd {
     int capacity;
     char **queues;        /* NULL-terminated, or NULL */
     RunningList *running; /* MC_HEARTBEAT: NULL when the worker did not say */
-    json_t *reports;
+    Report *reports;      /* MC_REPORTS: n_reports of them (ws_reports_free); the manager
+                             fills in worker_id, instance and claim from the command */
+    size_t n_reports;
     char *queue; /* MC_QUEUE_SET; a filter of MC_BULK_* (NULL: any) */
     char *key;   /* a filter of MC_BULK_* (NULL: any) */
     char *state; /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
@@ -77,7 +79,9 @@ typedef struct MgrCmd {
     /* reply */
     int status;    /* HTTP status: 200, 204, or the error's */
     Err err;       /* when status >= 400 */
-    json_t *reply; /* when status < 300 and there is a body */
+    json_t *reply; /* when status < 300 and there is a body (not MC_REPORTS) */
+    ReportResult *results; /* MC_REPORTS, status 200: one per report, its status as seen
+                              right after it (static strings) */
     /* completion */
     void (*done)(struct MgrCmd *cmd, void *ud);
     void *ud;

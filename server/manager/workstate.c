@@ -888,6 +888,16 @@ static RunningList *running_copy(const RunningList *l, size_t max)
     return c;
 }
 
+void ws_reports_free(Report *reports, size_t n)
+{
+    for (size_t i = 0; reports && i < n; i++) {
+        free((char *)reports[i].work_id);
+        free((char *)reports[i].error);
+        json_decref(reports[i].result);
+    }
+    free(reports);
+}
+
 void ws_running_free(RunningList *l)
 {
     if (!l)

@@ -126,6 +126,10 @@ typedef struct Report {
     bool retry;            /* failed: may it be retried */
 } Report;
 
+/* Frees reports made by the front-end's parser: work_id, error (owned there
+ * though const here) and a reference to result (NULL: nothing). */
+void ws_reports_free(Report *reports, size_t n);
+
 typedef struct ReportResult {
     bool accepted;      /* recorded now, or was already: stop sending */
     const char *status; /* the work's status after it, when accepted */

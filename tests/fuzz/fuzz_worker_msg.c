@@ -65,21 +65,33 @@ static void pull(json_t *body)
     strv_free(pm.queues);
 }
 
+/* What the manager relies on in a report it is handed. */
+static void check_typed_report(const Report *r)
+{
+    FUZZ_CHECK(r->work_id && id_valid(r->work_id), "a report of the invalid work id '%s'",
+               r->work_id ? r->work_id : "(null)");
+    FUZZ_CHECK(r->attempt >= 1 && r->attempt <= 1000000, "a report of attempt %d", r->attempt);
+    FUZZ_CHECK(!r->worker_id && !r->instance && !r->claim,
+               "the parser filled in the sender, which is the manager's to say");
+}
+
 static void reports(json_t *body)
 {
-    json_t *arr;
+    Report *reps;
+    size_t n;
     char *instance;
     Err err = {0};
-    if (parse_reports(body, MAX_BATCH, &arr, &instance, &err) != 0) {
+    if (parse_reports(body, MAX_BATCH, &reps, &n, &instance, &err) != 0) {
         fuzz_check_problem(&err, 400, 413);
-        FUZZ_CHECK(!arr && !instance, "refused reports are handed back");
+        FUZZ_CHECK(!reps && !n && !instance, "refused reports are handed back");
         return;
     }
     FUZZ_CHECK(!instance || id_valid(instance), "the invalid instance '%s' was accepted", instance);
     free(instance);
-    FUZZ_CHECK(json_is_array(arr) && json_array_size(arr) <= MAX_BATCH, "%zu reports accepted",
-               json_array_size(arr));
-    json_decref(arr);
+    FUZZ_CHECK(n <= MAX_BATCH, "%zu reports accepted", n);
+    for (size_t i = 0; i < n; i++)
+        check_typed_report(&reps[i]);
+    ws_reports_free(reps, n);
 }
 
 /* The path's "ID/N" splits at the first '/' (a path segment holds none). */
@@ -90,28 +102,28 @@ static void single_report(json_t *body, const char *path, bool completed)
     const char *attempt = slash ? slash + 1 : "";
     if (slash)
         *slash = '\0';
-    json_t *arr;
-    char *worker_id, *instance, *again_instance = NULL;
+    Report *reps;
+    size_t n;
+    char *worker_id, *instance;
     Err err = {0};
-    if (parse_single_report(body, id, attempt, completed, &arr, &worker_id, &instance, &err) != 0) {
+    if (parse_single_report(body, id, attempt, completed, &reps, &n, &worker_id, &instance, &err) !=
+        0) {
         fuzz_check_problem(&err, 400, 400);
-        FUZZ_CHECK(!arr && !worker_id && !instance, "a refused report hands something back");
+        FUZZ_CHECK(!reps && !worker_id && !instance, "a refused report hands something back");
         free(id);
         return;
     }
     FUZZ_CHECK(id_valid(worker_id) || !strcmp(worker_id, "anonymous"),
                "the invalid worker id '%s' was accepted", worker_id);
-    /* It goes where a batch of reports goes: it must be one. */
-    json_t *wrapped = json_pack("{s:O}", "reports", arr), *again = NULL;
-    FUZZ_CHECK(json_array_size(arr) == 1 &&
-                   parse_reports(wrapped, MAX_BATCH, &again, &again_instance, &err) == 0,
-               "a single report is not a valid batch of one: %s", err.msg);
+    /* It goes where a batch of reports goes: it must be one of them. */
+    FUZZ_CHECK(n == 1, "a single report made %zu reports", n);
+    check_typed_report(&reps[0]);
+    FUZZ_CHECK(reps[0].completed == completed && !strcmp(reps[0].work_id, id),
+               "the report is not the one the path names");
+    FUZZ_CHECK(!completed || reps[0].result, "a completion without a result (not even null)");
     FUZZ_CHECK(!instance || id_valid(instance), "the invalid instance '%s' was accepted", instance);
     free(instance);
-    free(again_instance);
-    json_decref(again);
-    json_decref(wrapped);
-    json_decref(arr);
+    ws_reports_free(reps, n);
     free(worker_id);
     free(id);
 }

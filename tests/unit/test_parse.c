@@ -558,12 +558,39 @@ static void test_pull(void **state)
 
 /* ---- reports ---- */
 
+/* Typed reports as the JSON a worker would send for them (NULL for none):
+ * "result" and "error" when set, "retry" when false. */
+static json_t *reports_json(const Report *reps, size_t n)
+{
+    if (!reps)
+        return NULL;
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const Report *r = &reps[i];
+        json_t *o = json_pack("{s:s, s:i, s:s}", "id", r->work_id, "attempt", r->attempt, "outcome",
+                              r->completed ? "completed" : "failed");
+        if (r->result)
+            json_object_set(o, "result", r->result);
+        if (r->error)
+            json_object_set_new(o, "error", json_string(r->error));
+        if (!r->retry)
+            json_object_set_new(o, "retry", json_false());
+        json_array_append_new(arr, o);
+    }
+    return arr;
+}
+
+/* parse_reports, its typed reports seen as JSON in *out (NULL when refused). */
 static int reports(const char *text, json_t **out, Err *err)
 {
     json_t *j = body(text);
     err_clear(err);
     char *instance = NULL;
-    int rc = parse_reports(j, LIM.max_batch, out, &instance, err);
+    Report *reps = NULL;
+    size_t n = 0;
+    int rc = parse_reports(j, LIM.max_batch, &reps, &n, &instance, err);
+    *out = reports_json(reps, n);
+    ws_reports_free(reps, n);
     free(instance);
     json_decref(j);
     return rc;
@@ -636,7 +663,11 @@ static int single(const char *text, const char *id, const char *attempt, bool co
     json_t *j = body(text);
     err_clear(err);
     char *instance = NULL;
-    int rc = parse_single_report(j, id, attempt, completed, out, worker, &instance, err);
+    Report *reps = NULL;
+    size_t n = 0;
+    int rc = parse_single_report(j, id, attempt, completed, &reps, &n, worker, &instance, err);
+    *out = reports_json(reps, n);
+    ws_reports_free(reps, n);
     free(instance);
     json_decref(j);
     return rc;

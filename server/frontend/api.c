@@ -64,6 +64,13 @@ static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
     return true;
 }
 
+/* {"id", "status", "created"}: how the manager took one submitted item. */
+static json_t *submitted_json(const SubmitItem *it, const SubmitResult *res)
+{
+    return json_pack("{s:s, s:s, s:b}", "id", it->id, "status", res->status, "created",
+                     res->created);
+}
+
 /* {"id", "attempt", "accepted", "status" or "reason"}: how the manager took
  * one report. */
 static json_t *report_result_json(const Report *rep, const ReportResult *res)
@@ -134,12 +141,13 @@ static void cmd_reply(Req *r)
     switch (c->type) {
     case MC_SUBMIT:
         if (!r->bulk) {
-            json_t *one = json_array_get(json_object_get(c->reply, "items"), 0);
-            snprintf(r->location, sizeof r->location, "/work/%s",
-                     json_string_value(json_object_get(one, "id")));
-            req_finish_json(r, 202, json_incref(one));
+            snprintf(r->location, sizeof r->location, "/work/%s", c->items[0].id);
+            req_finish_json(r, 202, submitted_json(&c->items[0], &c->submitted[0]));
         } else {
-            req_finish_json(r, 202, json_incref(c->reply));
+            json_t *items = json_array();
+            for (size_t i = 0; i < c->n_items; i++)
+                json_array_append_new(items, submitted_json(&c->items[i], &c->submitted[i]));
+            req_finish_json(r, 202, json_pack("{s:o}", "items", items));
         }
         return;
     case MC_DEREGISTER:

@@ -87,6 +87,7 @@ void mgrcmd_free(MgrCmd *c)
     ws_running_free(c->running);
     ws_reports_free(c->reports, c->n_reports);
     free(c->results);
+    free(c->submitted);
     json_decref(c->reply);
     if (c->bulk) {
         journal_known_free(c->bulk);
@@ -517,7 +518,7 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
 {
     EventList tmp;
     eventlist_init(&tmp);
-    SubmitResult *res = xcalloc(c->n_items, sizeof *res);
+    SubmitResult *res = xcalloc(c->n_items + 1, sizeof *res);
     KnownWork *kn = xcalloc(c->n_items + 1, sizeof *kn); /* borrowed entries */
     size_t n_kn = 0;
     for (size_t i = 0; i < c->n_items; i++) {
@@ -530,13 +531,11 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     if (ws_decide_submit(m->ws, c->items, c->n_items, kn, n_kn, now, &tmp, res, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
-        json_t *items = json_array();
-        for (size_t i = 0; i < c->n_items; i++)
-            json_array_append_new(items,
-                                  json_pack("{s:s, s:s, s:b}", "id", c->items[i].id, "status",
-                                            res[i].status, "created", res[i].created));
         emit(m, &tmp, now);
-        cmd_ok(c, 202, json_pack("{s:o}", "items", items));
+        cmd_ok(c, 202, NULL);
+        free(c->submitted);
+        c->submitted = res;
+        res = NULL;
     }
     free(kn);
     free(res);

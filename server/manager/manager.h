@@ -37,7 +37,7 @@ typedef struct ManagerConfig {
 } ManagerConfig;
 
 typedef enum {
-    MC_SUBMIT,      /* items -> {"items": [{id, status, created}]} */
+    MC_SUBMIT,      /* items -> submitted (typed, no JSON) */
     MC_CANCEL,      /* work_id -> {id, status} */
     MC_RETRY,       /* work_id (dead) -> {id, status} */
     MC_REPORTS,     /* worker_id, instance, claim, reports -> results (typed, no JSON) */
@@ -77,11 +77,12 @@ typedef struct MgrCmd {
     int max;
     int64_t wait_ms;
     /* reply */
-    int status;    /* HTTP status: 200, 204, or the error's */
-    Err err;       /* when status >= 400 */
-    json_t *reply; /* when status < 300 and there is a body (not MC_REPORTS) */
-    ReportResult *results; /* MC_REPORTS, status 200: one per report, its status as seen
-                              right after it (static strings) */
+    int status;              /* HTTP status: 200, 204, or the error's */
+    Err err;                 /* when status >= 400 */
+    json_t *reply;           /* when status < 300 and there is a body (not MC_REPORTS) */
+    ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
+                                right after it (static strings) */
+    SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */
     /* completion */
     void (*done)(struct MgrCmd *cmd, void *ud);
     void *ud;

@@ -357,6 +357,18 @@ const char *ws_item_status(const WorkItem *it, int64_t now)
     return it->run_at > now ? "scheduled" : "pending";
 }
 
+/* The static string equal to a status read from the database (KnownWork's
+ * strings live only as long as the round's rows; a SubmitResult's outlive it). */
+static const char *status_static(const char *status)
+{
+    static const char *const all[] = {"pending",   "scheduled", "running",
+                                      "completed", "dead",      "cancelled"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(all[i], status))
+            return all[i];
+    return "unknown";
+}
+
 static const KnownWork *find_known(const KnownWork *known, size_t n, const char *id)
 {
     for (size_t i = 0; i < n; i++)
@@ -411,7 +423,7 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
             results[i].created = false;
             results[i].status = open   ? ws_item_status(open, now)
                                 : twin ? results[(const SubmitItem *)twin - items].status
-                                       : k->status;
+                                       : status_static(k->status);
             continue;
         }
         if (ws->items.len + created + 1 > (size_t)ws->cfg.max_open) {
@@ -530,7 +542,7 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
                    ((r->completed && !strcmp(known->status, "completed")) ||
                     (!r->completed && !strcmp(known->status, "dead")))) {
             res->accepted = true;
-            res->status = known->status;
+            res->status = status_static(known->status);
         }
         return;
     }

@@ -132,7 +132,7 @@ void ws_reports_free(Report *reports, size_t n);
 
 typedef struct ReportResult {
     bool accepted;      /* recorded now, or was already: stop sending */
-    const char *status; /* the work's status after it, when accepted */
+    const char *status; /* the work's status after it, when accepted (static) */
     const char *reason; /* when not accepted: "superseded", "cancelled", "not-found" or
                            "not-holder" */
 } ReportResult;

@@ -64,6 +64,16 @@ static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
     return true;
 }
 
+/* One job of a pull's answer. */
+static json_t *job_json(const PulledJob *j)
+{
+    char deadline[40];
+    time_format(j->deadline, deadline, sizeof deadline);
+    return json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", j->id, "attempt", j->attempt,
+                     "queue", j->queue, "priority", j->priority, "payload", j->payload,
+                     "timeout_ms", (json_int_t)j->timeout_ms, "deadline", deadline);
+}
+
 /* {"id", "status", "created"}: how the manager took one submitted item. */
 static json_t *submitted_json(const SubmitItem *it, const SubmitResult *res)
 {
@@ -153,6 +163,13 @@ static void cmd_reply(Req *r)
     case MC_DEREGISTER:
         req_finish_raw(r, 204, NULL, NULL, 0);
         return;
+    case MC_PULL: {
+        json_t *jobs = json_array();
+        for (size_t i = 0; i < c->n_jobs; i++)
+            json_array_append_new(jobs, job_json(&c->jobs[i]));
+        req_finish_json(r, 200, json_pack("{s:o}", "jobs", jobs));
+        return;
+    }
     case MC_REPORTS:
         if (r->single_report)
             single_report_reply(r, &c->reports[0], &c->results[0]);

@@ -88,6 +88,12 @@ void mgrcmd_free(MgrCmd *c)
     ws_reports_free(c->reports, c->n_reports);
     free(c->results);
     free(c->submitted);
+    for (size_t i = 0; i < c->n_jobs; i++) {
+        free(c->jobs[i].id);
+        free(c->jobs[i].queue);
+        json_decref(c->jobs[i].payload);
+    }
+    free(c->jobs);
     json_decref(c->reply);
     if (c->bulk) {
         journal_known_free(c->bulk);
@@ -457,19 +463,22 @@ static void campaign(Manager *m)
 
 /* ---- handling commands (leader only) ---- */
 
-static json_t *job_json(const WorkItem *it)
+/* Adds the started item it to the pull's answer. */
+static void add_job(MgrCmd *c, const WorkItem *it)
 {
-    char deadline[40];
-    time_format(it->deadline, deadline, sizeof deadline);
-    return json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", it->id, "attempt", it->attempt,
-                     "queue", it->queue, "priority", it->priority, "payload", it->payload,
-                     "timeout_ms", (json_int_t)it->timeout_ms, "deadline", deadline);
+    c->jobs = xrealloc(c->jobs, (c->n_jobs + 1) * sizeof *c->jobs);
+    c->jobs[c->n_jobs++] = (PulledJob){.id = xstrdup(it->id),
+                                       .attempt = it->attempt,
+                                       .queue = xstrdup(it->queue),
+                                       .priority = it->priority,
+                                       .payload = json_incref(it->payload),
+                                       .timeout_ms = it->timeout_ms,
+                                       .deadline = it->deadline};
 }
 
 /* Hands ready jobs to a pull, up to its max; returns how many. */
 WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
 {
-    json_t *jobs = json_object_get(c->reply, "jobs");
     Err err = {0};
     if (ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0)
         return -1; /* another instance holds the id now: this pull is stale */
@@ -477,8 +486,7 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     eventlist_init(&tmp);
     bool seen = false;
     size_t bytes = 0; /* of the answer: at most --max-reply-bytes, or one job */
-    while ((int)json_array_size(jobs) < c->max &&
-           ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
+    while ((int)c->n_jobs < c->max && ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
         /* A waiting pull whose client has gone (a killed or stopping worker)
          * must not be handed work: the jobs would wait for their deadline.
          * Asked only when there is a job to hand, not every round. */
@@ -507,11 +515,11 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
             emit(m, &tmp, now);
             seen = true;
         }
-        json_array_append_new(jobs, job_json(ws_get(m->ws, id)));
+        add_job(c, ws_get(m->ws, id));
         free(id);
     }
     eventlist_free(&tmp);
-    return (int)json_array_size(jobs);
+    return (int)c->n_jobs;
 }
 
 static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
@@ -639,7 +647,7 @@ static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
                    ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
-    cmd_ok(c, 200, json_pack("{s:[]}", "jobs"));
+    cmd_ok(c, 200, NULL); /* the jobs: c->jobs, filled by fill_pull */
     int64_t wait = c->wait_ms < m->cfg.pull_wait_max_ms ? c->wait_ms : m->cfg.pull_wait_max_ms;
     if (fill_pull(m, c, now) > 0 || wait <= 0) {
         queue_done(m, c);

@@ -41,7 +41,7 @@ typedef enum {
     MC_CANCEL,      /* work_id -> {id, status} */
     MC_RETRY,       /* work_id (dead) -> {id, status} */
     MC_REPORTS,     /* worker_id, instance, claim, reports -> results (typed, no JSON) */
-    MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> {"jobs": [...]} */
+    MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> jobs (typed) */
     MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals */
     MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
     MC_CLUSTER,     /* -> {"leader", "term", "workers", "open"} */
@@ -49,6 +49,18 @@ typedef enum {
     MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
     MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
 } MgrCmdType;
+
+/* A job handed to a pull (MC_PULL's answer); strings and payload owned by the
+ * command. */
+typedef struct PulledJob {
+    char *id;
+    int attempt;
+    char *queue;
+    int priority;
+    json_t *payload;
+    int64_t timeout_ms;
+    int64_t deadline; /* ms since the epoch */
+} PulledJob;
 
 /* A command and, once done, its reply. The sender allocates it with
  * mgrcmd_new, fills the inputs, and hands it to manager_send; the manager owns
@@ -83,6 +95,8 @@ typedef struct MgrCmd {
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */
     SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */
+    PulledJob *jobs;         /* MC_PULL, status 200: n_jobs handed to the worker */
+    size_t n_jobs;
     /* completion */
     void (*done)(struct MgrCmd *cmd, void *ud);
     void *ud;

@@ -64,6 +64,62 @@ static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
     return true;
 }
 
+/* Attempts as [{"id", "attempt"}] (null for NULL). */
+static json_t *running_json(const RunningList *l)
+{
+    if (!l)
+        return json_null();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < l->n; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:I}", "id", l->items[i].work_id, "attempt",
+                                             (json_int_t)l->items[i].attempt));
+    return arr;
+}
+
+static json_t *time_or_null(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+/* GET /cluster as the leader sees it (without "nodes" and "database", which
+ * the answering node adds). */
+static json_t *cluster_json(const ClusterView *v)
+{
+    json_t *workers = json_array();
+    for (size_t i = 0; i < v->n_workers; i++) {
+        const ClusterWorker *w = &v->workers[i];
+        json_t *queues = json_array();
+        for (size_t q = 0; w->queues && w->queues[q]; q++)
+            json_array_append_new(queues, json_string(w->queues[q]));
+        char seen[40];
+        time_format(w->last_seen, seen, sizeof seen);
+        json_array_append_new(workers,
+                              json_pack("{s:s, s:i, s:o, s:o, s:s, s:I}", "id", w->id, "capacity",
+                                        w->capacity, "queues", queues, "running",
+                                        running_json(w->running), "last_heartbeat", seen,
+                                        "silent_ms", (json_int_t)(v->now - w->last_seen)));
+    }
+    json_t *open = json_object();
+    for (size_t i = 0; i < v->n_open; i++)
+        json_object_set_new(open, v->open[i].queue,
+                            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)v->open[i].pending,
+                                      "scheduled", (json_int_t)v->open[i].scheduled, "running",
+                                      (json_int_t)v->open[i].running));
+    json_t *storage = json_pack(
+        "{s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "retain_s", (double)v->retain_ms / 1000.0,
+        "parts", (json_int_t)v->parts, "events_bytes", (json_int_t)v->events_bytes, "done_bytes",
+        (json_int_t)v->done_bytes, "open_bytes", (json_int_t)v->open_bytes, "oldest_part_at",
+        time_or_null(v->oldest_part_ms), "retention_last_run_at", time_or_null(v->last_run_ms),
+        "parts_dropped", (json_int_t)v->parts_dropped);
+    return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", v->leader, "term",
+                     (json_int_t)v->term, "workers", workers, "open", open, "open_total",
+                     (json_int_t)v->open_total, "storage", storage);
+}
+
 /* One job of a pull's answer. */
 static json_t *job_json(const PulledJob *j)
 {
@@ -176,14 +232,37 @@ static void cmd_reply(Req *r)
         else
             req_finish_json(r, 200, reports_reply(c));
         return;
-    case MC_CLUSTER:
-        json_object_set_new(c->reply, "nodes", listener_nodes(r->srv->listener));
-        json_object_set_new(c->reply, "database", dbwatch_json(r->srv->dbwatch));
-        break;
-    default:
-        break;
+    case MC_CANCEL:
+    case MC_RETRY:
+        req_finish_json(r, c->status,
+                        json_pack("{s:s, s:s}", "id", c->work_id, "status", c->work_status));
+        return;
+    case MC_HEARTBEAT: {
+        json_t *o =
+            json_pack("{s:I, s:I}", "heartbeat_interval_ms", (json_int_t)c->heartbeat_interval_ms,
+                      "worker_timeout_ms", (json_int_t)c->worker_timeout_ms);
+        if (c->stale && c->stale->n)
+            json_object_set_new(o, "cancel", running_json(c->stale));
+        req_finish_json(r, c->status, o);
+        return;
     }
-    req_finish_json(r, c->status, json_incref(c->reply));
+    case MC_CLUSTER: {
+        json_t *o = cluster_json(c->cluster);
+        json_object_set_new(o, "nodes", listener_nodes(r->srv->listener));
+        json_object_set_new(o, "database", dbwatch_json(r->srv->dbwatch));
+        req_finish_json(r, c->status, o);
+        return;
+    }
+    case MC_QUEUE_SET:
+        req_finish_json(r, c->status, queue_limits_json(c->queue, &c->limits));
+        return;
+    case MC_BULK_CANCEL:
+    case MC_BULK_RETRY:
+        req_finish_json(r, c->status,
+                        json_pack("{s:I, s:b}", c->type == MC_BULK_CANCEL ? "cancelled" : "retried",
+                                  (json_int_t)c->n_done, "more", c->more));
+        return;
+    }
 }
 
 /* Manager thread: hand the reply back to the HTTP thread. */

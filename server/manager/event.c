@@ -328,3 +328,15 @@ void eventlist_free(EventList *l)
     free(l->items);
     eventlist_init(l);
 }
+
+/* The flow control a queue has, as the API shows it. */
+json_t *queue_limits_json(const char *queue, const QueueLimits *l)
+{
+    return json_pack(
+        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
+        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
+        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
+                                  (double)l->rate_period_ms / 1000.0)
+                      : json_null());
+}

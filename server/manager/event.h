@@ -106,4 +106,8 @@ Event *eventlist_push(EventList *l);
 void eventlist_clear(EventList *l); /* frees the events, keeps capacity */
 void eventlist_free(EventList *l);
 
+/* The flow control a queue has, as the API shows it: {"queue", "paused",
+ * "max_running", "max_running_per_key", "rate"} (a new reference). */
+json_t *queue_limits_json(const char *queue, const QueueLimits *l);
+
 #endif

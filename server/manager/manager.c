@@ -94,7 +94,8 @@ void mgrcmd_free(MgrCmd *c)
         json_decref(c->jobs[i].payload);
     }
     free(c->jobs);
-    json_decref(c->reply);
+    ws_running_free(c->stale);
+    cluster_view_free(c->cluster);
     if (c->bulk) {
         journal_known_free(c->bulk);
         free(c->bulk);
@@ -104,17 +105,14 @@ void mgrcmd_free(MgrCmd *c)
 
 static void cmd_fail(MgrCmd *c, int status, const char *type, const char *msg)
 {
-    json_decref(c->reply);
-    c->reply = NULL;
     c->status = status;
     err_set(&c->err, status, type, "%s", msg);
 }
 
-static void cmd_ok(MgrCmd *c, int status, json_t *reply)
+/* The answer itself is in the command's typed fields (manager.h). */
+static void cmd_ok(MgrCmd *c, int status)
 {
-    json_decref(c->reply);
     c->status = status;
-    c->reply = reply;
 }
 
 static void queue_done(Manager *m, MgrCmd *c)
@@ -540,7 +538,7 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         emit(m, &tmp, now);
-        cmd_ok(c, 202, NULL);
+        cmd_ok(c, 202);
         free(c->submitted);
         c->submitted = res;
         res = NULL;
@@ -567,7 +565,8 @@ static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
         }
     } else {
         emit(m, &tmp, now);
-        cmd_ok(c, 200, json_pack("{s:s, s:s}", "id", c->work_id, "status", "cancelled"));
+        c->work_status = "cancelled";
+        cmd_ok(c, 200);
     }
     eventlist_free(&tmp);
 }
@@ -582,7 +581,8 @@ static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t n
     } else {
         log_info("work %s retried by an operator", c->work_id);
         emit(m, &tmp, now);
-        cmd_ok(c, 200, json_pack("{s:s, s:s}", "id", c->work_id, "status", "pending"));
+        c->work_status = "pending";
+        cmd_ok(c, 200);
     }
     eventlist_free(&tmp);
 }
@@ -608,7 +608,7 @@ static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
             res->status = ws_item_status(after, now);
     }
     eventlist_free(&tmp);
-    cmd_ok(c, 200, NULL);
+    cmd_ok(c, 200);
 }
 
 static void add_waiter(Manager *m, MgrCmd *c)
@@ -647,7 +647,7 @@ static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
                    ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
-    cmd_ok(c, 200, NULL); /* the jobs: c->jobs, filled by fill_pull */
+    cmd_ok(c, 200); /* the jobs: c->jobs, filled by fill_pull */
     int64_t wait = c->wait_ms < m->cfg.pull_wait_max_ms ? c->wait_ms : m->cfg.pull_wait_max_ms;
     if (fill_pull(m, c, now) > 0 || wait <= 0) {
         queue_done(m, c);
@@ -657,89 +657,98 @@ static void handle_pull(Manager *m, MgrCmd *c, int64_t now)
     add_waiter(m, c);
 }
 
-static json_t *time_or_null(int64_t ms)
+void cluster_view_free(ClusterView *v)
 {
-    char buf[40];
-    if (!ms)
-        return json_null();
-    time_format(ms, buf, sizeof buf);
-    return json_string(buf);
+    if (!v)
+        return;
+    free(v->leader);
+    for (size_t i = 0; i < v->n_workers; i++) {
+        free(v->workers[i].id);
+        strv_free(v->workers[i].queues);
+        ws_running_free(v->workers[i].running);
+    }
+    free(v->workers);
+    for (size_t i = 0; i < v->n_open; i++)
+        free(v->open[i].queue);
+    free(v->open);
+    free(v);
 }
 
-static json_t *storage_json(const Manager *m)
+static char **strv_copy(char *const *v)
 {
-    const RetentionStats *r = manager_retention_stats(m);
-    return json_pack("{s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "retain_s",
-                     (double)m->cfg.retain_ms / 1000.0, "parts", (json_int_t)atomic_load(&r->parts),
-                     "events_bytes", (json_int_t)atomic_load(&r->events_bytes), "done_bytes",
-                     (json_int_t)atomic_load(&r->done_bytes), "open_bytes",
-                     (json_int_t)atomic_load(&r->open_bytes), "oldest_part_at",
-                     time_or_null(atomic_load(&r->oldest_part_ms)), "retention_last_run_at",
-                     time_or_null(atomic_load(&r->last_run_ms)), "parts_dropped",
-                     (json_int_t)atomic_load(&r->parts_dropped));
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **c = xcalloc(n + 1, sizeof *c);
+    for (size_t i = 0; i < n; i++)
+        c[i] = xstrdup(v[i]);
+    return c;
 }
 
-/* What a worker last said it runs, as /cluster shows it (null: never said). */
-static json_t *running_json(const RunningList *l)
+static RunningList *running_copy(const RunningList *l)
 {
     if (!l)
-        return json_null();
-    json_t *arr = json_array();
+        return NULL;
+    RunningList *c = xcalloc(1, sizeof *c);
+    c->n = l->n;
+    c->items = xcalloc(l->n + 1, sizeof *c->items);
     for (size_t i = 0; i < l->n; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:I}", "id", l->items[i].work_id, "attempt",
-                                             (json_int_t)l->items[i].attempt));
-    return arr;
+        c->items[i] = (RunningAttempt){xstrdup(l->items[i].work_id), l->items[i].attempt};
+    return c;
 }
 
-/* Open work by queue: {"queue": {"pending": n, "scheduled": n, "running": n}}. */
-static json_t *queue_stats_json(const WorkState *ws, int64_t now)
+/* A copy of what /cluster shows, so that the HTTP thread can write it. */
+static ClusterView *cluster_view(Manager *m, int64_t now)
 {
-    size_t n;
-    WsQueueStats *st = ws_queue_stats(ws, now, &n);
-    json_t *out = json_object();
-    for (size_t i = 0; i < n; i++)
-        json_object_set_new(out, st[i].queue,
-                            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)st[i].pending,
-                                      "scheduled", (json_int_t)st[i].scheduled, "running",
-                                      (json_int_t)st[i].running));
-    free(st);
-    return out;
-}
-
-static json_t *cluster_json(Manager *m, int64_t now)
-{
-    json_t *workers = json_array();
+    ClusterView *v = xcalloc(1, sizeof *v);
+    v->leader = xstrdup(m->cfg.advertise_url);
+    v->term = atomic_load(&m->term);
+    v->now = now;
+    v->workers = xcalloc(ws_worker_count(m->ws) + 1, sizeof *v->workers);
     size_t pos = 0;
     const WsWorker *w;
-    while ((w = ws_worker_next(m->ws, &pos))) {
-        json_t *queues = json_array();
-        for (size_t i = 0; w->queues && w->queues[i]; i++)
-            json_array_append_new(queues, json_string(w->queues[i]));
-        char seen[40];
-        time_format(w->last_seen, seen, sizeof seen);
-        json_array_append_new(workers,
-                              json_pack("{s:s, s:i, s:o, s:o, s:s, s:I}", "id", w->id, "capacity",
-                                        w->capacity, "queues", queues, "running",
-                                        running_json(w->running), "last_heartbeat", seen,
-                                        "silent_ms", (json_int_t)(now - w->last_seen)));
-    }
-    return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", m->cfg.advertise_url, "term",
-                     (json_int_t)atomic_load(&m->term), "workers", workers, "open",
-                     queue_stats_json(m->ws, now), "open_total", (json_int_t)ws_open_count(m->ws),
-                     "storage", storage_json(m));
+    while ((w = ws_worker_next(m->ws, &pos)))
+        v->workers[v->n_workers++] = (ClusterWorker){.id = xstrdup(w->id),
+                                                     .capacity = w->capacity,
+                                                     .queues = strv_copy(w->queues),
+                                                     .running = running_copy(w->running),
+                                                     .last_seen = w->last_seen};
+    WsQueueStats *st = ws_queue_stats(m->ws, now, &v->n_open);
+    v->open = xcalloc(v->n_open + 1, sizeof *v->open);
+    for (size_t i = 0; i < v->n_open; i++)
+        v->open[i] = (ClusterQueue){.queue = xstrdup(st[i].queue),
+                                    .pending = st[i].pending,
+                                    .scheduled = st[i].scheduled,
+                                    .running = st[i].running};
+    free(st);
+    v->open_total = (int64_t)ws_open_count(m->ws);
+    const RetentionStats *r = manager_retention_stats(m);
+    v->retain_ms = m->cfg.retain_ms;
+    v->parts = atomic_load(&r->parts);
+    v->events_bytes = atomic_load(&r->events_bytes);
+    v->done_bytes = atomic_load(&r->done_bytes);
+    v->open_bytes = atomic_load(&r->open_bytes);
+    v->oldest_part_ms = atomic_load(&r->oldest_part_ms);
+    v->last_run_ms = atomic_load(&r->last_run_ms);
+    v->parts_dropped = atomic_load(&r->parts_dropped);
+    return v;
 }
 
 /* The attempts a heartbeat lists that are no longer current (cancelled,
- * timed out, finished): the worker should stop them (a new reference). */
-static json_t *stale_attempts(Manager *m, const RunningList *running)
+ * timed out, finished): the worker should stop them (NULL: none). */
+static RunningList *stale_attempts(Manager *m, const RunningList *running)
 {
-    json_t *out = json_array();
+    RunningList *out = NULL;
     for (size_t i = 0; running && i < running->n; i++) {
         const RunningAttempt *r = &running->items[i];
         const WorkItem *it = ws_get(m->ws, r->work_id);
-        if (!it || it->status != WORK_RUNNING || it->attempt != r->attempt)
-            json_array_append_new(
-                out, json_pack("{s:s, s:I}", "id", r->work_id, "attempt", (json_int_t)r->attempt));
+        if (it && it->status == WORK_RUNNING && it->attempt == r->attempt)
+            continue;
+        if (!out) {
+            out = xcalloc(1, sizeof *out);
+            out->items = xcalloc(running->n + 1, sizeof *out->items);
+        }
+        out->items[out->n++] = (RunningAttempt){xstrdup(r->work_id), r->attempt};
     }
     return out;
 }
@@ -762,18 +771,6 @@ static void drop_waiters_of(Manager *m, const char *worker_id)
     m->waiters_tail = NULL;
     for (MgrCmd *c = keep; c; c = c->next)
         m->waiters_tail = c;
-}
-
-/* The flow control a queue has, as the API shows it. */
-json_t *queue_limits_json(const char *queue, const QueueLimits *l)
-{
-    return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
-        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
-        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
-        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
-                                  (double)l->rate_period_ms / 1000.0)
-                      : json_null());
 }
 
 static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
@@ -799,7 +796,8 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
                  l.paused ? "paused" : "running", l.max_running, l.rate_limit,
                  (long long)l.rate_period_ms);
         emit(m, &tmp, now);
-        cmd_ok(c, 200, queue_limits_json(c->queue, &l));
+        c->limits = l;
+        cmd_ok(c, 200);
     }
     eventlist_free(&tmp);
 }
@@ -828,7 +826,9 @@ static void handle_bulk_cancel(Manager *m, MgrCmd *c, int64_t now)
     free(own);
     free(ids);
     log_info("bulk cancel: %zu work item(s) cancelled by an operator", n);
-    cmd_ok(c, 200, json_pack("{s:I, s:b}", "cancelled", (json_int_t)n, "more", matched > n));
+    c->n_done = (int64_t)n;
+    c->more = matched > n;
+    cmd_ok(c, 200);
 }
 
 /* Reopens the dead work the prefetch found for c (its KnownSet). */
@@ -855,9 +855,9 @@ static void handle_bulk_retry(Manager *m, MgrCmd *c, int64_t now)
         return;
     }
     log_info("bulk retry: %zu dead work item(s) reopened by an operator", done);
-    cmd_ok(c, 200,
-           json_pack("{s:I, s:b}", "retried", (json_int_t)done, "more",
-                     more || done < (k ? k->n : 0)));
+    c->n_done = (int64_t)done;
+    c->more = more || done < (k ? k->n : 0);
+    cmd_ok(c, 200);
 }
 
 /* ---- work submitted in SQL (workd.submit) ---- */
@@ -963,14 +963,11 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         ws_worker_seen(m->ws, c->worker_id, c->instance, c->capacity, c->queues, c->running, now,
                        &tmp);
         emit(m, &tmp, now);
-        json_t *reply = json_pack("{s:I, s:I}", "heartbeat_interval_ms",
-                                  (json_int_t)m->cfg.heartbeat_interval_ms, "worker_timeout_ms",
-                                  (json_int_t)m->cfg.ws.worker_timeout_ms);
-        json_t *stale = stale_attempts(m, c->running);
-        if (json_array_size(stale))
-            json_object_set(reply, "cancel", stale);
-        json_decref(stale);
-        cmd_ok(c, 200, reply);
+        c->heartbeat_interval_ms = m->cfg.heartbeat_interval_ms;
+        c->worker_timeout_ms = m->cfg.ws.worker_timeout_ms;
+        ws_running_free(c->stale);
+        c->stale = stale_attempts(m, c->running);
+        cmd_ok(c, 200);
         break;
     }
     case MC_DEREGISTER:
@@ -985,10 +982,12 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         emit(m, &tmp, now);
         drop_waiters_of(m, c->worker_id);
         log_info("worker %s deregistered", c->worker_id);
-        cmd_ok(c, 204, NULL);
+        cmd_ok(c, 204);
         break;
     case MC_CLUSTER:
-        cmd_ok(c, 200, cluster_json(m, now));
+        cluster_view_free(c->cluster);
+        c->cluster = cluster_view(m, now);
+        cmd_ok(c, 200);
         break;
     case MC_QUEUE_SET:
         handle_queue_set(m, c, now);

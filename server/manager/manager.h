@@ -38,16 +38,16 @@ typedef struct ManagerConfig {
 
 typedef enum {
     MC_SUBMIT,      /* items -> submitted (typed, no JSON) */
-    MC_CANCEL,      /* work_id -> {id, status} */
-    MC_RETRY,       /* work_id (dead) -> {id, status} */
+    MC_CANCEL,      /* work_id -> work_status */
+    MC_RETRY,       /* work_id (dead) -> work_status */
     MC_REPORTS,     /* worker_id, instance, claim, reports -> results (typed, no JSON) */
     MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> jobs (typed) */
-    MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals */
+    MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals, stale */
     MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
-    MC_CLUSTER,     /* -> {"leader", "term", "workers", "open"} */
-    MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> the queue's limits */
-    MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
-    MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
+    MC_CLUSTER,     /* -> cluster */
+    MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> limits: all of the queue's */
+    MC_BULK_CANCEL, /* filter (queue, key, status), max -> n_done, more */
+    MC_BULK_RETRY,  /* filter (queue, key), max -> n_done, more (dead work) */
 } MgrCmdType;
 
 /* A job handed to a pull (MC_PULL's answer); strings and payload owned by the
@@ -61,6 +61,35 @@ typedef struct PulledJob {
     int64_t timeout_ms;
     int64_t deadline; /* ms since the epoch */
 } PulledJob;
+
+/* What /cluster shows of the leader, taken on the manager thread. Every
+ * string and list is owned by the view (cluster_view_free). */
+typedef struct ClusterWorker {
+    char *id;
+    int capacity;
+    char **queues;        /* NULL-terminated, or NULL */
+    RunningList *running; /* NULL: it never said */
+    int64_t last_seen;
+} ClusterWorker;
+
+typedef struct ClusterQueue {
+    char *queue;
+    int64_t pending, scheduled, running;
+} ClusterQueue;
+
+typedef struct ClusterView {
+    char *leader; /* advertise URL */
+    int64_t term;
+    int64_t now; /* when the view was taken (silent_ms is from it) */
+    ClusterWorker *workers;
+    size_t n_workers;
+    ClusterQueue *open; /* open work by queue */
+    size_t n_open;
+    int64_t open_total;
+    /* storage: retention's figures (retention.h) */
+    int64_t retain_ms, parts, events_bytes, done_bytes, open_bytes, oldest_part_ms, last_run_ms,
+        parts_dropped;
+} ClusterView;
 
 /* A command and, once done, its reply. The sender allocates it with
  * mgrcmd_new, fills the inputs, and hands it to manager_send; the manager owns
@@ -81,17 +110,22 @@ typedef struct MgrCmd {
     Report *reports;      /* MC_REPORTS: n_reports of them (ws_reports_free); the manager
                              fills in worker_id, instance and claim from the command */
     size_t n_reports;
-    char *queue; /* MC_QUEUE_SET; a filter of MC_BULK_* (NULL: any) */
-    char *key;   /* a filter of MC_BULK_* (NULL: any) */
-    char *state; /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
-    QueueLimits limits;
-    int limits_set; /* QL_* */
+    char *queue;        /* MC_QUEUE_SET; a filter of MC_BULK_* (NULL: any) */
+    char *key;          /* a filter of MC_BULK_* (NULL: any) */
+    char *state;        /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
+    QueueLimits limits; /* MC_QUEUE_SET: the change; once done, all of the queue's limits */
+    int limits_set;     /* QL_* */
     int max;
     int64_t wait_ms;
-    /* reply */
-    int status;              /* HTTP status: 200, 204, or the error's */
+    /* reply: typed, written as JSON by the HTTP layer (api.c) */
+    int status;              /* HTTP status: 200, 202, 204, or the error's */
     Err err;                 /* when status >= 400 */
-    json_t *reply;           /* when status < 300 and there is a body (not MC_REPORTS) */
+    const char *work_status; /* MC_CANCEL, MC_RETRY: the work's status after it (static) */
+    int64_t n_done;          /* MC_BULK_*: work items cancelled or reopened */
+    bool more;               /* MC_BULK_*: more match: send the command again */
+    int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
+    RunningList *stale;      /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
+    ClusterView *cluster;    /* MC_CLUSTER */
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */
     SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */
@@ -147,6 +181,7 @@ const ManagerStats *manager_stats(const Manager *m);
 const RetentionStats *manager_retention_stats(const Manager *m);
 /* A queue's flow control as the API shows it: {queue, paused, max_running,
  * rate: {limit, per} | null} (a new reference). */
-json_t *queue_limits_json(const char *queue, const QueueLimits *l);
+/* Frees a view and all it holds (NULL: nothing). */
+void cluster_view_free(ClusterView *v);
 
 #endif

@@ -242,6 +242,17 @@ char **strv_split(const char *s)
     return v;
 }
 
+char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **c = xcalloc(n + 1, sizeof *c);
+    for (size_t i = 0; i < n; i++)
+        c[i] = xstrdup(v[i]);
+    return c;
+}
+
 void strv_free(char **v)
 {
     if (!v)

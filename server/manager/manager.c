@@ -678,29 +678,6 @@ void cluster_view_free(ClusterView *v)
     free(v);
 }
 
-static char **strv_copy(char *const *v)
-{
-    if (!v)
-        return NULL;
-    size_t n = strv_len(v);
-    char **c = xcalloc(n + 1, sizeof *c);
-    for (size_t i = 0; i < n; i++)
-        c[i] = xstrdup(v[i]);
-    return c;
-}
-
-static RunningList *running_copy(const RunningList *l)
-{
-    if (!l)
-        return NULL;
-    RunningList *c = xcalloc(1, sizeof *c);
-    c->n = l->n;
-    c->items = xcalloc(l->n + 1, sizeof *c->items);
-    for (size_t i = 0; i < l->n; i++)
-        c->items[i] = (RunningAttempt){xstrdup(l->items[i].work_id), l->items[i].attempt};
-    return c;
-}
-
 /* A copy of what /cluster shows, so that the HTTP thread can write it. */
 static ClusterView *cluster_view(Manager *m, int64_t now)
 {
@@ -712,11 +689,12 @@ static ClusterView *cluster_view(Manager *m, int64_t now)
     size_t pos = 0;
     const WsWorker *w;
     while ((w = ws_worker_next(m->ws, &pos)))
-        v->workers[v->n_workers++] = (ClusterWorker){.id = xstrdup(w->id),
-                                                     .capacity = w->capacity,
-                                                     .queues = strv_copy(w->queues),
-                                                     .running = running_copy(w->running),
-                                                     .last_seen = w->last_seen};
+        v->workers[v->n_workers++] =
+            (ClusterWorker){.id = xstrdup(w->id),
+                            .capacity = w->capacity,
+                            .queues = strv_copy(w->queues),
+                            .running = ws_running_copy(w->running, SIZE_MAX),
+                            .last_seen = w->last_seen};
     WsQueueStats *st = ws_queue_stats(m->ws, now, &v->n_open);
     v->open = xcalloc(v->n_open + 1, sizeof *v->open);
     for (size_t i = 0; i < v->n_open; i++)

@@ -887,9 +887,10 @@ static bool lists_attempt(const RunningList *running, const char *work_id, int a
     return false;
 }
 
-/* A copy of the first max entries of l. */
-static RunningList *running_copy(const RunningList *l, size_t max)
+RunningList *ws_running_copy(const RunningList *l, size_t max)
 {
+    if (!l)
+        return NULL;
     RunningList *c = xcalloc(1, sizeof *c);
     c->n = l->n < max ? l->n : max;
     c->items = xcalloc(c->n + 1, sizeof *c->items);
@@ -963,15 +964,12 @@ void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, 
         w->capacity = capacity;
     if (queues) {
         strv_free(w->queues);
-        size_t n = strv_len(queues);
-        w->queues = xcalloc(n + 1, sizeof *w->queues);
-        for (size_t i = 0; i < n; i++)
-            w->queues[i] = xstrdup(queues[i]);
+        w->queues = strv_copy(queues);
     }
     if (running) {
         ws_running_free(w->running);
         /* Kept for display, bounded: the whole list is only read here. */
-        w->running = running_copy(running, WORKER_RUNNING_KEPT);
+        w->running = ws_running_copy(running, WORKER_RUNNING_KEPT);
         /* After a restart every attempt was failed above: not a second time. */
         if (!restarted)
             fail_unclaimed(ws, worker_id, running, now, out);

@@ -220,6 +220,8 @@ int64_t ws_next_deadline(const WorkState *ws);
  * are copied. */
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, const RunningList *running, int64_t now, EventList *out);
+/* A copy of the first max entries of l (NULL: NULL). */
+RunningList *ws_running_copy(const RunningList *l, size_t max);
 /* Frees a RunningList and its strings (NULL: nothing). */
 void ws_running_free(RunningList *l);
 /* Whether a request naming worker_id (and instance, may be NULL) may act for

@@ -328,6 +328,7 @@ cleanup:
     dbwatch_stop(s->dbwatch);
     manager_free(s->mgr);
     proxy_free(s->proxy);
+    listener_free(s->listener);
     dbpool_free(s->pool);
     hub_free(s->hub);
     free(s->metrics);

@@ -279,8 +279,16 @@ void listener_stop(Listener *l)
     atomic_store(&l->stopping, true);
     wake_poke(l->efd);
     pthread_join(l->thread, NULL);
-    wake_close(l->efd);
     PQfinish(l->conn);
+    l->conn = NULL;
+    atomic_store(&l->db_ok, false);
+}
+
+void listener_free(Listener *l)
+{
+    if (!l)
+        return;
+    wake_close(l->efd); /* here, not at the stop: HTTP threads may still wake it */
     json_decref(l->nodes);
     pthread_mutex_destroy(&l->nodes_lock);
     free(l);

@@ -24,7 +24,11 @@ typedef struct ListenerConfig {
 } ListenerConfig;
 
 Listener *listener_start(const ListenerConfig *cfg, Err *err) WARN_UNUSED;
+/* Stops the thread and closes the session; listener_db_ok is false from then
+ * on, listener_nodes still answers. listener_free once the HTTP daemon, which
+ * asks both, has stopped. */
 void listener_stop(Listener *l);
+void listener_free(Listener *l);
 /* Makes the listener thread look at the hub's timers again now (a new
  * GET ?wait= may end before it would next wake). Any thread. */
 void listener_wake(Listener *l);

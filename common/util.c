@@ -209,7 +209,7 @@ WARN_UNUSED static int digits(const char **p, int n, int *out)
 }
 
 /* The refusal of every malformed time (time_parse). */
-static int not_a_time(const char *s, Err *err)
+WARN_UNUSED static int not_a_time(const char *s, Err *err)
 {
     return err_set(err, 400, "invalid-time",
                    "'%.64s' is not an RFC 3339 time such as 2026-01-02T03:04:05Z", s);

@@ -45,7 +45,7 @@ PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *pa
  * it), and then only executed, so that it is not planned at every call.
  * name and sql are static strings, the same for a given name. */
 PGresult *db_exec_cached(PGconn *c, const char *name, const char *sql, int nparams,
-                         const char *const *params, const char *what, Err *err);
+                         const char *const *params, const char *what, Err *err) WARN_UNUSED;
 
 /* Column helpers for text results: NULL-safe. */
 int64_t db_int(const PGresult *r, int row, int col);

@@ -1,6 +1,7 @@
 /* Tests of front-end parts that link without server/main.c: the leader
  * information (one writer, many readers), the proxy's answers when no leader
- * can be reached, and the invariants of api.c's route table. */
+ * can be reached, the invariants of api.c's route table, and the rendering of
+ * /metrics. */
 #include "ws_testlib.h"
 
 #include <pthread.h>
@@ -193,6 +194,51 @@ static void test_routes_are_distinct_and_fit_the_metrics(void **state)
     }
 }
 
+/* ---- metrics.c's rendering ---- */
+
+static void expect_line(const char *text, const char *line)
+{
+    CHECK(strstr(text, line), "/metrics should have the line '%s'; it has:\n%s", line, text);
+}
+
+static void test_metrics_render_names_routes_and_the_unmatched(void **state)
+{
+    Metrics *m = xcalloc(1, sizeof *m);
+    metrics_init(m);
+    metrics_observe(m, 1, 202, 1500);
+    metrics_observe(m, 1, 202, 2500);
+    metrics_observe(m, METRICS_ROUTES - 1, 404, 10);
+    metrics_observe(m, METRICS_ROUTES, 500, 10); /* out of range: not counted */
+    const char *routes[] = {"first", "second"};
+    MetricsNode node = {.routes = routes,
+                        .n_routes = 2,
+                        .leader_term = 7,
+                        .is_leader = false,
+                        .database_up = true,
+                        .open_counts =
+                            J("{\"q\": {\"pending\": 3, \"scheduled\": 1, \"running\": 2, "
+                              "\"oldest_pending_age_s\": 1.5}}"),
+                        .mgr = NULL};
+    size_t len;
+    char *text = metrics_render(m, &node, &len);
+    CHECK(text && strlen(text) == len, "metrics_render should return its text and its length");
+    expect_line(text, "workd_http_requests_total{route=\"second\",code=\"2xx\"} 2\n");
+    expect_line(text, "workd_http_requests_total{route=\"unmatched\",code=\"4xx\"} 1\n");
+    CHECK(!strstr(text, "route=\"first\""), "a route with no request has no line:\n%s", text);
+    CHECK(!strstr(text, "5xx"), "an observation past the last slot must not count:\n%s", text);
+    expect_line(text, "workd_http_request_duration_seconds_count{route=\"second\"} 2\n");
+    expect_line(text, "workd_leader_term 7\n");
+    expect_line(text, "workd_is_leader 0\n");
+    expect_line(text, "workd_database_up 1\n");
+    expect_line(text, "workd_queue_depth{queue=\"q\",state=\"running\"} 2\n");
+    expect_line(text, "workd_queue_oldest_pending_age_seconds{queue=\"q\"} 1.5\n");
+    CHECK(!strstr(text, "workd_commit_duration_seconds"),
+          "a node without the manager role shows no leader counters");
+    free(text);
+    json_decref(node.open_counts);
+    free(m);
+}
+
 static void test_api_state_lives_and_dies(void **state)
 {
     Api *a = api_new();
@@ -208,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_leaderinfo_readers_never_see_a_torn_pair),
         cmocka_unit_test(test_proxy_without_leader_marks_it_suspect_and_answers_503),
         cmocka_unit_test(test_routes_are_distinct_and_fit_the_metrics),
+        cmocka_unit_test(test_metrics_render_names_routes_and_the_unmatched),
         cmocka_unit_test(test_api_state_lives_and_dies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

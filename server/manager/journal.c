@@ -99,11 +99,12 @@ static const Field done_cols[] = {
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The event columns, filled from an Event. */
-typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_COUNT } EvField;
+typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_BYTES, E_COUNT } EvField;
 static const FieldDef ev_fields[] = {
-    [E_SEQ] = {"seq", K_BIGINT, 0},    [E_AT] = {"at", K_TIME, 0},
-    [E_TYPE] = {"type", K_TEXT, 0},    [E_VERSION] = {"version", K_INT, 0},
-    [E_WORK] = {"work_id", K_TEXT, 0}, [E_DATA] = {"data", K_JSON, 0},
+    [E_SEQ] = {"seq", K_BIGINT, 0},       [E_AT] = {"at", K_TIME, 0},
+    [E_TYPE] = {"type", K_TEXT, 0},       [E_VERSION] = {"version", K_INT, 0},
+    [E_WORK] = {"work_id", K_TEXT, 0},    [E_DATA] = {"data", K_JSON, 0},
+    [E_BYTES] = {"data_bytes", K_INT, 0},
 };
 _Static_assert(sizeof ev_fields / sizeof ev_fields[0] == E_COUNT, "a FieldDef per EvField");
 
@@ -183,8 +184,10 @@ static char *append_sql(void)
 
     sbuf_printf(&b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
                 P_OPENING);
-    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (seq, at, type, version, work_id, data, term, "
-                  "part)\n  SELECT ");
+    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (");
+    for (int i = 0; i < E_COUNT; i++)
+        sbuf_printf(&b, "%s, ", ev_fields[i].name);
+    sbuf_puts(&b, "term, part)\n  SELECT ");
     for (int i = 0; i < E_COUNT; i++) {
         sql_value(&b, "e", &ev_fields[i]);
         sbuf_puts(&b, ", ");
@@ -472,8 +475,11 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
         col_int(&ev[E_VERSION], e->version);
         col_text(&ev[E_WORK], e->work_id);
         json_t *d = event_data_encode(e);
-        col_json(&ev[E_DATA], d);
+        char *txt = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(d);
+        col_text(&ev[E_DATA], txt);
+        col_int(&ev[E_BYTES], txt ? (int64_t)strlen(txt) : 0);
+        free(txt);
     }
     for (size_t i = 0; i < nrows; i++) {
         const ProjRow *r = rows[i];
@@ -879,7 +885,9 @@ static const char finished_after_sql[] =
     "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"
     "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"
     "                                 AS before"
-    "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"
+    "                          FROM (SELECT e.seq,"
+    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"
+    "                                         AS stored"
     "                                  FROM workd_events e"
     "                                 WHERE e.seq > $1::bigint"
     "                                   AND e.type IN ('completed', 'dead', 'cancelled')"
@@ -901,9 +909,12 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_byte
      * The page is cut by bytes over at most `limit` events: an event is read
      * when the events before it hold less than max_bytes of text. Sizing
      * every event as text would convert all `limit` of them, each page, so
-     * the stored (maybe compressed, never larger) size picks the candidates
-     * first, cheaply, and only those are converted and measured. n_page says
-     * how many events the count limit alone would have read. */
+     * the size of its text recorded at the append (data_bytes, schema 14)
+     * picks the candidates first, cheaply, and only those are converted and
+     * measured. Events older than that column fall back to their stored size,
+     * which compression can make far smaller than the text: large results
+     * that compress well then cost conversions the page does not use. n_page
+     * says how many events the count limit alone would have read. */
     PGresult *r = db_exec_cached(c, "workd_finished_after", finished_after_sql, 3, params,
                                  "reading finished work", err);
     if (!r)

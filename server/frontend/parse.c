@@ -666,7 +666,7 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
                        "the queue's limits must be a JSON object: {\"paused\", \"max_running\", "
                        "\"rate\": {\"limit\", \"per\"}}");
     static const char *const known[] = {"paused", "max_running", "max_running_per_key", "rate",
-                                        NULL};
+                                        "key_weights", NULL};
     if (check_fields(body, known, "the queue's limits", err) != 0)
         return -1;
     json_t *v = json_object_get(body, "paused");
@@ -712,10 +712,42 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
         }
         *set |= QL_RATE;
     }
+    v = json_object_get(body, "key_weights");
+    if (v) {
+        if (!json_is_null(v) && (!json_is_object(v) || json_object_size(v) > QL_MAX_WEIGHTS))
+            return err_set(err, 400, "invalid-field",
+                           "'key_weights' must be an object of at most %d keys and their "
+                           "weights, or null for none",
+                           QL_MAX_WEIGHTS);
+        const char *k;
+        json_t *w;
+        json_object_foreach(v, k, w)
+        {
+            if (!id_valid(k))
+                return err_set(err, 400, "invalid-field",
+                               "'key_weights': a key must be 1-128 characters of A-Z a-z 0-9 . _ "
+                               ": @ -");
+            if (!json_is_integer(w) || json_integer_value(w) < 1 ||
+                json_integer_value(w) > QL_MAX_WEIGHT)
+                return err_set(err, 400, "invalid-field",
+                               "'key_weights': the weight of '%s' must be an integer from 1 to %d",
+                               k, QL_MAX_WEIGHT);
+        }
+        if (json_object_size(v)) {
+            out->weights = xcalloc(json_object_size(v), sizeof *out->weights);
+            json_object_foreach(v, k, w)
+            {
+                out->weights[out->n_weights].key = xstrdup(k);
+                out->weights[out->n_weights++].weight = (int)json_integer_value(w);
+            }
+            queue_limits_sort(out);
+        }
+        *set |= QL_WEIGHTS;
+    }
     if (!*set)
         return err_set(err, 400, "invalid-body",
-                       "nothing to set: give 'paused', 'max_running', 'max_running_per_key' or "
-                       "'rate'");
+                       "nothing to set: give 'paused', 'max_running', 'max_running_per_key', "
+                       "'rate' or 'key_weights'");
     return 0;
 }
 

@@ -568,16 +568,34 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
 /* Every queue's flow control (workd_queues), read by queue_limits_row. */
 static const char queues_sql[] =
     "SELECT queue, paused, coalesce(max_running, 0), coalesce(max_running_per_key, 0),"
-    "       coalesce(rate_limit, 0), coalesce(rate_period_ms, 0)"
+    "       coalesce(rate_limit, 0), coalesce(rate_period_ms, 0), key_weights::text"
     "  FROM workd_queues";
 
+/* The caller owns the result's weights (queue_limits_clear). */
 static QueueLimits queue_limits_row(const PGresult *r, int i)
 {
-    return (QueueLimits){.paused = !strcmp(PQgetvalue(r, i, 1), "t"),
-                         .max_running = (int)db_int(r, i, 2),
-                         .max_running_per_key = (int)db_int(r, i, 3),
-                         .rate_limit = (int)db_int(r, i, 4),
-                         .rate_period_ms = db_int(r, i, 5)};
+    QueueLimits l = {.paused = !strcmp(PQgetvalue(r, i, 1), "t"),
+                     .max_running = (int)db_int(r, i, 2),
+                     .max_running_per_key = (int)db_int(r, i, 3),
+                     .rate_limit = (int)db_int(r, i, 4),
+                     .rate_period_ms = db_int(r, i, 5)};
+    json_t *w = PQgetisnull(r, i, 6) ? NULL : json_loads(db_str(r, i, 6), 0, NULL);
+    if (json_is_object(w) && json_object_size(w)) {
+        const char *k;
+        json_t *x;
+        l.weights = xcalloc(json_object_size(w), sizeof *l.weights);
+        json_object_foreach(w, k, x)
+        {
+            if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+                json_integer_value(x) > QL_MAX_WEIGHT)
+                continue; /* only the leader writes it, from a checked event */
+            l.weights[l.n_weights].key = xstrdup(k);
+            l.weights[l.n_weights++].weight = (int)json_integer_value(x);
+        }
+        queue_limits_sort(&l);
+    }
+    json_decref(w);
+    return l;
 }
 
 int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
@@ -636,6 +654,7 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
     for (int i = 0; i < PQntuples(r); i++) {
         QueueLimits lim = queue_limits_row(r, i);
         ws_queue_restore(ws, db_str(r, i, 0), &lim, now);
+        queue_limits_clear(&lim);
     }
     PQclear(r);
     return 0;
@@ -1020,6 +1039,7 @@ json_t *journal_queue_limits(PGconn *c, Err *err)
     for (int i = 0; i < PQntuples(r); i++) {
         QueueLimits lim = queue_limits_row(r, i);
         json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
+        queue_limits_clear(&lim);
         json_object_del(l, "queue");
         json_object_set_new(o, db_str(r, i, 0), l);
     }

@@ -86,6 +86,7 @@ void mgrcmd_free(MgrCmd *c)
     json_decref(c->running);
     json_decref(c->reports);
     json_decref(c->reply);
+    queue_limits_clear(&c->limits);
     if (c->bulk) {
         journal_known_free(c->bulk);
         free(c->bulk);
@@ -795,17 +796,22 @@ static void drop_waiters_of(Manager *m, const char *worker_id)
 /* The flow control a queue has, as the API shows it. */
 json_t *queue_limits_json(const char *queue, const QueueLimits *l)
 {
+    json_t *w = json_object();
+    for (size_t i = 0; i < l->n_weights; i++)
+        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
     return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
         l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
         l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
         l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
                                   (double)l->rate_period_ms / 1000.0)
-                      : json_null());
+                      : json_null(),
+        "key_weights", w);
 }
 
 static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
 {
+    /* l borrows its weights: the state's, or the command's when it sets them. */
     QueueLimits l = ws_queue_limits(m->ws, c->queue);
     if (c->limits_set & QL_PAUSED)
         l.paused = c->limits.paused;
@@ -817,6 +823,10 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
         l.rate_limit = c->limits.rate_limit;
         l.rate_period_ms = c->limits.rate_period_ms;
     }
+    if (c->limits_set & QL_WEIGHTS) {
+        l.weights = c->limits.weights;
+        l.n_weights = c->limits.n_weights;
+    }
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
@@ -827,7 +837,9 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
                  l.paused ? "paused" : "running", l.max_running, l.rate_limit,
                  (long long)l.rate_period_ms);
         emit(m, &tmp, now);
-        cmd_ok(c, 200, queue_limits_json(c->queue, &l));
+        /* The state's own now (l's borrowed weights went with the old ones). */
+        QueueLimits set = ws_queue_limits(m->ws, c->queue);
+        cmd_ok(c, 200, queue_limits_json(c->queue, &set));
     }
     eventlist_free(&tmp);
 }

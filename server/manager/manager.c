@@ -338,6 +338,10 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
                 KnownWork *k = known_snapshot(it, e);
                 hmap_put(&m->finished, k->id, k);
             }
+        } else if ((e->type == EV_FAILED || e->type == EV_TIMED_OUT) && !e->queue) {
+            /* Not written into the event's data: for workd_activity's count. */
+            const WorkItem *it = ws_get(m->ws, e->work_id);
+            e->queue = it ? xstrdup(it->queue) : NULL;
         }
         ws_apply(m->ws, e);
         if (e->work_id) {
@@ -1039,6 +1043,17 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
     case MC_BULK_RETRY:
         handle_bulk_retry(m, c, now);
         break;
+    case MC_QUEUE_FLOW: {
+        json_t *o = json_object();
+        const char *name;
+        for (size_t i = 0; (name = ws_queue_next(m->ws, &i));) {
+            double t = ws_queue_tokens(m->ws, name, now);
+            if (t >= 0)
+                json_object_set_new(o, name, json_pack("{s:f}", "tokens", t));
+        }
+        cmd_ok(c, 200, o);
+        break;
+    }
     }
     eventlist_free(&tmp);
     queue_done(m, c);

@@ -684,6 +684,18 @@ QueueLimits ws_queue_limits(const WorkState *ws, const char *queue)
     return q ? q->lim : none;
 }
 
+const char *ws_queue_next(const WorkState *ws, size_t *pos)
+{
+    const char *name;
+    return hmap_next(&ws->queues, pos, &name, NULL) ? name : NULL;
+}
+
+double ws_queue_tokens(const WorkState *ws, const char *queue, int64_t now)
+{
+    const Queue *q = hmap_get(&ws->queues, queue);
+    return q && q->lim.rate_limit ? tokens_at(q, now) : -1;
+}
+
 void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now)
 {
     Queue *q = queue_get(ws, queue);

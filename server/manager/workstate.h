@@ -240,6 +240,11 @@ json_t *ws_dump(const WorkState *ws);
 /* A queue's flow control (all zero: none). Its weights are borrowed: valid
  * until the state changes; do not clear it. */
 QueueLimits ws_queue_limits(const WorkState *ws, const char *queue);
+/* Iteration over the queues the state holds (those with open work or flow
+ * control): for (size_t i = 0; (name = ws_queue_next(ws, &i));) */
+const char *ws_queue_next(const WorkState *ws, size_t *pos);
+/* The starts a queue's rate limit allows at now, fractional (-1: it has none). */
+double ws_queue_tokens(const WorkState *ws, const char *queue, int64_t now);
 /* Recovery: a queue's flow control as workd_queues holds it (copied); a rate
  * limit's bucket starts empty at now, so a failover brings no burst. */
 void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now);

@@ -585,8 +585,9 @@ static void queues_task(PGconn *conn, void *arg)
         json_t *lim = json_object_get(limits, k);
         json_object_set_new(q, "limits",
                             lim ? json_incref(lim)
-                                : json_pack("{s:b, s:n, s:n, s:n}", "paused", 0, "max_running",
-                                            "max_running_per_key", "rate"));
+                                : json_pack("{s:b, s:n, s:n, s:n, s:{}}", "paused", 0,
+                                            "max_running", "max_running_per_key", "rate",
+                                            "key_weights"));
         json_array_append_new(queues, q);
     }
     req_finish_json(r, 200,

@@ -38,3 +38,13 @@ CREATE TABLE workd_activity (
     cancelled bigint NOT NULL,
     PRIMARY KEY (bucket, queue)
 ) WITH (fillfactor = 70);     -- each bucket's row is updated by every commit for 10 s: HOT
+
+-- Work submitted in SQL keeps what HTTP keeps (README "What a payload keeps"):
+-- a number of 2^63 or more in magnitude would come back from jsonb as an
+-- integer beyond 64 bits, which the server cannot read, so workd.submit's
+-- insert is refused (rows already there are not checked; the leader refuses
+-- such an entry when it takes it).
+ALTER TABLE workd_inbox ADD CONSTRAINT workd_inbox_payload_numbers_within_64_bits
+    CHECK (NOT jsonb_path_exists(payload,
+        'strict $.** ? (@.type() == "number" && (@ >= 9223372036854775808 || @ < -9223372036854775808))'))
+    NOT VALID;

@@ -654,8 +654,6 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
         it->queue = xstrdup(db_str(r, (int)i, 2));
         it->priority = (int)db_int(r, (int)i, 3);
         it->payload = json_loads(db_str(r, (int)i, 4), JSON_DECODE_ANY, NULL);
-        if (!it->payload)
-            it->payload = json_null();
         it->run_at = PQgetisnull(r, (int)i, 5) ? 0 : db_int(r, (int)i, 5);
         it->timeout_ms = PQgetisnull(r, (int)i, 6) ? 0 : db_int(r, (int)i, 6);
         it->max_attempts = PQgetisnull(r, (int)i, 7) ? 0 : (int)db_int(r, (int)i, 7);

@@ -42,7 +42,8 @@ typedef struct InboxItem {
     int64_t n; /* its place in the inbox */
     char *id, *queue;
     int priority;
-    json_t *payload;
+    json_t *payload; /* NULL: the database holds one jansson cannot read (a number of
+                        2^63 or more written before schema 12 refused it) */
     int64_t run_at, timeout_ms;
     int max_attempts;
 } InboxItem;

@@ -915,6 +915,8 @@ static void inbox_cmd_done(MgrCmd *c, void *ud)
     mgrcmd_free(c);
 }
 
+static void inbox_decided(Manager *m, const MgrCmd *c);
+
 /* Turns the oldest inbox entries into submit commands ahead of the round's
  * mail, one command each, so that one refused entry does not hold the others
  * back. Returns -1 when the leader stepped down. */
@@ -947,6 +949,13 @@ static int take_inbox(Manager *m, MgrCmd **mail)
         s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
         s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
         c->inbox_n = it->n;
+        if (!s->payload) { /* never stored as null in its stead: refused for good */
+            cmd_fail(c, 400, "invalid-payload",
+                     "its payload holds a number workd cannot read back (2^63 or more)");
+            inbox_decided(m, c);
+            mgrcmd_free(c);
+            continue;
+        }
         c->done = inbox_cmd_done;
         c->next = *mail;
         *mail = c;

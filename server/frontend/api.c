@@ -648,8 +648,8 @@ static void keys_task(PGconn *conn, void *arg)
         json_t *q = json_object_get(all, t->queue);
         o = q ? json_pack("{s:s, s:O, s:O}", "queue", t->queue, "keys", json_object_get(q, "keys"),
                           "other", json_object_get(q, "other"))
-              : json_pack("{s:s, s:[], s:{s:i, s:i, s:i, s:i}}", "queue", t->queue, "keys",
-                          "other", "keys", 0, "pending", 0, "scheduled", 0, "running", 0);
+              : json_pack("{s:s, s:[], s:{s:i, s:i, s:i, s:i}}", "queue", t->queue, "keys", "other",
+                          "keys", 0, "pending", 0, "scheduled", 0, "running", 0);
         json_decref(all);
     }
     read_finish(t, conn, o, &err);

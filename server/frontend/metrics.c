@@ -42,8 +42,8 @@ void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *token
         limit_family(b, limits, "workd_queue_paused",
                      "1 while the queue is paused (it hands out no work).", "paused", NULL);
         limit_family(b, limits, "workd_queue_max_running",
-                     "The queue's limit of attempts running at once (absent: none).",
-                     "max_running", NULL);
+                     "The queue's limit of attempts running at once (absent: none).", "max_running",
+                     NULL);
         limit_family(b, limits, "workd_queue_max_running_per_key",
                      "The queue's limit of attempts of one key running at once (absent: none).",
                      "max_running_per_key", NULL);

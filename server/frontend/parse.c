@@ -719,8 +719,8 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
         return err_set(err, 400, "invalid-body",
                        "the queue's limits must be a JSON object: {\"paused\", \"max_running\", "
                        "\"rate\": {\"limit\", \"per\"}}");
-    static const char *const known[] = {"paused", "max_running", "max_running_per_key", "rate",
-                                        "key_weights", NULL};
+    static const char *const known[] = {"paused", "max_running", "max_running_per_key",
+                                        "rate",   "key_weights", NULL};
     if (check_fields(body, known, "the queue's limits", err) != 0)
         return -1;
     json_t *v = json_object_get(body, "paused");

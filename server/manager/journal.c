@@ -10,9 +10,6 @@
 #include "manager.h"
 #include "util.h"
 
-#define STR_(x) #x
-#define STR(x) STR_(x) /* a number macro as a string literal */
-
 /* ---- the append statement, generated from one table of columns ----
  *
  * Each commit writes, in one statement (one transaction), fenced by the
@@ -297,7 +294,8 @@ static char *append_sql(void)
                 P_FIRST_AT, ACTIVITY_BUCKET_S * 1000, ACTIVITY_BUCKET_S, P_ACT_QUEUES);
     for (int k = 0; k < A_COUNT; k++)
         sbuf_printf(&b, ", $%d::bigint[]", P_ACT_FIRST + k);
-    sbuf_puts(&b, ") AS t\n  WHERE (SELECT ok FROM lk)\n  ON CONFLICT (bucket, queue) DO UPDATE SET ");
+    sbuf_puts(&b,
+              ") AS t\n  WHERE (SELECT ok FROM lk)\n  ON CONFLICT (bucket, queue) DO UPDATE SET ");
     for (int k = 0; k < A_COUNT; k++)
         sbuf_printf(&b, "%s%s = a.%s + EXCLUDED.%s", k ? ", " : "", act_cols[k], act_cols[k],
                     act_cols[k]);
@@ -1129,18 +1127,18 @@ json_t *journal_open_counts(PGconn *c, Err *err)
 
 json_t *journal_activity(PGconn *c, int buckets, Err *err)
 {
-    char span[24];
+    char span[24], size[16];
     snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
-    const char *params[] = {span};
+    snprintf(size, sizeof size, "%d", ACTIVITY_BUCKET_S);
+    const char *params[] = {span, size};
     PGresult *r = db_exec(
         c,
-        "WITH w AS (SELECT (floor(extract(epoch from now()) / " STR(ACTIVITY_BUCKET_S)
-        ") * " STR(ACTIVITY_BUCKET_S) ")::bigint AS last)\n"
+        "WITH w AS (SELECT (floor(extract(epoch from now()) / $2::int) * $2::int)::bigint AS last) "
         "SELECT w.last, a.bucket, a.queue, a.accepted, a.completed, a.failed, a.dead, a.cancelled"
         "  FROM w LEFT JOIN workd_activity a"
         "    ON a.bucket > w.last - $1::bigint AND a.bucket <= w.last"
         " ORDER BY a.bucket, a.queue",
-        1, params, "reading the activity", err);
+        2, params, "reading the activity", err);
     if (!r)
         return NULL;
     static const char *const kinds[] = {"accepted", "completed", "failed", "dead", "cancelled"};
@@ -1206,9 +1204,9 @@ json_t *journal_key_backlog(PGconn *c, const char *queue, int top, Err *err)
                           0, "scheduled", 0, "running", 0);
             json_object_set_new(out, name, q);
         }
-        json_t *counts = json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3),
-                                   "scheduled", (json_int_t)db_int(r, i, 4), "running",
-                                   (json_int_t)db_int(r, i, 5));
+        json_t *counts =
+            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3), "scheduled",
+                      (json_int_t)db_int(r, i, 4), "running", (json_int_t)db_int(r, i, 5));
         if (!strcmp(PQgetvalue(r, i, 1), "t")) {
             const char *key = db_str(r, i, 2);
             json_object_set_new(counts, "key", key ? json_string(key) : json_null());

@@ -90,12 +90,12 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
          * jansson's own text names its flags. */
         if (strstr(je.text, "JSON_ALLOW_NUL"))
             err_set(err, 400, "invalid-json",
-                    "a string holds \\u0000, which workd cannot store (PostgreSQL's jsonb "
+                    "a JSON string holds \\u0000, which workd cannot store (PostgreSQL's jsonb "
                     "refuses it): encode the bytes, e.g. in base64 (line %d, column %d)",
                     je.line, je.column);
         else if (strstr(je.text, "too big"))
             err_set(err, 400, "invalid-json",
-                    "an integer is beyond -9223372036854775808..9223372036854775807, which "
+                    "a JSON integer is beyond -9223372036854775808..9223372036854775807, which "
                     "workd cannot keep exactly: send it as a string (line %d, column %d)",
                     je.line, je.column);
         else {
@@ -110,7 +110,7 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
     if (!numbers_kept(v)) {
         json_decref(v);
         err_set(err, 400, "invalid-json",
-                "a number is beyond -9223372036854775808..9223372036854775807, which workd "
+                "a JSON number is beyond -9223372036854775808..9223372036854775807, which workd "
                 "cannot give back as sent (the database writes it out as a too big integer): "
                 "send it as a string");
         return NULL;

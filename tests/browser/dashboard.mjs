@@ -235,7 +235,8 @@ async function open() {
     if (pages.length) {
       const prev = pages[pages.length - 1][0];
       await page.click('#list-older');
-      await page.locator(`#work-list:not(:has(tr[data-id="${prev}"]))`).waitFor();
+      // The next page, loaded: not the previous one, and not "Loading…" in between.
+      await page.locator(`#work-list:not(:has(tr[data-id="${prev}"])):not(:has-text("Loading…"))`).waitFor();
       if (await page.locator('#work-list', {hasText: 'No older work.'}).count()) break;
     }
     await rows.first().waitFor();

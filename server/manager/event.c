@@ -244,6 +244,10 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
                 get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
                 goto fail;
             out->limits.rate_limit = (int)v;
+            /* A rate that allows nothing or has no period is none, as its
+             * encoding (null) says: decoding what was encoded gives it back. */
+            if (out->limits.rate_limit <= 0 || out->limits.rate_period_ms <= 0)
+                out->limits.rate_limit = 0, out->limits.rate_period_ms = 0;
         }
         json_t *w = json_object_get(data, "key_weights");
         if (json_is_object(w) && json_object_size(w)) {

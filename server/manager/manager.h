@@ -52,6 +52,7 @@ typedef enum {
     MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> the queue's limits */
     MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
     MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
+    MC_QUEUE_FLOW,  /* -> {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
 /* A command and, once done, its reply. The sender allocates it with

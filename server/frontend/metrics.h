@@ -12,6 +12,7 @@
 
 #include "histogram.h"
 #include "manager.h"
+#include "util.h"
 
 #define METRICS_ROUTES 32 /* the last slot counts requests that matched no route */
 
@@ -23,8 +24,19 @@ typedef struct Metrics {
     atomic_llong get_waits;
 } Metrics;
 
+/* Keys of a queue with their own series in /metrics: the ones with the most
+ * ready work; the rest are added up as key="(other)" (keys cannot hold
+ * parentheses), work without a key is key="(none)". */
+#define METRICS_KEYS_TOP 10
+
 void metrics_init(Metrics *m);
 void metrics_observe(Metrics *m, int route, int status, int64_t us);
+/* Appends the queues' flow control to b: limits ({queue: the API's limits},
+ * journal_queue_limits), backlog per key (journal_key_backlog with
+ * METRICS_KEYS_TOP), and the leader's rate tokens ({queue: {"tokens"}},
+ * MC_QUEUE_FLOW). Any of them may be NULL: its families are left out. All
+ * borrowed. */
+void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *tokens);
 
 /* ---- rendering ---- */
 /* What /metrics shows of this node besides its counters; all borrowed. */
@@ -36,6 +48,8 @@ typedef struct MetricsNode {
     /* Open work by queue (journal_open_counts): {q: {pending, scheduled,
      * running, oldest_pending_age_s}}; NULL: unknown, no queue metrics. */
     json_t *open_counts;
+    /* The queues' flow control (metrics_render_flow); each may be NULL. */
+    json_t *limits, *backlog, *tokens;
     const Manager *mgr; /* NULL without the manager role */
 } MetricsNode;
 

@@ -106,6 +106,13 @@ json_t *event_data_encode(const Event *e)
                                 ? json_pack("{s:i, s:I}", "limit", e->limits.rate_limit,
                                             "period_ms", (json_int_t)e->limits.rate_period_ms)
                                 : json_null());
+        if (e->limits.n_weights) { /* since schema 12 */
+            json_t *w = json_object();
+            for (size_t i = 0; i < e->limits.n_weights; i++)
+                json_object_set_new(w, e->limits.weights[i].key,
+                                    json_integer(e->limits.weights[i].weight));
+            json_object_set_new(o, "key_weights", w);
+        }
         break;
     }
     /* Since schema 4 the events that finish work name its queue, so that the
@@ -239,6 +246,28 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
                 get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
                 goto cleanup;
             out->limits.rate_limit = (int)v;
+            /* A rate that allows nothing or has no period is none, as its
+             * encoding (null) says: decoding what was encoded gives it back. */
+            if (out->limits.rate_limit <= 0 || out->limits.rate_period_ms <= 0)
+                out->limits.rate_limit = 0, out->limits.rate_period_ms = 0;
+        }
+        json_t *w = json_object_get(data, "key_weights");
+        if (json_is_object(w) && json_object_size(w)) {
+            const char *k;
+            json_t *x;
+            out->limits.weights = xcalloc(json_object_size(w), sizeof *out->limits.weights);
+            json_object_foreach(w, k, x)
+            {
+                if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+                    json_integer_value(x) > QL_MAX_WEIGHT) {
+                    err_set(err, 500, "bad-event", "queue_set event has a bad weight for '%s'", k);
+                    goto cleanup;
+                }
+                KeyWeight *kw = &out->limits.weights[out->limits.n_weights++];
+                kw->key = xstrdup(k);
+                kw->weight = (int)json_integer_value(x);
+            }
+            queue_limits_sort(&out->limits);
         }
         break;
     }
@@ -272,6 +301,52 @@ json_t *event_result_json(const Event *e)
     return o;
 }
 
+/* ---- queue limits ---- */
+
+void queue_limits_copy(QueueLimits *dst, const QueueLimits *src)
+{
+    *dst = *src;
+    if (!src->n_weights) {
+        dst->weights = NULL;
+        return;
+    }
+    dst->weights = xcalloc(src->n_weights, sizeof *dst->weights);
+    for (size_t i = 0; i < src->n_weights; i++) {
+        dst->weights[i].key = xstrdup(src->weights[i].key);
+        dst->weights[i].weight = src->weights[i].weight;
+    }
+}
+
+void queue_limits_clear(QueueLimits *l)
+{
+    for (size_t i = 0; i < l->n_weights; i++)
+        free(l->weights[i].key);
+    free(l->weights);
+    memset(l, 0, sizeof *l);
+}
+
+static int weight_cmp(const void *a, const void *b)
+{
+    return strcmp(((const KeyWeight *)a)->key, ((const KeyWeight *)b)->key);
+}
+
+int queue_limits_weight(const QueueLimits *l, const char *key)
+{
+    if (!l->n_weights)
+        return 1;
+    KeyWeight probe = {.key = (char *)key};
+    const KeyWeight *w = bsearch(&probe, l->weights, l->n_weights, sizeof *w, weight_cmp);
+    return w ? w->weight : 1;
+}
+
+void queue_limits_sort(QueueLimits *l)
+{
+    if (l->n_weights > 1)
+        qsort(l->weights, l->n_weights, sizeof *l->weights, weight_cmp);
+}
+
+/* ---- lifetime ---- */
+
 void event_clear(Event *e)
 {
     free(e->work_id);
@@ -282,6 +357,7 @@ void event_clear(Event *e)
     json_decref(e->result);
     free(e->error);
     free(e->leader_url);
+    queue_limits_clear(&e->limits);
     memset(e, 0, sizeof *e);
 }
 
@@ -296,6 +372,7 @@ void event_copy(Event *dst, const Event *src)
     dst->result = json_incref(src->result);
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
+    queue_limits_copy(&dst->limits, &src->limits);
 }
 
 void eventlist_init(EventList *l)
@@ -332,11 +409,15 @@ void eventlist_free(EventList *l)
 /* The flow control a queue has, as the API shows it. */
 json_t *queue_limits_json(const char *queue, const QueueLimits *l)
 {
+    json_t *w = json_object();
+    for (size_t i = 0; i < l->n_weights; i++)
+        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
     return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
         l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
         l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
         l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
                                   (double)l->rate_period_ms / 1000.0)
-                      : json_null());
+                      : json_null(),
+        "key_weights", w);
 }

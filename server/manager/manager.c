@@ -96,6 +96,8 @@ void mgrcmd_free(MgrCmd *c)
     free(c->jobs);
     ws_running_free(c->stale);
     cluster_view_free(c->cluster);
+    json_decref(c->reply);
+    queue_limits_clear(&c->limits);
     if (c->bulk) {
         journal_known_free(c->bulk);
         free(c->bulk);
@@ -112,6 +114,14 @@ static void cmd_fail(MgrCmd *c, int status, const char *type, const char *msg)
 /* The answer itself is in the command's typed fields (manager.h). */
 static void cmd_ok(MgrCmd *c, int status)
 {
+    c->status = status;
+}
+
+/* For the answers not typed yet: reply (taken) is sent as it is. */
+static void cmd_ok_json(MgrCmd *c, int status, json_t *reply)
+{
+    json_decref(c->reply);
+    c->reply = reply;
     c->status = status;
 }
 
@@ -321,6 +331,10 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
                 KnownWork *k = known_snapshot(it, e);
                 hmap_put(&m->finished, k->id, k);
             }
+        } else if ((e->type == EV_FAILED || e->type == EV_TIMED_OUT) && !e->queue) {
+            /* Not written into the event's data: for workd_activity's count. */
+            const WorkItem *it = ws_get(m->ws, e->work_id);
+            e->queue = it ? xstrdup(it->queue) : NULL;
         }
         ws_apply(m->ws, e);
         if (e->work_id) {
@@ -757,6 +771,7 @@ static void drop_waiters_of(Manager *m, const char *worker_id)
 
 static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
 {
+    /* l borrows its weights: the state's, or the command's when it sets them. */
     QueueLimits l = ws_queue_limits(m->ws, c->queue);
     if (c->limits_set & QL_PAUSED)
         l.paused = c->limits.paused;
@@ -768,6 +783,10 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
         l.rate_limit = c->limits.rate_limit;
         l.rate_period_ms = c->limits.rate_period_ms;
     }
+    if (c->limits_set & QL_WEIGHTS) {
+        l.weights = c->limits.weights;
+        l.n_weights = c->limits.n_weights;
+    }
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
@@ -778,7 +797,11 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
                  l.paused ? "paused" : "running", l.max_running, l.rate_limit,
                  (long long)l.rate_period_ms);
         emit(m, &tmp, now);
-        c->limits = l;
+        /* The state's own now (l's borrowed weights went with the old ones),
+         * copied: the answer outlives the round. */
+        QueueLimits set = ws_queue_limits(m->ws, c->queue);
+        queue_limits_clear(&c->limits);
+        queue_limits_copy(&c->limits, &set);
         cmd_ok(c, 200);
     }
     eventlist_free(&tmp);
@@ -853,6 +876,8 @@ static void inbox_cmd_done(MgrCmd *c, void *ud)
     mgrcmd_free(c);
 }
 
+static void inbox_decided(Manager *m, const MgrCmd *c);
+
 /* Turns the oldest inbox entries into submit commands ahead of the round's
  * mail, one command each, so that one refused entry does not hold the others
  * back. Returns -1 when the leader stepped down. */
@@ -885,6 +910,13 @@ WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
         s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
         s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
         c->inbox_n = it->n;
+        if (!s->payload) { /* never stored as null in its stead: refused for good */
+            cmd_fail(c, 400, "invalid-payload",
+                     "its payload holds a number workd cannot read back (2^63 or more)");
+            inbox_decided(m, c);
+            mgrcmd_free(c);
+            continue;
+        }
         c->done = inbox_cmd_done;
         c->next = *mail;
         *mail = c;
@@ -980,6 +1012,17 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
     case MC_BULK_RETRY:
         handle_bulk_retry(m, c, now);
         break;
+    case MC_QUEUE_FLOW: {
+        json_t *o = json_object();
+        const char *name;
+        for (size_t i = 0; (name = ws_queue_next(m->ws, &i));) {
+            double t = ws_queue_tokens(m->ws, name, now);
+            if (t >= 0)
+                json_object_set_new(o, name, json_pack("{s:f}", "tokens", t));
+        }
+        cmd_ok_json(c, 200, o);
+        break;
+    }
     }
     eventlist_free(&tmp);
     queue_done(m, c);

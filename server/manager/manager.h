@@ -52,6 +52,7 @@ typedef enum {
     MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> limits: all of the queue's */
     MC_BULK_CANCEL, /* filter (queue, key, status), max -> n_done, more */
     MC_BULK_RETRY,  /* filter (queue, key), max -> n_done, more (dead work) */
+    MC_QUEUE_FLOW,  /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
 /* A job handed to a pull (MC_PULL's answer); strings and payload owned by the
@@ -128,8 +129,11 @@ typedef struct MgrCmd {
     int64_t n_done;          /* MC_BULK_*: work items cancelled or reopened */
     bool more;               /* MC_BULK_*: more match: send the command again */
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
-    RunningList *stale;      /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
-    ClusterView *cluster;    /* MC_CLUSTER */
+    RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
+    ClusterView *cluster; /* MC_CLUSTER */
+    /* The answers not typed yet (MC_QUEUE_FLOW): JSON made on the manager
+     * thread, sent as it is. */
+    json_t *reply;
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */
     SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */

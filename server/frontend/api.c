@@ -593,8 +593,8 @@ static void list_task(PGconn *conn, void *arg)
 
 static void h_work_list(Req *r, char *const *p)
 {
-    static const char *statuses[] = {"pending", "scheduled", "running", "completed",
-                                     "dead",    "cancelled", NULL};
+    static const char *statuses[] = {"waiting",   "pending", "scheduled", "running",
+                                     "completed", "dead",    "cancelled", NULL};
     const char *status = req_query(r, "status"), *queue = req_query(r, "queue");
     const char *before = req_query(r, "before"), *limit = req_query(r, "limit");
     Err err = {0};
@@ -603,7 +603,8 @@ static void h_work_list(Req *r, char *const *p)
         ok = !strcmp(status, statuses[i]);
     if (!ok) {
         problem(r, 400, "invalid-parameter",
-                "'status' must be one of pending, scheduled, running, completed, dead, cancelled");
+                "'status' must be one of waiting, pending, scheduled, running, completed, dead, "
+                "cancelled");
         return;
     }
     if (queue && !queue_name_valid(queue)) {

@@ -521,6 +521,8 @@ static inline void items_clear(SubmitItem *items, size_t n)
         free(items[i].queue);
         free(items[i].key);
         json_decref(items[i].payload);
+        strv_free(items[i].after);
+        free(items[i].batch);
         memset(&items[i], 0, sizeof items[i]);
     }
 }

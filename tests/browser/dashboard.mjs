@@ -218,6 +218,8 @@ async function open() {
       const prev = pages[pages.length - 1][0];
       await page.click('#list-older');
       await page.locator(`#work-list:not(:has(tr[data-id="${prev}"]))`).waitFor();
+      // The page may still say "Loading…": wait for its answer, rows or the end.
+      await page.locator('#work-list').filter({hasNotText: 'Loading…'}).waitFor();
       if (await page.locator('#work-list', {hasText: 'No older work.'}).count()) break;
     }
     await rows.first().waitFor();
@@ -237,6 +239,23 @@ async function open() {
   await page.goto(`${opt.url}/#/work`);
   await page.locator(`#work-table tbody tr[data-id="${dead}"]`).waitFor();
   await page.screenshot({path: sibling('-list'), fullPage: true});
+
+  begin('a schedule in the overview; a waiting child with its parent, both ways');
+  await page.evaluate(async () => {
+    const send = (method, path, body) => fetch(path, {method, body: JSON.stringify(body),
+                                                      headers: {'Content-Type': 'application/json'}});
+    await send('PUT', '/schedules/dash-nightly', {cron: '0 3 * * *', timezone: 'Europe/Berlin',
+                                                   work: {payload: 4}});
+    await send('POST', '/work', [{id: 'dash-parent', payload: 2, delay: 3600},
+                                 {id: 'dash-child', payload: 3, after: ['dash-parent']}]);
+  });
+  await page.goto(`${opt.url}/#/`);
+  await page.locator('#schedule-table tr[data-name="dash-nightly"]', {hasText: 'Europe/Berlin'}).waitFor();
+  await page.goto(`${opt.url}/#/work/dash-child`);
+  await page.locator('#work-status.waiting').waitFor();
+  await page.locator('#work-after a', {hasText: 'dash-parent'}).waitFor();
+  await page.goto(`${opt.url}/#/work/dash-parent`);
+  await page.locator('#work-children a', {hasText: 'dash-child'}).waitFor();
 }
 
 async function withToken() {

@@ -98,7 +98,9 @@ static char *log_text(const Sim *s, size_t from)
     for (size_t i = from; i < s->log.len; i++) {
         const Event *e = &s->log.items[i];
         sbuf_printf(&b, "%s%s:%s", i > from ? " " : "", event_type_name(e->type),
-                    e->work_id ? e->work_id : e->name ? e->name : "-");
+                    e->work_id ? e->work_id
+                    : e->name  ? e->name
+                               : "-");
     }
     return sbuf_steal(&b);
 }
@@ -150,8 +152,7 @@ static void test_dead_parent_cancels_descendants(void **state)
     CHECK(submit_graph(&s, g, 5, NULL, NULL, 0, &err) == 0, "refused: %s", err.msg);
     size_t mark = s.log.len;
     finish(&s, "a", false);
-    log_is(&s, mark,
-           "started:a failed:a dead:a cancelled:b cancelled:c cancelled:e released:d");
+    log_is(&s, mark, "started:a failed:a dead:a cancelled:b cancelled:c cancelled:e released:d");
     for (size_t i = mark; i < s.log.len; i++) {
         const Event *e = &s.log.items[i];
         if (e->type == EV_CANCELLED && !strcmp(e->work_id, "c"))
@@ -184,8 +185,7 @@ static void test_parents_must_exist(void **state)
                          {.id = "gone", .status = "dead", .payload = json_null()}};
     const char *const kids[] = {"k1<-done", "k2<-gone", "!k3<-gone", "k4<-k2"};
     CHECK(submit_graph(&s, kids, 4, NULL, known, 2, &err) == 0, "refused: %s", err.msg);
-    log_is(&s, 0,
-           "accepted:k1 accepted:k2 accepted:k3 accepted:k4 cancelled:k2 cancelled:k4");
+    log_is(&s, 0, "accepted:k1 accepted:k2 accepted:k3 accepted:k4 cancelled:k2 cancelled:k4");
     status_is(&s, "k1", "pending");
     status_is(&s, "k3", "pending");
     status_is(&s, "k4", "finished");
@@ -201,8 +201,8 @@ static void test_batch_finishes_once_after_its_last_member(void **state)
     Sim s;
     sim_init(&s, &CFG, T0);
     Err err = {0};
-    WorkTemplate cb = {.queue = "cb", .payload = json_null(), .timeout_ms = 1000,
-                       .max_attempts = 1};
+    WorkTemplate cb = {
+        .queue = "cb", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1};
     BatchOpen bo = {.id = "b1", .callback = &cb};
     const char *const g[] = {"m1", "m2", "m3<-m1"};
     CHECK(submit_graph(&s, g, 3, &bo, NULL, 0, &err) == 0, "refused: %s", err.msg);
@@ -239,13 +239,13 @@ static void test_batch_finishes_once_after_its_last_member(void **state)
 
 static ScheduleSpec every_second(CatchUp cu, int max, bool skip_overlap)
 {
-    ScheduleSpec s = {.cron_text = "* * * * * *",
-                      .tz = "UTC",
-                      .work = {.queue = "ticks", .payload = json_null(), .timeout_ms = 1000,
-                               .max_attempts = 1},
-                      .skip_overlap = skip_overlap,
-                      .catch_up = cu,
-                      .catch_up_max = max};
+    ScheduleSpec s = {
+        .cron_text = "* * * * * *",
+        .tz = "UTC",
+        .work = {.queue = "ticks", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1},
+        .skip_overlap = skip_overlap,
+        .catch_up = cu,
+        .catch_up_max = max};
     Err err = {0};
     CHECK(cron_parse(s.cron_text, &s.cron, &err) == 0, "cron: %s", err.msg);
     s.zone = tz_get("UTC", &err);
@@ -295,8 +295,10 @@ static void test_missed_ticks_follow_the_catch_up_policy(void **state)
         CatchUp cu;
         int max;
         size_t fired, skip_events;
-    } cases[] = {{CATCHUP_NONE, 100, 10, 1}, {CATCHUP_LAST, 100, 11, 1},
-                 {CATCHUP_ALL, 5, 15, 1},    {CATCHUP_ALL, 100, 60, 0}};
+    } cases[] = {{CATCHUP_NONE, 100, 10, 1},
+                 {CATCHUP_LAST, 100, 11, 1},
+                 {CATCHUP_ALL, 5, 15, 1},
+                 {CATCHUP_ALL, 100, 60, 0}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         Sim s;
         sim_init(&s, &CFG, T0);
@@ -344,8 +346,7 @@ static void test_overlap_skips_while_the_last_run_is_open(void **state)
     CHECK(ws_decide_schedule_delete(s.ws, "sec", s.now, &s.out, &err) == 0, "delete");
     sim_emit(&s);
     CHECK(!ws_schedule(s.ws, "sec") &&
-              ws_decide_schedule_delete(s.ws, "sec", s.now, &s.out, &err) != 0 &&
-              err.status == 404,
+              ws_decide_schedule_delete(s.ws, "sec", s.now, &s.out, &err) != 0 && err.status == 404,
           "a deleted schedule is gone");
     sim_free(&s);
 }

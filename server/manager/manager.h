@@ -16,6 +16,8 @@
 #include "retention.h"
 #include "workstate.h"
 
+typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
+
 typedef struct ManagerConfig {
     const char *database_url;
     const char *advertise_url;
@@ -29,10 +31,12 @@ typedef struct ManagerConfig {
     /* For work submitted in SQL without them (workd.submit). */
     int64_t default_timeout_ms;
     int default_max_attempts;
-    /* Called on the manager thread after each commit with its events, in seq
-     * order (final events carry their queue): the front-end publishes results
-     * without waiting for its listener's round trip. May be NULL. */
-    void (*on_commit)(const EventList *events, void *ud);
+    /* Called on the manager thread around each commit of events (in seq
+     * order; final events carry their queue): COMMIT_BEGIN before it is sent,
+     * then COMMIT_DONE or COMMIT_FAILED (written or not, unknown). The
+     * front-end publishes results without its listener's round trip. May be
+     * NULL. */
+    void (*on_commit)(CommitStage stage, const EventList *events, void *ud);
     void *on_commit_ud;
 } ManagerConfig;
 

@@ -326,15 +326,11 @@ static int ensure_conn(Manager *m)
     return 0;
 }
 
-/* Assigns seq, term and time to event e (moved: e is left zeroed), applies it
- * to the state and moves it to the round's batch, folding it into its work's
- * row; then does the same with what it brings about (its waiting children
- * released or cancelled, its batch finished: ws_decide_followups), each right
- * after it, depth first, so the log holds causes before effects. */
-static void emit_event(Manager *m, Event *e, int64_t now)
+/* Assigns seq, term and time to event e (moved: e is left zeroed), decides
+ * what it brings about into *more (ws_decide_followups), applies it to the
+ * state and moves it to the round's batch, folding it into its work's row. */
+static void emit_one(Manager *m, Event *e, int64_t now, EventList *more)
 {
-    EventList more;
-    eventlist_init(&more);
     e->seq = ++m->last_seq;
     e->term = atomic_load(&m->term);
     e->at = now;
@@ -350,7 +346,7 @@ static void emit_event(Manager *m, Event *e, int64_t now)
             hmap_put(&m->finished, k->id, k);
         }
     }
-    ws_decide_followups(m->ws, e, now, &more);
+    ws_decide_followups(m->ws, e, now, more);
     ws_apply(m->ws, e);
     if (e->work_id) {
         ProjRow *row = hmap_get(&m->proj, e->work_id);
@@ -364,13 +360,51 @@ static void emit_event(Manager *m, Event *e, int64_t now)
     Event *dst = eventlist_push(&m->batch);
     *dst = *e;
     memset(e, 0, sizeof *e);
-    for (size_t i = 0; i < more.len; i++) {
-        if (ws_followup_stale(m->ws, &more.items[i])) /* another path got there first */
-            event_clear(&more.items[i]);
-        else
-            emit_event(m, &more.items[i], now);
+}
+
+/* A list of follow-ups being emitted, and how far (emit_event's stack). */
+typedef struct Pending {
+    EventList list;
+    size_t next;
+} Pending;
+
+/* emit_one for e, then for what it brings about (its waiting children
+ * released or cancelled, its batch finished), each right after its cause,
+ * depth first, so that the log holds causes before effects. An explicit
+ * stack, not recursion: a cancelled chain of waiting work may be as long as
+ * the open work. */
+static void emit_event(Manager *m, Event *e, int64_t now)
+{
+    Pending *stack = xcalloc(1, sizeof *stack);
+    size_t depth = 1, cap = 1;
+    eventlist_init(&stack[0].list);
+    emit_one(m, e, now, &stack[0].list);
+    while (depth) {
+        Pending *top = &stack[depth - 1];
+        if (top->next == top->list.len) {
+            eventlist_free(&top->list);
+            depth--;
+            continue;
+        }
+        Event *x = &top->list.items[top->next++];
+        if (ws_followup_stale(m->ws, x)) { /* another path got there first */
+            event_clear(x);
+            continue;
+        }
+        EventList more;
+        eventlist_init(&more);
+        emit_one(m, x, now, &more);
+        if (!more.len) {
+            eventlist_free(&more);
+            continue;
+        }
+        if (depth == cap) {
+            cap *= 2;
+            stack = xrealloc(stack, cap * sizeof *stack);
+        }
+        stack[depth++] = (Pending){.list = more, .next = 0};
     }
-    eventlist_free(&more);
+    free(stack);
 }
 
 /* emit_event for each event of tmp, in order; tmp is left empty. */

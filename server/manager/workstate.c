@@ -812,9 +812,10 @@ static size_t kids_link(WorkState *ws, WorkItem *it)
             k = xcalloc(1, sizeof *k);
             hmap_put(&ws->kids, ((WorkItem *)hmap_get(&ws->items, it->after[j]))->id, k);
         }
-        bool dup = false;
-        for (size_t i = 0; i < k->n && !dup; i++)
-            dup = k->v[i] == it;
+        bool dup = false; /* a parent named twice links once (a child's own list, not the
+                             parent's: a parent may have any number of children) */
+        for (size_t i = 0; i < j && !dup; i++)
+            dup = !strcmp(it->after[i], it->after[j]);
         if (dup)
             continue;
         if (k->n == k->cap) {

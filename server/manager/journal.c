@@ -1108,6 +1108,35 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
     return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
 }
 
+/* Planned once per session (db_exec_cached): planning it over every part of
+ * two partitioned tables took 2.6 ms, six times its execution. */
+static const char finished_after_sql[] =
+    "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"
+    "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"
+    "                    - octet_length(c.data) AS before"
+    "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"
+    "                       e.work_id, e.data::text AS data, p.n_page,"
+    "                       coalesce(e.data->>'queue',"
+    "                                (SELECT queue FROM workd_done WHERE id = e.work_id"
+    "                                 UNION ALL"
+    "                                 SELECT queue FROM workd_open WHERE id = e.work_id"
+    "                                 LIMIT 1), '') AS queue,"
+    "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"
+    "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"
+    "                       END AS attempts"
+    "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"
+    "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"
+    "                                 AS before"
+    "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"
+    "                                  FROM workd_events e"
+    "                                 WHERE e.seq > $1::bigint"
+    "                                   AND e.type IN ('completed', 'dead', 'cancelled',"
+    "                                                  'batch')"
+    "                                 ORDER BY e.seq LIMIT $2::int) p0) p"
+    "                  JOIN workd_events e ON e.seq = p.seq"
+    "                 WHERE p.before < $3::bigint) c) q"
+    " WHERE before < $3::bigint ORDER BY seq";
+
 int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
                            bool *at_end, Err *err)
 {
@@ -1124,34 +1153,8 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_byte
      * the stored (maybe compressed, never larger) size picks the candidates
      * first, cheaply, and only those are converted and measured. n_page says
      * how many events the count limit alone would have read. */
-    PGresult *r = db_exec(
-        c,
-        "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"
-        "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"
-        "                    - octet_length(c.data) AS before"
-        "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"
-        "                       e.work_id, e.data::text AS data, p.n_page,"
-        "                       coalesce(e.data->>'queue',"
-        "                                (SELECT queue FROM workd_done WHERE id = e.work_id"
-        "                                 UNION ALL"
-        "                                 SELECT queue FROM workd_open WHERE id = e.work_id"
-        "                                 LIMIT 1), '') AS queue,"
-        "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"
-        "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"
-        "                       END AS attempts"
-        "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"
-        "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"
-        "                                 AS before"
-        "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"
-        "                                  FROM workd_events e"
-        "                                 WHERE e.seq > $1::bigint"
-        "                                   AND e.type IN ('completed', 'dead', 'cancelled',"
-        "                                                  'batch')"
-        "                                 ORDER BY e.seq LIMIT $2::int) p0) p"
-        "                  JOIN workd_events e ON e.seq = p.seq"
-        "                 WHERE p.before < $3::bigint) c) q"
-        " WHERE before < $3::bigint ORDER BY seq",
-        3, params, "reading finished work", err);
+    PGresult *r = db_exec_cached(c, "workd_finished_after", finished_after_sql, 3, params,
+                                 "reading finished work", err);
     if (!r)
         return -1;
     int n = PQntuples(r);

@@ -54,6 +54,7 @@ typedef enum {
     MC_BULK_RETRY,      /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
     MC_SCHEDULE_SET,    /* name, schedule (or pause: 1 pause, 0 resume) -> the schedule */
     MC_SCHEDULE_DELETE, /* name -> (204) */
+    MC_QUEUE_FLOW,      /* -> {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
 /* A command and, once done, its reply. The sender allocates it with

@@ -294,7 +294,9 @@ void hub_publish(Hub *h, json_t *ev)
     h->bytes += frame_len;
     h->len++;
     h->scanned_upto = seq;
-    count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
+    const char *status = json_string_value(json_object_get(ev, "status"));
+    if (strcmp(status, "batch") != 0) /* a batch's end is not a job's */
+        count_rate(h, e->queue, status, wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
@@ -314,7 +316,7 @@ void hub_publish_committed(Hub *h, const EventList *events)
     if (hub_scanned_upto(h) < first - 1)
         return; /* a gap before this commit: the listener reads it all in order */
     for (size_t i = 0; i < events->len; i++)
-        if (event_is_final(events->items[i].type)) {
+        if (event_is_published(events->items[i].type)) {
             json_t *ev = event_result_json(&events->items[i]);
             hub_publish(h, ev);
             json_decref(ev);

@@ -41,18 +41,20 @@ typedef struct ManagerConfig {
 } ManagerConfig;
 
 typedef enum {
-    MC_SUBMIT,      /* items -> submitted (typed, no JSON) */
-    MC_CANCEL,      /* work_id -> work_status */
-    MC_RETRY,       /* work_id (dead) -> work_status */
-    MC_REPORTS,     /* worker_id, instance, claim, reports -> results (typed, no JSON) */
-    MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> jobs (typed) */
-    MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals, stale */
-    MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
-    MC_CLUSTER,     /* -> cluster */
-    MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> limits: all of the queue's */
-    MC_BULK_CANCEL, /* filter (queue, key, status), max -> n_done, more */
-    MC_BULK_RETRY,  /* filter (queue, key), max -> n_done, more (dead work) */
-    MC_QUEUE_FLOW,  /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
+    MC_SUBMIT,       /* items -> submitted (typed, no JSON) */
+    MC_CANCEL,       /* work_id -> work_status */
+    MC_RETRY,        /* work_id (dead) -> work_status */
+    MC_REPORTS,      /* worker_id, instance, claim, reports -> results (typed, no JSON) */
+    MC_PULL,         /* worker_id, instance, claim, queues, max, wait_ms -> jobs (typed) */
+    MC_HEARTBEAT,    /* worker_id, instance, claim, capacity, queues, running -> intervals, stale */
+    MC_DEREGISTER,   /* worker_id, instance, claim -> (204) */
+    MC_CLUSTER,      /* -> cluster */
+    MC_QUEUE_SET,    /* queue, limits (the parts in limits_set) -> limits: all of the queue's */
+    MC_BULK_CANCEL,  /* filter (queue, key, status), max -> n_done, more */
+    MC_BULK_RETRY,   /* filter (queue, key), max -> n_done, more (dead work) */
+    MC_SCHEDULE_SET, /* name, schedule (or pause: 1 pause, 0 resume) -> reply: the schedule */
+    MC_SCHEDULE_DELETE, /* name -> (204) */
+    MC_QUEUE_FLOW, /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
 /* A job handed to a pull (MC_PULL's answer); strings and payload owned by the
@@ -79,7 +81,7 @@ typedef struct ClusterWorker {
 
 typedef struct ClusterQueue {
     char *queue;
-    int64_t pending, scheduled, running;
+    int64_t waiting, pending, scheduled, running;
 } ClusterQueue;
 
 typedef struct ClusterView {
@@ -120,6 +122,11 @@ typedef struct MgrCmd {
     char *state;        /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
     QueueLimits limits; /* MC_QUEUE_SET: the change; once done, all of the queue's limits */
     int limits_set;     /* QL_* */
+    char *batch_id;     /* MC_SUBMIT: the batch the submission opens (or joins) */
+    WorkTemplate *batch_callback; /* with batch_id: its callback (NULL: none) */
+    char *name;                   /* MC_SCHEDULE_*: the schedule */
+    ScheduleSpec *schedule;       /* MC_SCHEDULE_SET: the whole definition, or NULL with */
+    int pause;                    /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
     /* reply: typed, written as JSON by the HTTP layer (api.c) */
@@ -131,8 +138,8 @@ typedef struct MgrCmd {
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
     RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
     ClusterView *cluster; /* MC_CLUSTER */
-    /* The answers not typed yet (MC_QUEUE_FLOW): JSON made on the manager
-     * thread, sent as it is. */
+    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET): JSON made
+     * on the manager thread, sent as it is. */
     json_t *reply;
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */

@@ -8,7 +8,7 @@
 
 #include "histogram.h"
 
-#define METRICS_ROUTES 32 /* the last slot counts requests that matched no route */
+#define METRICS_ROUTES 48 /* the last slot counts requests that matched no route */
 
 typedef struct Metrics {
     atomic_llong status[METRICS_ROUTES][6]; /* by status class: 1xx..5xx, [0] other */

@@ -17,6 +17,7 @@
 
 typedef struct Entry {
     int64_t seq;
+    bool progress; /* a progress event (only subscribers that asked get it) */
     char *work_id;
     char *queue;
     char *frame;
@@ -27,6 +28,7 @@ typedef struct Sub {
     Hub *hub;
     struct MHD_Connection *conn;
     char *work_id, *queue; /* filters, NULL: any */
+    bool progress;         /* wants progress events too */
     int64_t cursor;        /* everything up to here was sent or skipped */
     SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
@@ -160,9 +162,16 @@ void hub_free(Hub *h)
 
 /* ---- frames ---- */
 
-static bool wants(const Sub *s, const char *work_id, const char *queue)
+static bool wants(const Sub *s, const char *work_id, const char *queue, bool progress)
 {
-    return (!s->work_id || !strcmp(s->work_id, work_id)) && (!s->queue || !strcmp(s->queue, queue));
+    return (!progress || s->progress) && (!s->work_id || !strcmp(s->work_id, work_id)) &&
+           (!s->queue || !strcmp(s->queue, queue));
+}
+
+static bool is_progress(json_t *ev)
+{
+    const char *st = json_string_value(json_object_get(ev, "status"));
+    return st && !strcmp(st, "progress");
 }
 
 static char *frame_of(json_t *ev, size_t *len)
@@ -250,6 +259,7 @@ void hub_publish(Hub *h, json_t *ev)
     }
     Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
     e->seq = seq;
+    e->progress = is_progress(ev);
     e->work_id = xstrdup(work_id);
     e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
     e->frame = frame;
@@ -257,12 +267,13 @@ void hub_publish(Hub *h, json_t *ev)
     h->bytes += frame_len;
     h->len++;
     h->scanned_upto = seq;
-    count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
+    if (!e->progress)
+        count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
     for (Sub *s = h->subs; s; s = s->next)
-        if (s->suspended && !s->catching_up && wants(s, e->work_id, e->queue)) {
+        if (s->suspended && !s->catching_up && wants(s, e->work_id, e->queue, e->progress)) {
             s->suspended = false;
             wake[n++] = s->conn;
         }
@@ -270,7 +281,7 @@ void hub_publish(Hub *h, json_t *ev)
     Fire *fires = NULL;
     for (Waiter **pw = &h->waiters; *pw;) {
         Waiter *w = *pw;
-        if (!strcmp(w->work_id, work_id) && seq > w->after_seq) {
+        if (!e->progress && !strcmp(w->work_id, work_id) && seq > w->after_seq) {
             fires = xrealloc(fires, (nf + 1) * sizeof *fires);
             fires[nf++] = (Fire){w->fn, w->arg};
             *pw = w->next;
@@ -293,7 +304,7 @@ void hub_publish_committed(Hub *h, const EventList *events)
     if (hub_scanned_upto(h) < first - 1)
         return; /* a gap before this commit: the listener reads it all in order */
     for (size_t i = 0; i < events->len; i++)
-        if (event_is_final(events->items[i].type)) {
+        if (event_is_published(events->items[i].type)) {
             json_t *ev = event_result_json(&events->items[i]);
             hub_publish(h, ev);
             json_decref(ev);
@@ -390,7 +401,7 @@ static bool fill(Hub *h, Sub *s, int64_t now)
     size_t budget = (size_t)h->buffer_bytes, i = ring_after(h, s->cursor);
     for (; i < h->len; i++) {
         const Entry *e = &h->ring[(h->head + i) % RING_CAP];
-        if (wants(s, e->work_id, e->queue)) {
+        if (wants(s, e->work_id, e->queue, e->progress)) {
             if (s->out.len && s->out.len + e->len > budget)
                 break; /* the rest when this is sent */
             sbuf_append(&s->out, e->frame, e->len);
@@ -461,8 +472,10 @@ static void catch_up(PGconn *conn, void *arg)
     json_t *rows = json_array();
     Err err = {0};
     bool at_end = false;
-    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, rows,
-                                          &at_end, &err)
+    /* work_id and progress are the subscriber's own, never changed after it
+     * was made: read without the lock. */
+    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
+                                          s->work_id, rows, &at_end, &err)
                  : -1;
     pthread_mutex_lock(&h->lock);
     if (n < 0) {
@@ -476,7 +489,7 @@ static void catch_up(PGconn *conn, void *arg)
         {
             int64_t seq = json_integer_value(json_object_get(ev, "seq"));
             if (wants(s, json_string_value(json_object_get(ev, "id")),
-                      json_string_value(json_object_get(ev, "queue")))) {
+                      json_string_value(json_object_get(ev, "queue")), is_progress(ev))) {
                 size_t len;
                 char *f = frame_of(ev, &len);
                 sbuf_append(&s->out, f, len);
@@ -520,7 +533,7 @@ static void sub_free(void *cls)
 }
 
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, Err *err)
+                                   const char *work_id, const char *queue, bool progress, Err *err)
 {
     pthread_mutex_lock(&h->lock);
     if (h->nsubs >= h->max_subs || h->stopping) {
@@ -535,6 +548,7 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->conn = conn;
     s->work_id = xstrdup(work_id);
     s->queue = xstrdup(queue);
+    s->progress = progress;
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it
@@ -571,7 +585,8 @@ void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_m
     pthread_mutex_lock(&h->lock);
     bool now = h->stopping;
     for (size_t i = ring_after(h, after_seq); i < h->len && !now; i++)
-        now = !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
+        now = !h->ring[(h->head + i) % RING_CAP].progress &&
+              !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
     if (!now) {
         Waiter *w = xcalloc(1, sizeof *w);
         w->work_id = xstrdup(work_id);

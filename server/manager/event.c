@@ -10,7 +10,8 @@ static const char *type_names[] = {
     [EV_TERM] = "term",           [EV_ACCEPTED] = "accepted",   [EV_STARTED] = "started",
     [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",       [EV_TIMED_OUT] = "timed_out",
     [EV_DEAD] = "dead",           [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
-    [EV_QUEUE_SET] = "queue_set",
+    [EV_QUEUE_SET] = "queue_set", [EV_PROGRESS] = "progress",  [EV_SUBSCRIPTION] = "subscription",
+    [EV_SUB_CURSOR] = "subscription_cursor",
 };
 
 const char *event_type_name(EventType t)
@@ -33,6 +34,11 @@ int event_type_parse(const char *name, EventType *out)
 int event_is_final(EventType t)
 {
     return t == EV_COMPLETED || t == EV_DEAD || t == EV_CANCELLED;
+}
+
+int event_is_published(EventType t)
+{
+    return event_is_final(t) || t == EV_PROGRESS;
 }
 
 static void set_time(json_t *o, const char *key, int64_t ms)
@@ -104,6 +110,17 @@ json_t *event_data_encode(const Event *e)
                                 ? json_pack("{s:i, s:I}", "limit", e->limits.rate_limit,
                                             "period_ms", (json_int_t)e->limits.rate_period_ms)
                                 : json_null());
+        break;
+    case EV_PROGRESS:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
+        if (e->detail)
+            json_object_update(o, e->detail);
+        break;
+    case EV_SUBSCRIPTION:
+    case EV_SUB_CURSOR:
+        if (e->detail)
+            json_object_update(o, e->detail);
         break;
     }
     /* Since schema 4 the events that finish work name its queue, so that the
@@ -240,10 +257,33 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         }
         break;
     }
+    case EV_PROGRESS: {
+        if (get_int(data, "attempt", &v, 1, err))
+            goto fail;
+        out->attempt = (int)v;
+        out->queue = get_str(data, "queue");
+        out->detail = json_object();
+        static const char *keys[] = {"fraction", "message", "output"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            json_t *f = json_object_get(data, keys[i]);
+            if (f)
+                json_object_set(out->detail, keys[i], f);
+        }
+        break;
+    }
+    case EV_SUBSCRIPTION:
+    case EV_SUB_CURSOR:
+        if (!json_is_string(json_object_get(data, "name"))) {
+            err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
+            goto fail;
+        }
+        out->detail = json_deep_copy(data);
+        break;
     }
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
-    if (out->type != EV_TERM && out->type != EV_QUEUE_SET && !out->work_id) {
+    if (out->type != EV_TERM && out->type != EV_QUEUE_SET && out->type != EV_SUBSCRIPTION &&
+        out->type != EV_SUB_CURSOR && !out->work_id) {
         err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
         goto fail;
     }
@@ -266,6 +306,14 @@ json_t *event_result_json(const Event *e)
     } else if (e->type == EV_DEAD) {
         json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
         json_object_set_new(o, "attempts", json_integer(e->attempt));
+    } else if (e->type == EV_PROGRESS) {
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_t *d = e->detail;
+        json_t *f = json_object_get(d, "fraction"), *m = json_object_get(d, "message");
+        json_object_set(o, "fraction", f ? f : json_null());
+        json_object_set(o, "message", m ? m : json_null());
+        if (json_object_get(d, "output"))
+            json_object_set(o, "output", json_object_get(d, "output"));
     }
     return o;
 }
@@ -280,6 +328,7 @@ void event_clear(Event *e)
     json_decref(e->result);
     free(e->error);
     free(e->leader_url);
+    json_decref(e->detail);
     memset(e, 0, sizeof *e);
 }
 
@@ -294,6 +343,7 @@ void event_copy(Event *dst, const Event *src)
     dst->result = json_incref(src->result);
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
+    dst->detail = json_incref(src->detail);
 }
 
 void eventlist_init(EventList *l)

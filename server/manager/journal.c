@@ -783,6 +783,19 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
+    /* The last progress (the (work_id, seq) index, newest first): a progress
+     * event carries the attempt's latest fraction and message. */
+    PGresult *pr = r && PQntuples(r) ? db_exec(c,
+                                               "SELECT seq, workd_epoch_ms(at), data::text"
+                                               "  FROM workd_events"
+                                               " WHERE work_id = $1 AND type = 'progress'"
+                                               " ORDER BY seq DESC LIMIT 1",
+                                               1, params, "reading progress", err)
+                                     : NULL;
+    if (r && PQntuples(r) && !pr) {
+        PQclear(r);
+        return NULL;
+    }
     if (!r)
         return NULL;
     if (PQntuples(r) == 0) {
@@ -816,6 +829,23 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *key = db_str(r, 0, 17);
     json_object_set_new(o, "key", key ? json_string(key) : json_null());
     PQclear(r);
+    json_t *progress = json_null();
+    if (PQntuples(pr)) {
+        json_t *d = json_col(pr, 0, 2);
+        progress = json_pack("{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
+                             json_object_get(d, "attempt") ? json_object_get(d, "attempt")
+                                                           : json_null(),
+                             "fraction",
+                             json_object_get(d, "fraction") ? json_object_get(d, "fraction")
+                                                            : json_null(),
+                             "message",
+                             json_object_get(d, "message") ? json_object_get(d, "message")
+                                                           : json_null());
+        set_time_field(progress, "at", pr, 0, 1);
+        json_decref(d);
+    }
+    PQclear(pr);
+    json_object_set_new(o, "progress", progress);
     return o;
 }
 
@@ -857,14 +887,16 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
     return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
 }
 
-int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
-                           bool *at_end, Err *err)
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
+                           const char *work_id, json_t *out, bool *at_end, Err *err)
 {
     char a[24], l[16], b[24];
     snprintf(a, sizeof a, "%lld", (long long)after);
     snprintf(l, sizeof l, "%d", limit);
     snprintf(b, sizeof b, "%lld", (long long)max_bytes);
-    const char *params[] = {a, l, b};
+    /* Unnamed statements are planned with their values: a work id uses the
+     * (work_id, seq) index, none folds the condition away. */
+    const char *params[] = {a, l, b, progress ? "t" : "f", work_id};
     /* Final events carry their queue and attempt since schema 4; older ones
      * take them from the work's row while it is kept.
      * The page is cut by bytes over at most `limit` events: an event is read
@@ -894,12 +926,14 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_byte
         "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"
         "                                  FROM workd_events e"
         "                                 WHERE e.seq > $1::bigint"
-        "                                   AND e.type IN ('completed', 'dead', 'cancelled')"
+        "                                   AND (e.type IN ('completed', 'dead', 'cancelled')"
+        "                                        OR ($4::boolean AND e.type = 'progress'))"
+        "                                   AND ($5::text IS NULL OR e.work_id = $5::text)"
         "                                 ORDER BY e.seq LIMIT $2::int) p0) p"
         "                  JOIN workd_events e ON e.seq = p.seq"
         "                 WHERE p.before < $3::bigint) c) q"
         " WHERE before < $3::bigint ORDER BY seq",
-        3, params, "reading finished work", err);
+        5, params, "reading finished work", err);
     if (!r)
         return -1;
     int n = PQntuples(r);
@@ -1077,4 +1111,28 @@ json_t *journal_finished_counts(PGconn *c, Err *err)
     }
     PQclear(r);
     return o;
+}
+
+json_t *journal_subscriptions(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(c,
+                          "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
+                          "       paused, paused_reason, cursor"
+                          "  FROM workd_subscriptions ORDER BY name",
+                          0, NULL, "reading webhook subscriptions", err);
+    if (!r)
+        return NULL;
+    json_t *out = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *reason = db_str(r, i, 6);
+        json_array_append_new(
+            out, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name", db_str(r, i, 0),
+                           "url", db_str(r, i, 1), "secret", db_str(r, i, 2), "queues",
+                           json_col(r, i, 3), "kinds", json_col(r, i, 4), "paused",
+                           !strcmp(db_str(r, i, 5), "t"), "paused_reason",
+                           reason ? json_string(reason) : json_null(), "cursor",
+                           (json_int_t)db_int(r, i, 7)));
+    }
+    PQclear(r);
+    return out;
 }

@@ -95,14 +95,21 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err);
  * or null after the last}; 404 if the work has no event (after == 0). */
 json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err);
 
-/* Events after seq that finish work (completed, dead, cancelled), oldest first,
- * at most limit and about max_bytes of event data (at least one event, so a
+/* Events after seq that finish work (completed, dead, cancelled) and, with
+ * progress, progress events, of work_id only if not NULL, oldest first, at
+ * most limit and about max_bytes of event data (at least one event, so a
  * large result still gets through), as SSE-ready objects {seq, id, queue,
  * status, ...}, appended to out (a JSON array). Sets *at_end when no such
  * event is left after the ones appended (as of the read). Returns the number
  * appended, or -1. */
-int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
-                           bool *at_end, Err *err);
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
+                           const char *work_id, json_t *out, bool *at_end, Err *err);
+
+/* ---- webhook subscriptions (workd_subscriptions, migration 0010) ---- */
+/* Every subscription as its events left it: [{name, url, secret, queues
+ * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
+ * reference), or NULL with err. */
+json_t *journal_subscriptions(PGconn *c, Err *err);
 
 /* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
  * are told apart by run_at) and queue (NULL: any), before accepted seq

@@ -13,6 +13,7 @@
 
 #include "err.h"
 #include "histogram.h"
+#include "progress.h"
 #include "retention.h"
 #include "workstate.h"
 
@@ -29,6 +30,11 @@ typedef struct ManagerConfig {
     /* For work submitted in SQL without them (workd.submit). */
     int64_t default_timeout_ms;
     int default_max_attempts;
+    ProgressLimits progress; /* per attempt (progress.h) */
+    /* Webhook deliveries (webhooks.h): one delivery's time limit, the retries'
+     * backoff, and how long a failing subscription is retried before it is paused. */
+    int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
+    int64_t webhook_pause_after_ms;
     /* Called on the manager thread after each commit with its events, in seq
      * order (final events carry their queue): the front-end publishes results
      * without waiting for its listener's round trip. May be NULL. */
@@ -48,6 +54,13 @@ typedef enum {
     MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> the queue's limits */
     MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
     MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
+    MC_PROGRESS,    /* work_id, attempt, worker_id, instance, claim, detail {fraction, message,
+                       output} -> {id, attempt, seq} */
+    MC_SUBSCRIPTION_SET, /* detail: the whole subscription (webhooks.h), or {name, deleted:
+                            true} -> the subscription as GET shows it */
+    MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> webhooks_json */
+    MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
+    MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
 } MgrCmdType;
 
 /* A command and, once done, its reply. The sender allocates it with
@@ -74,6 +87,8 @@ typedef struct MgrCmd {
     int limits_set; /* QL_* */
     int max;
     int64_t wait_ms;
+    int attempt;    /* MC_PROGRESS */
+    json_t *detail; /* MC_PROGRESS, MC_SUBSCRIPTION_SET, MC_SUB_* */
     /* reply */
     int status;    /* HTTP status: 200, 204, or the error's */
     Err err;       /* when status >= 400 */

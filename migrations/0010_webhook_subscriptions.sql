@@ -34,7 +34,7 @@ BEGIN
                      THEN ARRAY(SELECT jsonb_array_elements_text(d->'queues')) END,
                 ARRAY(SELECT jsonb_array_elements_text(d->'kinds')),
                 (d->>'paused')::boolean, d->>'paused_reason',
-                coalesce((d->>'cursor')::bigint, (d->>'start')::bigint), NEW.seq, NEW.at)
+                coalesce((d->>'cursor')::bigint, (d->>'start')::bigint, 0), NEW.seq, NEW.at)
         ON CONFLICT (name) DO UPDATE
            SET url = EXCLUDED.url, secret = EXCLUDED.secret, queues = EXCLUDED.queues,
                kinds = EXCLUDED.kinds, paused = EXCLUDED.paused,

@@ -940,6 +940,7 @@ static void handle_subscription(Manager *m, MgrCmd *c, int64_t now)
             json_t *d = json_deep_copy(old);
             json_object_set_new(d, "paused", json_true());
             json_object_set(d, "paused_reason", json_object_get(c->detail, "paused_reason"));
+            json_object_set_new(d, "start", json_integer(m->last_seq)); /* unused: it exists */
             emit_subscription(m, EV_SUBSCRIPTION, d, now);
         }
         cmd_ok(c, 204, NULL);

@@ -20,7 +20,7 @@
 #define READ_PAGE 200          /* events per read from the table */
 #define READ_BYTES (1 << 20)   /* ... and about this many bytes */
 #define IDLE_POLL_MS 1000      /* the thread wakes at least this often */
-#define CURSOR_IDLE_MS 30000   /* a cursor moved by skipped events only: recorded this often */
+#define CURSOR_SKIPPED 10000   /* a cursor moved by this many skipped events only: recorded */
 #define RESPONSE_MAX 4096      /* bytes of a receiver's answer kept (for last_error) */
 
 enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
@@ -619,16 +619,18 @@ static void *webhooks_main(void *arg)
                 start_delivery(w, s);
             else if (s->next_try > now && s->next_try < wake)
                 wake = s->next_try;
-            /* Record the cursor: soon after deliveries, rarely after skips. */
+            /* Record the cursor soon after deliveries, after skips only when
+             * they are many: re-reading skipped events after a failover costs
+             * a read, and recording a cursor is itself an event to skip. */
             if (s->done > s->flushed && nacts < WEBHOOKS_MAX &&
-                now - s->flushed_ms >= (s->delivered_since_flush ? WEBHOOKS_CURSOR_MS
-                                                                 : CURSOR_IDLE_MS)) {
+                ((s->delivered_since_flush && now - s->flushed_ms >= WEBHOOKS_CURSOR_MS) ||
+                 s->done - s->flushed >= CURSOR_SKIPPED)) {
                 acts[nacts++] = (Action){xstrdup(s->name), s->done, NULL};
                 s->flushed = s->done;
                 s->flushed_ms = now;
                 s->delivered_since_flush = false;
             }
-            if (s->done > s->flushed && s->flushed_ms + WEBHOOKS_CURSOR_MS < wake)
+            if (s->delivered_since_flush && s->flushed_ms + WEBHOOKS_CURSOR_MS < wake)
                 wake = s->flushed_ms + WEBHOOKS_CURSOR_MS;
         }
         pthread_mutex_unlock(&w->lock);

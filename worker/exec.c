@@ -531,8 +531,8 @@ typedef struct Child {
     int64_t start, timeout_at, kill_at, eof_deadline;
     SBuf out, err;
     bool err_cut;
-    int prog_fd;     /* our end of the progress pipe, -1: none */
-    SBuf prog;       /* a progress line not yet ended */
+    int prog_fd; /* our end of the progress pipe, -1: none */
+    SBuf prog;   /* a progress line not yet ended */
     int64_t next_tick;
 } Child;
 

@@ -13,7 +13,8 @@
 
 #include "link.h"
 
-#define PROGRESS_PENDING_MAX (256 * 1024) /* output held while the server is slow; more is dropped */
+#define PROGRESS_PENDING_MAX                                                                       \
+    (256 * 1024) /* output held while the server is slow; more is dropped */
 
 typedef struct ProgressSender ProgressSender;
 

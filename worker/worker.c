@@ -819,8 +819,8 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
         w->slots[i].w = w;
         pthread_cond_init(&w->slots[i].cond, NULL);
         if (cfg->kind == WORK_EXEC)
-            w->slots[i].progress = psend_new(&w->link, w->token, w->id, w->instance,
-                                             cfg->progress_interval_ms);
+            w->slots[i].progress =
+                psend_new(&w->link, w->token, w->id, w->instance, cfg->progress_interval_ms);
     }
     for (int i = 0; i < w->nslots; i++) {
         if (exec_ctl_init(&w->slots[i].ctl, err) != 0)

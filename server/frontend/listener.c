@@ -71,9 +71,9 @@ static int pump(Listener *l, int64_t notified)
         json_t *rows = json_array();
         Err err = {0};
         bool at_end = false;
-        int n = journal_finished_after(l->conn, hub_scanned_upto(l->srv->hub), PAGE,
-                                       l->srv->cfg.sse_buffer_bytes, true, NULL, rows, &at_end,
-                                       &err);
+        int n =
+            journal_finished_after(l->conn, hub_scanned_upto(l->srv->hub), PAGE,
+                                   l->srv->cfg.sse_buffer_bytes, true, NULL, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
             drop(l, err.msg);

@@ -23,8 +23,8 @@ static int only_fields(json_t *o, const char *const *known, const char *where, E
             for (size_t i = 0; known[i]; i++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                          known[i]);
-            return err_set(err, 400, "unknown-field",
-                           "%s has an unknown field (known: %s)", where, list);
+            return err_set(err, 400, "unknown-field", "%s has an unknown field (known: %s)", where,
+                           list);
         }
     }
     return 0;
@@ -35,8 +35,8 @@ int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **w
 {
     *worker_id = *instance = NULL;
     *detail = NULL;
-    static const char *const known[] = {"worker_id", "instance", "fraction", "message", "output",
-                                        NULL};
+    static const char *const known[] = {"worker_id", "instance", "fraction",
+                                        "message",   "output",   NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
     if (only_fields(body, known, "the progress report", err) != 0)
@@ -96,8 +96,8 @@ static bool url_ok(const char *u)
 int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err)
 {
     *detail = NULL;
-    static const char *const known[] = {"url", "secret", "queues", "kinds", "paused", "after",
-                                        NULL};
+    static const char *const known[] = {"url",    "secret", "queues", "kinds",
+                                        "paused", "after",  NULL};
     static const char *const kinds[] = {"completed", "dead", "cancelled"};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
@@ -176,10 +176,10 @@ int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err
         return err_set(err, 400, "invalid-field",
                        "'after' must be an event seq (0: from the start of the kept history)");
     }
-    *detail = json_pack("{s:s, s:s, s:s, s:O, s:o, s:b, s:n, s:b}", "name", name, "url", url,
-                        "secret", secret, "queues", q && !json_is_null(q) ? q : json_null(),
-                        "kinds", kout, "paused", paused && json_is_true(paused), "paused_reason",
-                        "deleted", 0);
+    *detail =
+        json_pack("{s:s, s:s, s:s, s:O, s:o, s:b, s:n, s:b}", "name", name, "url", url, "secret",
+                  secret, "queues", q && !json_is_null(q) ? q : json_null(), "kinds", kout,
+                  "paused", paused && json_is_true(paused), "paused_reason", "deleted", 0);
     if (after)
         json_object_set(*detail, "cursor", after);
     return 0;

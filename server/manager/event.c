@@ -7,10 +7,18 @@
 #include "util.h"
 
 static const char *type_names[] = {
-    [EV_TERM] = "term",           [EV_ACCEPTED] = "accepted",   [EV_STARTED] = "started",
-    [EV_COMPLETED] = "completed", [EV_FAILED] = "failed",       [EV_TIMED_OUT] = "timed_out",
-    [EV_DEAD] = "dead",           [EV_CANCELLED] = "cancelled", [EV_RETRIED] = "retried",
-    [EV_QUEUE_SET] = "queue_set", [EV_PROGRESS] = "progress",  [EV_SUBSCRIPTION] = "subscription",
+    [EV_TERM] = "term",
+    [EV_ACCEPTED] = "accepted",
+    [EV_STARTED] = "started",
+    [EV_COMPLETED] = "completed",
+    [EV_FAILED] = "failed",
+    [EV_TIMED_OUT] = "timed_out",
+    [EV_DEAD] = "dead",
+    [EV_CANCELLED] = "cancelled",
+    [EV_RETRIED] = "retried",
+    [EV_QUEUE_SET] = "queue_set",
+    [EV_PROGRESS] = "progress",
+    [EV_SUBSCRIPTION] = "subscription",
     [EV_SUB_CURSOR] = "subscription_cursor",
 };
 

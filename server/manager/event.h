@@ -14,19 +14,19 @@
 #define EVENT_VERSION 1
 
 typedef enum {
-    EV_TERM = 1,  /* a manager won the election: term, leader URL */
-    EV_ACCEPTED,  /* work accepted: queue, priority, payload, run_at, timeout, max attempts */
-    EV_STARTED,   /* an attempt was handed to a worker: attempt, worker, deadline */
-    EV_COMPLETED, /* the current attempt succeeded: result */
-    EV_FAILED,    /* the current attempt failed: error, retry_at (0: no retry) */
-    EV_TIMED_OUT, /* the current attempt's deadline passed: retry_at (0: no retry) */
-    EV_DEAD,      /* no attempt left (or retry refused): final error */
-    EV_CANCELLED, /* cancelled before it started */
-    EV_RETRIED,   /* dead work reopened by an operator: everything to rebuild it, one
-                     more attempt (max_attempts) */
-    EV_QUEUE_SET, /* an operator set a queue's flow control: all of it (QueueLimits) */
-    EV_PROGRESS,  /* the running attempt's worker sent progress: detail {fraction, message,
-                     output} (published on /results, changes no state) */
+    EV_TERM = 1,     /* a manager won the election: term, leader URL */
+    EV_ACCEPTED,     /* work accepted: queue, priority, payload, run_at, timeout, max attempts */
+    EV_STARTED,      /* an attempt was handed to a worker: attempt, worker, deadline */
+    EV_COMPLETED,    /* the current attempt succeeded: result */
+    EV_FAILED,       /* the current attempt failed: error, retry_at (0: no retry) */
+    EV_TIMED_OUT,    /* the current attempt's deadline passed: retry_at (0: no retry) */
+    EV_DEAD,         /* no attempt left (or retry refused): final error */
+    EV_CANCELLED,    /* cancelled before it started */
+    EV_RETRIED,      /* dead work reopened by an operator: everything to rebuild it, one
+                        more attempt (max_attempts) */
+    EV_QUEUE_SET,    /* an operator set a queue's flow control: all of it (QueueLimits) */
+    EV_PROGRESS,     /* the running attempt's worker sent progress: detail {fraction, message,
+                        output} (published on /results, changes no state) */
     EV_SUBSCRIPTION, /* an operator set, paused or deleted a webhook subscription: all of it
                         in detail (webhooks.h); no work id */
     EV_SUB_CURSOR,   /* a subscription's deliveries reached detail.cursor; no work id */

@@ -832,15 +832,11 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     json_t *progress = json_null();
     if (PQntuples(pr)) {
         json_t *d = json_col(pr, 0, 2);
-        progress = json_pack("{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
-                             json_object_get(d, "attempt") ? json_object_get(d, "attempt")
-                                                           : json_null(),
-                             "fraction",
-                             json_object_get(d, "fraction") ? json_object_get(d, "fraction")
-                                                            : json_null(),
-                             "message",
-                             json_object_get(d, "message") ? json_object_get(d, "message")
-                                                           : json_null());
+        progress = json_pack(
+            "{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
+            json_object_get(d, "attempt") ? json_object_get(d, "attempt") : json_null(), "fraction",
+            json_object_get(d, "fraction") ? json_object_get(d, "fraction") : json_null(),
+            "message", json_object_get(d, "message") ? json_object_get(d, "message") : json_null());
         set_time_field(progress, "at", pr, 0, 1);
         json_decref(d);
     }
@@ -1125,13 +1121,13 @@ json_t *journal_subscriptions(PGconn *c, Err *err)
     json_t *out = json_array();
     for (int i = 0; i < PQntuples(r); i++) {
         const char *reason = db_str(r, i, 6);
-        json_array_append_new(
-            out, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name", db_str(r, i, 0),
-                           "url", db_str(r, i, 1), "secret", db_str(r, i, 2), "queues",
-                           json_col(r, i, 3), "kinds", json_col(r, i, 4), "paused",
-                           !strcmp(db_str(r, i, 5), "t"), "paused_reason",
-                           reason ? json_string(reason) : json_null(), "cursor",
-                           (json_int_t)db_int(r, i, 7)));
+        json_array_append_new(out,
+                              json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name",
+                                        db_str(r, i, 0), "url", db_str(r, i, 1), "secret",
+                                        db_str(r, i, 2), "queues", json_col(r, i, 3), "kinds",
+                                        json_col(r, i, 4), "paused", !strcmp(db_str(r, i, 5), "t"),
+                                        "paused_reason", reason ? json_string(reason) : json_null(),
+                                        "cursor", (json_int_t)db_int(r, i, 7)));
     }
     PQclear(r);
     return out;

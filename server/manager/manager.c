@@ -31,7 +31,7 @@ struct Manager {
     atomic_llong term;
     ManagerStats stats;
     Retention *retention;
-    Webhooks *webhooks; /* deliveries while leading (its own thread; webhooks.h) */
+    Webhooks *webhooks;  /* deliveries while leading (its own thread; webhooks.h) */
     atomic_int cur_part; /* the part the leader appends into; -1 while not leading */
     /* mailbox */
     pthread_mutex_t lock;
@@ -132,8 +132,8 @@ static void flush_done(Manager *m)
         MgrCmd *next = c->next;
         c->next = NULL;
         if (c->type == MC_SUBSCRIPTION_SET && c->status == 200 && !c->reply)
-            c->reply = webhooks_json(m->webhooks,
-                                     json_string_value(json_object_get(c->detail, "name")));
+            c->reply =
+                webhooks_json(m->webhooks, json_string_value(json_object_get(c->detail, "name")));
         c->done(c, c->ud);
         c = next;
     }
@@ -354,7 +354,7 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
             (e->type == EV_STARTED || e->type == EV_FAILED || e->type == EV_TIMED_OUT ||
              event_is_final(e->type)))
             progress_forget(m->progress, e->work_id); /* the attempt ended */
-        if (e->work_id && e->type != EV_PROGRESS) { /* progress changes no row */
+        if (e->work_id && e->type != EV_PROGRESS) {   /* progress changes no row */
             ProjRow *row = hmap_get(&m->proj, e->work_id);
             if (!row) {
                 row = xmalloc(sizeof *row);
@@ -927,7 +927,9 @@ static void handle_subscription(Manager *m, MgrCmd *c, int64_t now)
             cmd_ok(c, 200, NULL); /* the view is taken after the commit (flush_done) */
         }
         log_info("webhook subscription %s %s by an operator", name,
-                 del ? "deleted" : old ? "changed" : "created");
+                 del   ? "deleted"
+                 : old ? "changed"
+                       : "created");
         break;
     }
     case MC_SUB_CURSOR:

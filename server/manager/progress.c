@@ -133,7 +133,8 @@ int progress_decide(ProgressBook *b, const WorkState *ws, const ProgressMsg *m, 
     e->queue = xstrdup(it->queue);
     e->attempt = it->attempt;
     e->detail = json_object();
-    json_object_set_new(e->detail, "fraction", x->has_fraction ? json_real(x->fraction) : json_null());
+    json_object_set_new(e->detail, "fraction",
+                        x->has_fraction ? json_real(x->fraction) : json_null());
     json_object_set_new(e->detail, "message", x->message ? json_string(x->message) : json_null());
     if (m->output)
         json_object_set_new(e->detail, "output", json_string(m->output));

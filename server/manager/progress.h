@@ -26,8 +26,8 @@ typedef struct ProgressMsg {
     const char *work_id;
     int attempt;
     const char *worker_id, *instance;
-    bool claim;          /* may act for worker_id without naming its instance */
-    bool has_fraction;   /* fraction in [0, 1] */
+    bool claim;        /* may act for worker_id without naming its instance */
+    bool has_fraction; /* fraction in [0, 1] */
     double fraction;
     const char *message; /* NULL: keep the last one */
     const char *output;  /* a chunk of partial output; NULL: none */

@@ -17,11 +17,11 @@
 #include "log.h"
 #include "util.h"
 
-#define READ_PAGE 200          /* events per read from the table */
-#define READ_BYTES (1 << 20)   /* ... and about this many bytes */
-#define IDLE_POLL_MS 1000      /* the thread wakes at least this often */
-#define CURSOR_SKIPPED 10000   /* a cursor moved by this many skipped events only: recorded */
-#define RESPONSE_MAX 4096      /* bytes of a receiver's answer kept (for last_error) */
+#define READ_PAGE 200        /* events per read from the table */
+#define READ_BYTES (1 << 20) /* ... and about this many bytes */
+#define IDLE_POLL_MS 1000    /* the thread wakes at least this often */
+#define CURSOR_SKIPPED 10000 /* a cursor moved by this many skipped events only: recorded */
+#define RESPONSE_MAX 4096    /* bytes of a receiver's answer kept (for last_error) */
 
 enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 
@@ -34,11 +34,11 @@ typedef struct Sub {
     json_t *queues; /* array, or NULL: any */
     int kinds;
     bool paused, dead;
-    unsigned gen;        /* bumped when the cursor is reset: older reads are dropped */
-    int64_t cursor;      /* recorded */
-    int64_t done;        /* every event up to here was delivered or skipped */
-    int64_t read_upto;   /* every event up to here is in pending or was skipped */
-    json_t *pending;     /* matching events after done, oldest first */
+    unsigned gen;      /* bumped when the cursor is reset: older reads are dropped */
+    int64_t cursor;    /* recorded */
+    int64_t done;      /* every event up to here was delivered or skipped */
+    int64_t read_upto; /* every event up to here is in pending or was skipped */
+    json_t *pending;   /* matching events after done, oldest first */
     int64_t flushed, flushed_ms;
     bool delivered_since_flush;
     /* the delivery in flight (thread only) */
@@ -131,8 +131,8 @@ static int kinds_of(json_t *arr)
         const char *s = json_string_value(v);
         if (!s)
             continue;
-        k |= !strcmp(s, "completed") ? K_COMPLETED
-             : !strcmp(s, "dead")    ? K_DEAD
+        k |= !strcmp(s, "completed")   ? K_COMPLETED
+             : !strcmp(s, "dead")      ? K_DEAD
              : !strcmp(s, "cancelled") ? K_CANCELLED
                                        : 0;
     }
@@ -357,10 +357,12 @@ static json_t *sub_json(const Webhooks *w, const Sub *s)
     json_object_set_new(o, "last_delivered_at", time_or_null(s->last_delivered_at));
     json_object_set_new(o, "failures", json_integer(s->failures));
     json_object_set_new(o, "failing_since", time_or_null(s->failing_since));
-    json_object_set_new(o, "last_error", s->last_error[0] ? json_string(s->last_error) : json_null());
+    json_object_set_new(o, "last_error",
+                        s->last_error[0] ? json_string(s->last_error) : json_null());
     json_object_set_new(o, "last_error_at", time_or_null(s->last_error_at));
     int64_t wait = s->failures && !s->paused ? s->next_try - mono_ms() : 0;
-    json_object_set_new(o, "next_attempt_at", wait > 0 ? time_or_null(wall_ms() + wait) : json_null());
+    json_object_set_new(o, "next_attempt_at",
+                        wait > 0 ? time_or_null(wall_ms() + wait) : json_null());
     return o;
 }
 
@@ -388,15 +390,16 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
     Sub *s = ud;
     size_t len = size * n;
     if (s->resp.len < RESPONSE_MAX)
-        sbuf_append(&s->resp, data, len < RESPONSE_MAX - s->resp.len ? len : RESPONSE_MAX - s->resp.len);
+        sbuf_append(&s->resp, data,
+                    len < RESPONSE_MAX - s->resp.len ? len : RESPONSE_MAX - s->resp.len);
     return len;
 }
 
 static bool wants(const Sub *s, json_t *ev)
 {
     const char *status = json_string_value(json_object_get(ev, "status"));
-    int k = !strcmp(status, "completed") ? K_COMPLETED
-            : !strcmp(status, "dead")    ? K_DEAD
+    int k = !strcmp(status, "completed")   ? K_COMPLETED
+            : !strcmp(status, "dead")      ? K_DEAD
             : !strcmp(status, "cancelled") ? K_CANCELLED
                                            : 0;
     if (!(s->kinds & k))
@@ -556,9 +559,10 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
     if (rc == CURLE_OK && status >= 200 && status < 300) {
         if (same)
             json_array_remove(s->pending, 0);
-        s->done = json_array_size(s->pending)
-                      ? json_integer_value(json_object_get(json_array_get(s->pending, 0), "seq")) - 1
-                      : s->read_upto;
+        s->done =
+            json_array_size(s->pending)
+                ? json_integer_value(json_object_get(json_array_get(s->pending, 0), "seq")) - 1
+                : s->read_upto;
         s->delivered++;
         s->last_delivered_at = wall_ms();
         s->delivered_since_flush = true;

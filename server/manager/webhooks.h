@@ -22,9 +22,9 @@
 #include "err.h"
 #include "event.h"
 
-#define WEBHOOKS_MAX 64        /* subscriptions at most */
-#define WEBHOOKS_KEY_MAX 64    /* bytes of a secret's key, at most (24 at least) */
-#define WEBHOOKS_SIG_LEN 64    /* "v1," + base64 of 32 bytes + NUL fit */
+#define WEBHOOKS_MAX 64         /* subscriptions at most */
+#define WEBHOOKS_KEY_MAX 64     /* bytes of a secret's key, at most (24 at least) */
+#define WEBHOOKS_SIG_LEN 64     /* "v1," + base64 of 32 bytes + NUL fit */
 #define WEBHOOKS_CURSOR_MS 1000 /* a cursor that moved is recorded at most this often */
 
 typedef struct WebhooksConfig {

@@ -172,17 +172,41 @@ static void test_webhook_signature(void **state)
           "a 24-byte secret, got %zu bytes", len);
     char sig[WEBHOOKS_SIG_LEN];
     const char body[] = "{\"test\": 2432232314}";
-    CHECK(webhooks_sign(key, len, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body,
-                        sizeof body - 1, sig) == 0,
+    CHECK(webhooks_sign(key, len, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, sizeof body - 1,
+                        sig) == 0,
           "signing failed");
     /* base64(HMAC-SHA256(key, "msg_p5jXN8AQM9LWM0D4loKWxJek.1614265330." body)), as
      * Python's hmac module computes it. */
     CHECK(!strcmp(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="), "signature %s", sig);
-    static const char *bad[] = {"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_", "whsec_AAAA",
-                                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS!", "whsec_A=AA",
-                                "whsec_" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD"
-                                "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD"
-                                "QUJD" "QUJD" "QUJD" "QUJD" "QUJD" "QUJD",
+    static const char *bad[] = {"MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                                "whsec_",
+                                "whsec_AAAA",
+                                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS!",
+                                "whsec_A=AA",
+                                "whsec_"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD"
+                                "QUJD",
                                 NULL};
     for (size_t i = 0; bad[i]; i++)
         CHECK(webhooks_secret_key(bad[i], key, &len) != 0, "'%s' is not a secret", bad[i]);

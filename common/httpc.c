@@ -2,6 +2,7 @@
 #include "httpc.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +16,39 @@ struct HttpClient {
     const atomic_bool *cancel; /* borrowed, may be NULL */
 };
 
+/* One name cache for every client of the process. A client made for a single
+ * request (a worker's deregistration as it stops) then finds the server's
+ * address that the long-lived clients looked up, instead of asking the
+ * resolver at the moment it is least likely to answer: a container network's
+ * DNS while the containers around it stop. */
+static CURLSH *dns_share;
+static pthread_mutex_t dns_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void dns_share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    pthread_mutex_lock(&dns_lock);
+}
+
+static void dns_share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    pthread_mutex_unlock(&dns_lock);
+}
+
 void httpc_global_init(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    dns_share = curl_share_init();
+    if (!dns_share)
+        abort();
+    curl_share_setopt(dns_share, CURLSHOPT_LOCKFUNC, dns_share_lock);
+    curl_share_setopt(dns_share, CURLSHOPT_UNLOCKFUNC, dns_share_unlock);
+    curl_share_setopt(dns_share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 }
 
 void httpc_global_cleanup(void)
 {
+    curl_share_cleanup(dns_share);
+    dns_share = NULL;
     curl_global_cleanup();
 }
 
@@ -115,6 +142,8 @@ int httpc_request(HttpClient *c, const char *method, const char *url, const char
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (dns_share)
+        curl_easy_setopt(h, CURLOPT_SHARE, dns_share);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(timeout_ms < 5000 ? timeout_ms : 5000));
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);

@@ -211,11 +211,17 @@ static int finish_config(ServerConfig *c, Err *err)
 }
 
 /* The manager's commits go straight to this node's results hub. */
-static void on_commit(const EventList *events, void *ud)
+static void on_commit(CommitStage stage, const EventList *events, void *ud)
 {
     Server *s = ud;
-    if (s->hub)
+    if (!s->hub)
+        return;
+    if (stage == COMMIT_BEGIN)
+        hub_claim(s->hub, events->items[0].seq, events->items[events->len - 1].seq);
+    else if (stage == COMMIT_DONE)
         hub_publish_committed(s->hub, events);
+    else
+        hub_unclaim(s->hub);
 }
 
 static int serve(Server *s)

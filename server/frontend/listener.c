@@ -65,8 +65,8 @@ static int refresh_leader(Listener *l)
  * to be committed before this read started). */
 static int pump(Listener *l, int64_t notified)
 {
-    if (hub_scanned_upto(l->srv->hub) >= notified)
-        return 0; /* this node's own commit, published by its manager */
+    if (hub_claimed(l->srv->hub, notified))
+        return 0; /* read, or this node's own commit, published by its manager */
     for (;;) {
         json_t *rows = json_array();
         Err err = {0};

@@ -65,6 +65,7 @@ struct Hub {
     size_t bytes;         /* of the frames in the ring */
     int64_t covered_from; /* every finished event with seq > this is in the ring... */
     int64_t scanned_upto; /* ...up to this seq */
+    int64_t claimed_upto; /* the manager of this node publishes up to this seq */
     Sub *subs;
     int64_t nsubs;
     Waiter *waiters;
@@ -84,7 +85,7 @@ Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_s
     h->max_subs = max_subscribers;
     h->ring_bytes = ring_bytes;
     h->buffer_bytes = buffer_bytes;
-    h->covered_from = h->scanned_upto = last_seq;
+    h->covered_from = h->scanned_upto = h->claimed_upto = last_seq;
     return h;
 }
 
@@ -310,6 +311,31 @@ void hub_publish_committed(Hub *h, const EventList *events)
             json_decref(ev);
         }
     hub_scanned(h, last);
+}
+
+bool hub_claim(Hub *h, int64_t first, int64_t last)
+{
+    pthread_mutex_lock(&h->lock);
+    bool in_order = h->scanned_upto == first - 1;
+    if (in_order)
+        h->claimed_upto = last;
+    pthread_mutex_unlock(&h->lock);
+    return in_order;
+}
+
+void hub_unclaim(Hub *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->claimed_upto = h->scanned_upto;
+    pthread_mutex_unlock(&h->lock);
+}
+
+bool hub_claimed(Hub *h, int64_t seq)
+{
+    pthread_mutex_lock(&h->lock);
+    bool covered = seq <= h->scanned_upto || seq <= h->claimed_upto;
+    pthread_mutex_unlock(&h->lock);
+    return covered;
 }
 
 void hub_scanned(Hub *h, int64_t seq)

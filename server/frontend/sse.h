@@ -38,6 +38,15 @@ void hub_publish(Hub *h, json_t *ev);
 /* The leader's own commits, straight from its manager: published at once when
  * they continue what the hub has (else the listener brings them). */
 void hub_publish_committed(Hub *h, const EventList *events);
+/* The manager of this node is about to commit seqs first..last and will
+ * publish them: true when they continue what the hub has, and then the
+ * listener leaves them alone (hub_claimed) instead of reading back, from the
+ * database, what this node has just written. hub_unclaim when the commit
+ * fails: what it wrote (if it did) comes with the next notification. */
+bool hub_claim(Hub *h, int64_t first, int64_t last);
+void hub_unclaim(Hub *h);
+/* Published, or claimed by this node's manager, up to seq. */
+bool hub_claimed(Hub *h, int64_t seq);
 /* Everything up to seq has been read (no finished event is missing below it). */
 void hub_scanned(Hub *h, int64_t seq);
 int64_t hub_scanned_upto(Hub *h);

@@ -11,8 +11,9 @@
 
 /* ---- the append statement, generated from one table of columns ----
  *
- * Each commit writes, in one statement (one transaction), fenced by the
- * leader lock (asked once, in the lk CTE):
+ * Each commit writes, in one statement (one transaction), fenced by
+ * workd_fence (migration 0010: the leader lock and the newest term, asked
+ * once, in the lk CTE):
  *   ev   the events, into the leader's current part;
  *   pt   the part's first seq and time, on the first write into it;
  *   nw   new open rows (accepted, not finished in the same commit);
@@ -107,7 +108,7 @@ static const FieldDef ev_fields[] = {
 _Static_assert(sizeof ev_fields / sizeof ev_fields[0] == E_COUNT, "a FieldDef per EvField");
 
 /* The scalar parameters come first: $1.. */
-enum { P_TERM = 1, P_PART, P_LAST_SEQ, P_FIRST_AT, P_INBOX, P_SCALARS = P_INBOX };
+enum { P_TERM = 1, P_OPENING, P_PART, P_LAST_SEQ, P_FIRST_AT, P_INBOX, P_SCALARS = P_INBOX };
 
 static const char *array_type(ColKind k)
 {
@@ -180,7 +181,8 @@ static char *append_sql(void)
     for (int i = 0; i < E_COUNT; i++)
         ev_cols[i] = i;
 
-    sbuf_puts(&b, "WITH lk AS (SELECT workd_holds_leader_lock() AS ok),\n");
+    sbuf_printf(&b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
+                P_OPENING);
     sbuf_puts(&b, "ev AS (INSERT INTO workd_events (seq, at, type, version, work_id, data, term, "
                   "part)\n  SELECT ");
     for (int i = 0; i < E_COUNT; i++) {
@@ -489,6 +491,7 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     snprintf(first_at, sizeof first_at, "%lld", (long long)events->items[0].at);
     const char *params[N_PARAMS];
     params[P_TERM - 1] = term;
+    params[P_OPENING - 1] = events->items[0].type == EV_TERM ? "t" : "f";
     params[P_PART - 1] = partv;
     params[P_LAST_SEQ - 1] = last;
     params[P_FIRST_AT - 1] = first_at;

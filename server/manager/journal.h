@@ -105,7 +105,7 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
 int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
                            const char *work_id, json_t *out, bool *at_end, Err *err);
 
-/* ---- webhook subscriptions (workd_subscriptions, migration 0010) ---- */
+/* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
 /* Every subscription as its events left it: [{name, url, secret, queues
  * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
  * reference), or NULL with err. */

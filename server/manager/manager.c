@@ -410,6 +410,8 @@ static int commit_batch(Manager *m)
     for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);)
         rows[nrows++] = v;
     int rc = choose_part(m, wall_ms(), &err);
+    if (rc == 0 && m->batch.len && m->cfg.on_commit)
+        m->cfg.on_commit(COMMIT_BEGIN, &m->batch, m->cfg.on_commit_ud);
     if (rc == 0)
         rc = journal_append(m->conn, m->part, &m->batch, rows, nrows, m->inbox_ack, m->n_inbox_ack,
                             &err);
@@ -419,6 +421,8 @@ static int commit_batch(Manager *m)
     finished_reset(m);
     clock_gettime(CLOCK_MONOTONIC, &b);
     if (rc != 0) {
+        if (m->batch.len && m->cfg.on_commit)
+            m->cfg.on_commit(COMMIT_FAILED, &m->batch, m->cfg.on_commit_ud);
         step_down(m, err.msg);
         return -1;
     }
@@ -428,7 +432,7 @@ static int commit_batch(Manager *m)
     }
     long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
     if (m->cfg.on_commit)
-        m->cfg.on_commit(&m->batch, m->cfg.on_commit_ud);
+        m->cfg.on_commit(COMMIT_DONE, &m->batch, m->cfg.on_commit_ud);
     webhooks_committed(m->webhooks, &m->batch);
     histogram_observe(&m->stats.commit_us, us);
     histogram_observe(&m->stats.commit_events, (int64_t)m->batch.len);

@@ -17,6 +17,8 @@
 #include "retention.h"
 #include "workstate.h"
 
+typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
+
 typedef struct ManagerConfig {
     const char *database_url;
     const char *advertise_url;
@@ -35,10 +37,12 @@ typedef struct ManagerConfig {
      * backoff, and how long a failing subscription is retried before it is paused. */
     int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
     int64_t webhook_pause_after_ms;
-    /* Called on the manager thread after each commit with its events, in seq
-     * order (final events carry their queue): the front-end publishes results
-     * without waiting for its listener's round trip. May be NULL. */
-    void (*on_commit)(const EventList *events, void *ud);
+    /* Called on the manager thread around each commit of events (in seq
+     * order; final events carry their queue): COMMIT_BEGIN before it is sent,
+     * then COMMIT_DONE or COMMIT_FAILED (written or not, unknown). The
+     * front-end publishes results without its listener's round trip. May be
+     * NULL. */
+    void (*on_commit)(CommitStage stage, const EventList *events, void *ud);
     void *on_commit_ud;
 } ManagerConfig;
 

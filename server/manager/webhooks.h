@@ -5,7 +5,7 @@
  * seq order, retried with exponential backoff until it is acknowledged (2xx).
  *
  * A subscription's settings and cursor are events (subscription,
- * subscription_cursor; folded into workd_subscriptions by migration 0010), so
+ * subscription_cursor; folded into workd_subscriptions by migration 0013), so
  * a new leader resumes from the last recorded cursor: deliveries are at least
  * once, and a failover repeats at most the last second's, with the same
  * webhook-id. One thread drives a curl multi handle and reads events on its

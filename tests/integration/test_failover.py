@@ -130,6 +130,38 @@ def test_fenced_leader_appends_nothing(cluster):
     assert "stepping down" in leader.log_text(), "the old leader should log that it stepped down"
 
 
+def test_fence_admits_only_the_session_of_the_newest_term(cluster):
+    """workd_fence (migration 0010), asked by every append: true only in the
+    session that opened the newest term, or for the statement opening a newer
+    one while no session holds the leader lock."""
+    leader, standby = two_servers(cluster)
+    term = int(cluster.psql("SELECT term FROM workd_leader"))
+
+    def fence(t, opening):
+        return cluster.psql(f"SELECT workd_fence({t}, {opening})")
+
+    # Another session, while the leader holds the lock: never.
+    assert fence(term, "false") == "f", "a session that did not open the term wrote"
+    assert fence(term + 1, "true") == "f", "a term opened while the leader holds the lock"
+    leader.kill()
+    standby.kill()
+    leader.popen.wait(5)
+    standby.popen.wait(5)
+    wait_until(lambda: cluster.psql("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                                    "AND objid = 1 AND granted") == "0", 10,
+               what="the leader lock to be released")
+    # Nobody holds the lock: still only an opening of a newer term passes.
+    assert fence(term, "false") == "f", "a new session passed as the leader of the term"
+    assert fence(term - 1, "false") == "f", "an older term passed"
+    assert fence(term, "true") == "f", "a term opened twice"
+    assert fence(term + 1, "true") == "t", "the next term could not be opened"
+    # Unchanged by all that: a server started now leads the next term.
+    s = cluster.start_server("c")
+    wait_until(lambda: int(cluster.psql("SELECT term FROM workd_leader")) == term + 1, 15,
+               what="a new leader in the next term")
+    submit(s.url, {"id": "fenced-after", "payload": 1})
+
+
 def test_abandoned_forwarded_pull_gets_no_work(cluster):
     leader, standby = two_servers(cluster)
     abandoned_pull(standby.url, "ghost")

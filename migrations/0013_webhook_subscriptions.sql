@@ -1,4 +1,4 @@
--- workd schema, version 10: webhook subscriptions. An operator's subscription
+-- workd schema, version 13: webhook subscriptions. An operator's subscription
 -- event (set, paused, deleted: all of it, not a change) and the leader's
 -- subscription_cursor events (how far deliveries got) are folded here in the
 -- same transaction, so that a new leader resumes every subscription from its

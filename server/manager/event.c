@@ -280,13 +280,24 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         break;
     }
     case EV_SUBSCRIPTION:
-    case EV_SUB_CURSOR:
+    case EV_SUB_CURSOR: {
         if (!json_is_string(json_object_get(data, "name"))) {
             err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
             goto fail;
         }
-        out->detail = json_deep_copy(data);
+        /* The fields this version knows (a later one may add others). */
+        static const char *sub_keys[] = {"name",  "url",    "secret",  "queues",
+                                         "kinds", "paused", "deleted", "paused_reason",
+                                         "start", "cursor", NULL};
+        static const char *cursor_keys[] = {"name", "cursor", NULL};
+        out->detail = json_object();
+        for (const char **k = out->type == EV_SUB_CURSOR ? cursor_keys : sub_keys; *k; k++) {
+            json_t *f = json_object_get(data, *k);
+            if (f)
+                json_object_set_new(out->detail, *k, json_deep_copy(f));
+        }
         break;
+    }
     }
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */

@@ -67,7 +67,8 @@ struct Webhooks {
     int64_t last_seq;
     Sub *subs;
     Sub *graveyard;
-    PGconn *conn; /* thread only */
+    PGconn *conn; /* thread only; closed while not leading */
+    bool db_down_logged;
 };
 
 /* ---- signing ---- */
@@ -431,19 +432,25 @@ static void read_pages(Webhooks *w)
     pthread_mutex_lock(&w->lock);
     int64_t snap = w->last_seq;
     int64_t now = mono_ms();
+    bool leading = w->leading;
     for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
         if (!s->paused && json_array_size(s->pending) == 0 && s->read_upto < snap &&
             now >= s->next_try)
             want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
     pthread_mutex_unlock(&w->lock);
+    if (!leading && w->conn) { /* a standby holds no session for this */
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
     if (!n)
         return;
     if (!w->conn || PQstatus(w->conn) != CONNECTION_OK) {
         PQfinish(w->conn);
         Err err = {0};
         w->conn = db_connect(w->cfg.database_url, "webhooks", &err);
-        if (!w->conn)
+        if (!w->conn && !w->db_down_logged)
             log_warn("webhooks cannot reach the database, retrying: %s", err.msg);
+        w->db_down_logged = !w->conn;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *rows = json_array();

@@ -1465,6 +1465,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     return m;
 fail:
     retention_stop(m->retention);
+    webhooks_stop(m->webhooks);
     progress_free(m->progress);
     free(m->parts);
     if (m->efd >= 0)

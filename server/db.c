@@ -131,6 +131,61 @@ PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *pa
     return r;
 }
 
+/* The statements this thread has prepared, on the one session it last used:
+ * each thread of the server works with one session at a time. */
+#define CACHED_MAX 8
+static _Thread_local struct {
+    PGconn *conn;
+    const char *names[CACHED_MAX];
+    int n;
+} cached;
+
+static bool cached_has(PGconn *c, const char *name)
+{
+    if (cached.conn != c) {
+        cached.conn = c;
+        cached.n = 0;
+    }
+    for (int i = 0; i < cached.n; i++)
+        if (!strcmp(cached.names[i], name))
+            return true;
+    return false;
+}
+
+static int prepare(PGconn *c, const char *name, const char *sql, int nparams, const char *what,
+                   Err *err)
+{
+    PGresult *r = PQprepare(c, name, sql, nparams, NULL);
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    int rc = state && !strcmp(state, "42P05") ? 0 /* prepared before, by this thread */
+                                              : db_check(c, r, what, err);
+    PQclear(r);
+    if (rc == 0 && cached.n < CACHED_MAX)
+        cached.names[cached.n++] = name;
+    return rc;
+}
+
+PGresult *db_exec_cached(PGconn *c, const char *name, const char *sql, int nparams,
+                         const char *const *params, const char *what, Err *err)
+{
+    if (!cached_has(c, name) && prepare(c, name, sql, nparams, what, err) != 0)
+        return NULL;
+    PGresult *r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (state && !strcmp(state, "26000")) { /* a new session at the same address */
+        PQclear(r);
+        cached.n = 0;
+        if (prepare(c, name, sql, nparams, what, err) != 0)
+            return NULL;
+        r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+    }
+    if (db_check(c, r, what, err) != 0) {
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
 int64_t db_int(const PGresult *r, int row, int col)
 {
     if (PQgetisnull(r, row, col))

@@ -40,6 +40,13 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err) WARN_UNUSED;
 PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                   const char *what, Err *err);
 
+/* As db_exec, for a statement run often: it is prepared as `name` on c the
+ * first time this thread runs it there (again if the session does not know
+ * it), and then only executed, so that it is not planned at every call.
+ * name and sql are static strings, the same for a given name. */
+PGresult *db_exec_cached(PGconn *c, const char *name, const char *sql, int nparams,
+                         const char *const *params, const char *what, Err *err);
+
 /* Column helpers for text results: NULL-safe. */
 int64_t db_int(const PGresult *r, int row, int col);
 const char *db_str(const PGresult *r, int row, int col); /* NULL for SQL NULL */

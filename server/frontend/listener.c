@@ -103,7 +103,13 @@ static int connect_listen(Listener *l)
         l->down_logged = true;
         return -1;
     }
-    PGresult *r = db_exec(l->conn, "LISTEN workd_events", 0, NULL, "LISTEN", &err);
+    /* Its reads are the same few statements all the time: plan them once
+     * (db_exec_cached), whatever their parameters. */
+    PGresult *r = db_exec(l->conn, "SET plan_cache_mode = force_generic_plan", 0, NULL,
+                          "configuring the listener's session", &err);
+    PQclear(r);
+    if (r)
+        r = db_exec(l->conn, "LISTEN workd_events", 0, NULL, "LISTEN", &err);
     PQclear(r);
     if (r)
         r = db_exec(l->conn, "LISTEN workd_leader", 0, NULL, "LISTEN", &err);

@@ -170,7 +170,7 @@ static void measure(Retention *r, const PartList *pl)
 
 static void pass(Retention *r)
 {
-    if (!r->conn || PQstatus(r->conn) != CONNECTION_OK) {
+    if (!db_alive(r->conn)) { /* none yet, or its server went away since the last pass */
         PQfinish(r->conn);
         Err err = {0};
         if (!(r->conn = db_connect(r->cfg.database_url, "retention", &err))) {

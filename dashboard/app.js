@@ -2,9 +2,10 @@
 // single work items, plus submit/cancel/retry. Plain modern JavaScript (no
 // framework, no bundler): workd-server embeds this file as it is and serves it
 // at /dashboard/app.js. It talks to the public API of the node that served it:
-//   GET /cluster (admin), GET /subscriptions (admin), GET /queues, GET /work,
-//   GET /work/{id}[/events],
-//   GET /results (EventSource), POST /work, DELETE /work/{id}, POST /work/{id}/retry.
+//   GET /cluster (admin), GET /subscriptions (admin), GET /queues, GET /activity,
+//   GET /queues/{q}/keys, GET /work, GET /work/{id}[/events], GET /results
+//   (EventSource), POST /work, DELETE /work/{id}, POST /work/{id}/retry, and
+//   (admin) PUT /queues/{q}, POST /queues/{q}/pause|resume.
 // Everything user-supplied (payloads, results, errors, ids) is put into the page
 // as text nodes, never as HTML.
 
@@ -377,15 +378,16 @@ function storageRows(st) {
 
 // ------------------------------------------------------------------- queues
 
-/** A stacked bar chart of finished work per bucket (oldest first). */
-function throughputChart(series, bucketSec) {
+/** A stacked bar chart of finished work per bucket (oldest first), with the
+ *  work accepted as a line; series holds arrays of n counts (GET /activity),
+ *  the first bucket starting at startMs. */
+function throughputChart(series, bucketSec, startMs) {
   const n = series.completed.length;
   const W = 640, H = 120, L = 30, B = 16, T = 6;
   const totals = series.completed.map((c, i) => c + series.dead[i] + series.cancelled[i]);
-  const peak = Math.max(...totals, 0);
+  const peak = Math.max(...totals, ...series.accepted, 0);
   const top = peak <= 4 ? 4 : Math.ceil(peak / 4) * 4;
   const bw = (W - L) / n, y = (v) => ((H - B - T) * v) / top;
-  const lastStart = Math.floor(Date.now() / (bucketSec * 1000)) * bucketSec * 1000;
   const bars = [];
   for (let i = 0; i < n; i++) {
     const x = L + i * bw + 0.5;
@@ -399,8 +401,9 @@ function throughputChart(series, bucketSec) {
       parts.push(svg('rect', {x: x.toFixed(1), y: base.toFixed(1), width: Math.max(1, bw - 1.5).toFixed(1),
                               height: hgt.toFixed(1), class: `c-${kind}`}));
     }
-    const start = lastStart - (n - 1 - i) * bucketSec * 1000;
-    const tip = `${fmtClock(start)}–${fmtClock(start + bucketSec * 1000)}: ${series.completed[i]} completed, ` +
+    const start = startMs + i * bucketSec * 1000;
+    const tip = `${fmtClock(start)}–${fmtClock(start + bucketSec * 1000)}: ${series.accepted[i]} accepted, ` +
+                `${series.completed[i]} completed, ${series.failed[i]} attempts failed, ` +
                 `${series.dead[i]} dead, ${series.cancelled[i]} cancelled`;
     // A full-height transparent target so that the tooltip works on empty buckets too.
     bars.push(svg('g', {}, svg('title', {}, tip),
@@ -408,6 +411,9 @@ function throughputChart(series, bucketSec) {
                   parts));
   }
   const minutes = Math.round((n * bucketSec) / 60);
+  const line = series.accepted.some((v) => v) ? svg('polyline', {class: 'accepted', fill: 'none',
+    points: series.accepted.map((v, i) => `${(L + (i + 0.5) * bw).toFixed(1)},${(H - B - y(v)).toFixed(1)}`).join(' ')})
+    : null;
   const grid = [top, top / 2].map((v) => [
     svg('line', {x1: L, x2: W, y1: (H - B - y(v)).toFixed(1), y2: (H - B - y(v)).toFixed(1), class: 'axis',
                  'stroke-dasharray': '3 3'}),
@@ -418,6 +424,7 @@ function throughputChart(series, bucketSec) {
     svg('line', {x1: L, x2: W, y1: H - B, y2: H - B, class: 'axis'}),
     svg('text', {x: L - 4, y: H - B + 3, 'text-anchor': 'end'}, '0'),
     bars,
+    line,
     svg('text', {x: L, y: H - 3}, `−${minutes} min`),
     svg('text', {x: L + (W - L) / 2, y: H - 3, 'text-anchor': 'middle'}, `−${Math.round(minutes / 2)} min`),
     svg('text', {x: W, y: H - 3, 'text-anchor': 'end'}, 'now'));
@@ -447,8 +454,10 @@ function sparkline(t) {
     bars);
 }
 
+const KINDS = ['accepted', 'completed', 'failed', 'dead', 'cancelled'];
+
 function sumSeries(list, n) {
-  const out = {completed: Array(n).fill(0), dead: Array(n).fill(0), cancelled: Array(n).fill(0)};
+  const out = Object.fromEntries(KINDS.map((k) => [k, Array(n).fill(0)]));
   for (const t of list) {
     for (const k of Object.keys(out)) (t[k] || []).forEach((v, i) => { out[k][i] += v; });
   }
@@ -457,31 +466,35 @@ function sumSeries(list, n) {
 
 async function loadQueues() {
   const box = $('queues');
-  let q;
+  let q, act;
   try {
-    q = await api('GET', '/queues');
+    [q, act] = await Promise.all([api('GET', '/queues'), api('GET', '/activity?minutes=10')]);
   } catch (e) {
     fill(box, errorBox(e));
     fill($('throughput'));
     $('queues-summary').textContent = '';
     return;
   }
+  // The chart and the sparklines come from the log (GET /activity): the same
+  // on every node, and after a restart.
+  const activity = act.queues || {};
   const queues = (q.queues || []).slice().sort((a, b) => a.queue.localeCompare(b.queue));
-  const bucket = q.bucket_seconds || 10;
-  const withRates = queues.map((x) => x.throughput).filter(Boolean);
-  const n = withRates.length ? withRates[0].completed.length : 60;
-  const total = sumSeries(withRates, n);
+  const bucket = act.bucket_seconds;
+  const n = act.buckets;
+  const total = sumSeries(Object.values(activity), n);
   // The newest bucket is still filling: "the last minute" is it and the ones before.
   const perMin = total.completed.slice(-Math.max(1, Math.round(60 / bucket))).reduce((a, b) => a + b, 0);
   $('queues-summary').textContent = `${perMin} completed in the last minute`;
   fill($('throughput'),
-    throughputChart(total, bucket),
+    throughputChart(total, bucket, Date.parse(act.start)),
     h('div', {class: 'legend'},
       h('span', {}, h('i', {class: 'c-completed'}), 'completed'),
       h('span', {}, h('i', {class: 'c-dead'}), 'dead'),
       h('span', {}, h('i', {class: 'c-cancelled'}), 'cancelled'),
+      h('span', {}, h('i', {class: 'c-accepted'}), 'accepted'),
       h('span', {class: 'grow'}),
-      h('span', {}, `per ${bucket} s, as seen by this node`)));
+      h('span', {title: 'Counted by the leader as it writes the log: every node shows the same'},
+        `per ${bucket} s, from the log`)));
   if (!queues.length) {
     fill(box, h('p', {class: 'muted'}, 'No work yet: submit some with the form.'));
     return;
@@ -491,13 +504,162 @@ async function loadQueues() {
   fill(box, h('div', {class: 'scroll'}, h('table', {id: 'queues-table'},
     h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATUSES.map((s) => h('th', {class: 'num', title: FINAL.has(s)
       ? `Counted at most ${q.finished_counts_age_s ?? 5} s ago` : 'Now'}, s)),
-                               h('th', {title: 'Age of the oldest pending work'}, 'Oldest'), h('th', {}, `Last ${Math.round((n * bucket) / 60)} min`))),
-    h('tbody', {}, queues.map((x) => h('tr', {'data-queue': x.queue},
+                               h('th', {title: 'Age of the oldest pending work'}, 'Oldest'), h('th', {}, `Last ${Math.round((n * bucket) / 60)} min`),
+                               h('th', {}, 'Flow control'))),
+    h('tbody', {}, queues.map((x) => h('tr', {'data-queue': x.queue, class: x.queue === queuePanel.name ? 'selected' : null},
       h('td', {}, h('a', {href: `#/work?queue=${enc(x.queue)}`}, h('strong', {}, x.queue))),
       STATUSES.map((st) => count(x, st)),
       h('td', {}, x.oldest_pending_at ? agoEl(x.oldest_pending_at) : h('span', {class: 'muted'}, '—')),
-      h('td', {}, x.throughput ? sparkline(x.throughput) : h('span', {class: 'muted'}, '—'))))))));
+      h('td', {}, activity[x.queue] ? sparkline(activity[x.queue]) : h('span', {class: 'muted'}, '—')),
+      h('td', {}, h('button', {type: 'button', class: 'link small', 'data-action': 'queue-open',
+                               title: 'Backlog per key, pause and limits',
+                               onclick: () => queuePanel.open(x.queue)}, limitsText(x.limits)))))))));
+  queuePanel.update(queues.find((x) => x.queue === queuePanel.name));
 }
+
+/** A queue's flow control in a few words. */
+function limitsText(l) {
+  if (!l) return 'none';
+  const parts = [];
+  if (l.paused) parts.push('paused');
+  if (l.max_running) parts.push(`≤ ${l.max_running} running`);
+  if (l.max_running_per_key) parts.push(`≤ ${l.max_running_per_key} per key`);
+  if (l.rate) parts.push(`${l.rate.limit} per ${l.rate.per} s`);
+  const w = Object.keys(l.key_weights || {}).length;
+  if (w) parts.push(`${w} weighted key${w > 1 ? 's' : ''}`);
+  return parts.length ? parts.join(', ') : 'none';
+}
+
+/** One queue's backlog per key and (admin) its controls: pause or resume, the
+ *  limits and the key weights (PUT /queues/{queue}). The form is built when
+ *  the queue is opened and not redrawn by the refreshes, so typing is kept. */
+const queuePanel = {
+  name: null,
+  limits: null,
+
+  open(name) {
+    this.name = name;
+    this.limits = null;
+    const box = $('queue-detail');
+    box.hidden = false;
+    fill(box,
+      h('h3', {}, 'Queue ', h('strong', {id: 'queue-detail-name'}, name), ' ',
+        h('span', {id: 'queue-detail-state', class: 'badge'}), h('span', {class: 'grow'}),
+        h('button', {type: 'button', id: 'queue-pause', class: 'small'}, 'Pause'),
+        h('button', {type: 'button', class: 'link small', onclick: () => this.close()}, 'close')),
+      h('p', {id: 'queue-message', class: 'message', hidden: true}),
+      h('form', {id: 'queue-limits-form', class: 'form', autocomplete: 'off'},
+        h('label', {}, 'Max running', h('input', {name: 'max_running', type: 'number', min: 1, step: 1, placeholder: 'no limit'})),
+        h('label', {}, 'Max running per key', h('input', {name: 'max_running_per_key', type: 'number', min: 1, step: 1, placeholder: 'no limit'})),
+        h('label', {}, 'Rate: starts', h('input', {name: 'rate_limit', type: 'number', min: 1, step: 1, placeholder: 'no limit'})),
+        h('label', {}, 'per (s)', h('input', {name: 'rate_per', type: 'number', min: 0.001, step: 'any', placeholder: '1'})),
+        h('label', {class: 'wide'}, h('span', {}, 'Key weights ', h('span', {class: 'hint'}, '(key=weight, one a line: a key of weight 3 gets 3 turns for the others\' one)')),
+          h('textarea', {name: 'key_weights', rows: 2, spellcheck: 'false', placeholder: 'customer-42=3'})),
+        h('div', {class: 'actions wide'}, h('button', {type: 'submit', class: 'primary'}, 'Set limits'),
+          h('span', {class: 'muted small'}, 'Needs the admin scope. Empty fields clear their limit.'))),
+      h('h4', {}, 'Backlog per key'),
+      h('div', {id: 'queue-keys'}, h('p', {class: 'muted'}, 'Loading…')));
+    $('queue-pause').addEventListener('click', () => this.pause());
+    $('queue-limits-form').addEventListener('submit', (e) => { e.preventDefault(); this.save(); });
+    overview.queues.now();
+  },
+
+  close() {
+    this.name = null;
+    $('queue-detail').hidden = true;
+    fill($('queue-detail'));
+    overview.queues.now();
+  },
+
+  message(text, error) {
+    const m = $('queue-message');
+    if (!m) return;
+    m.hidden = !text;
+    m.textContent = text || '';
+    m.className = error ? 'message error' : 'message';
+  },
+
+  /** Fills the form from the queue's limits the first time they are known. */
+  update(q) {
+    if (!this.name || !$('queue-limits-form')) return;
+    const l = (q && q.limits) || {paused: false, max_running: null, max_running_per_key: null, rate: null, key_weights: {}};
+    $('queue-detail-state').textContent = l.paused ? 'paused' : 'running';
+    $('queue-detail-state').className = `badge ${l.paused ? 'dead' : 'completed'}`;
+    $('queue-pause').textContent = l.paused ? 'Resume' : 'Pause';
+    if (!this.limits) {
+      const f = $('queue-limits-form').elements;
+      f.max_running.value = l.max_running ?? '';
+      f.max_running_per_key.value = l.max_running_per_key ?? '';
+      f.rate_limit.value = l.rate ? l.rate.limit : '';
+      f.rate_per.value = l.rate ? l.rate.per : '';
+      f.key_weights.value = Object.entries(l.key_weights || {}).map(([k, w]) => `${k}=${w}`).join('\n');
+    }
+    this.limits = l;
+    this.loadKeys();
+  },
+
+  async loadKeys() {
+    const name = this.name;
+    let r;
+    try {
+      r = await api('GET', `/queues/${enc(name)}/keys?limit=10`);
+    } catch (e) {
+      if (name === this.name) fill($('queue-keys'), errorBox(e));
+      return;
+    }
+    if (name !== this.name) return;
+    const row = (k, label) => h('tr', {'data-key': label},
+      h('td', {}, k.key === null ? h('span', {class: 'muted'}, label) : h('span', {class: 'mono'}, label)),
+      h('td', {class: 'num', 'data-status': 'pending'}, k.pending), h('td', {class: 'num'}, k.scheduled),
+      h('td', {class: 'num', 'data-status': 'running'}, k.running));
+    if (!r.keys.length) {
+      fill($('queue-keys'), h('p', {class: 'muted'}, 'No open work in this queue.'));
+      return;
+    }
+    fill($('queue-keys'), h('table', {id: 'queue-keys-table'},
+      h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {class: 'num'}, 'pending'),
+                       h('th', {class: 'num'}, 'scheduled'), h('th', {class: 'num'}, 'running'))),
+      h('tbody', {}, r.keys.map((k) => row(k, k.key === null ? '(no key)' : k.key)),
+        r.other.keys ? row({...r.other, key: null}, `${r.other.keys} other keys`) : null)));
+  },
+
+  async pause() {
+    const paused = this.limits && this.limits.paused;
+    try {
+      await api('POST', `/queues/${enc(this.name)}/${paused ? 'resume' : 'pause'}`, undefined, {interactive: true});
+      this.message(paused ? 'Resumed.' : 'Paused: it hands out no work; running work finishes.');
+    } catch (e) {
+      this.message(e.status === 403 ? `This needs the admin scope: ${e.message}` : e.message, true);
+    }
+    overview.queues.now();
+  },
+
+  async save() {
+    const f = $('queue-limits-form').elements;
+    const num = (v) => (v.trim() === '' ? null : Number(v));
+    const weights = {};
+    for (const line of f.key_weights.value.split(/[\n,]/).map((x) => x.trim()).filter(Boolean)) {
+      const at = line.lastIndexOf('=');
+      if (at < 1) {
+        this.message(`"${line}": write key=weight`, true);
+        return;
+      }
+      weights[line.slice(0, at).trim()] = Number(line.slice(at + 1));
+    }
+    const rate = num(f.rate_limit.value);
+    const body = {max_running: num(f.max_running.value), max_running_per_key: num(f.max_running_per_key.value),
+                  rate: rate === null ? null : {limit: rate, per: num(f.rate_per.value) ?? 1},
+                  key_weights: Object.keys(weights).length ? weights : null};
+    try {
+      const l = await api('PUT', `/queues/${enc(this.name)}`, body, {interactive: true});
+      this.limits = null; // refill the form from what the server now holds
+      this.message(`Set: ${limitsText(l)}.`);
+    } catch (e) {
+      this.message(e.status === 403 ? `This needs the admin scope: ${e.message}` : e.message, true);
+    }
+    overview.queues.now();
+  },
+};
 
 // --------------------------------------------------------------------- feed
 

@@ -586,8 +586,9 @@ static void queues_task(PGconn *conn, void *arg)
         json_t *lim = json_object_get(limits, k);
         json_object_set_new(q, "limits",
                             lim ? json_incref(lim)
-                                : json_pack("{s:b, s:n, s:n, s:n}", "paused", 0, "max_running",
-                                            "max_running_per_key", "rate"));
+                                : json_pack("{s:b, s:n, s:n, s:n, s:{}}", "paused", 0,
+                                            "max_running", "max_running_per_key", "rate",
+                                            "key_weights"));
         json_array_append_new(queues, q);
     }
     req_finish_json(r, 200,
@@ -605,6 +606,97 @@ static void h_queues(Req *r, char *const *p)
 {
     req_park(r);
     dbpool_submit(r->srv->pool, queues_task, r);
+}
+
+/* Keys shown by GET /queues/{queue}/keys at most (the rest is "other"). */
+#define KEYS_TOP_MAX 100
+
+/* A read of the shared tables that any node answers: the activity chart, a
+ * queue's backlog per key. */
+typedef struct ReadTask {
+    Req *r;
+    char *queue;
+    int n; /* activity: buckets; keys: how many keys */
+} ReadTask;
+
+static void read_finish(ReadTask *t, PGconn *conn, json_t *o, Err *err)
+{
+    if (!o) {
+        if (!conn)
+            err_set(err, 503, "database-unavailable", "the database cannot be reached; retry");
+        req_finish_problem(t->r, err);
+    } else {
+        req_finish_json(t->r, 200, o);
+    }
+    free(t->queue);
+    free(t);
+}
+
+static void activity_task(PGconn *conn, void *arg)
+{
+    ReadTask *t = arg;
+    Err err = {0};
+    read_finish(t, conn, conn ? journal_activity(conn, t->n, &err) : NULL, &err);
+}
+
+static void keys_task(PGconn *conn, void *arg)
+{
+    ReadTask *t = arg;
+    Err err = {0};
+    json_t *all = conn ? journal_key_backlog(conn, t->queue, t->n, &err) : NULL;
+    json_t *o = NULL;
+    if (all) {
+        json_t *q = json_object_get(all, t->queue);
+        o = q ? json_pack("{s:s, s:O, s:O}", "queue", t->queue, "keys", json_object_get(q, "keys"),
+                          "other", json_object_get(q, "other"))
+              : json_pack("{s:s, s:[], s:{s:i, s:i, s:i, s:i}}", "queue", t->queue, "keys", "other",
+                          "keys", 0, "pending", 0, "scheduled", 0, "running", 0);
+        json_decref(all);
+    }
+    read_finish(t, conn, o, &err);
+}
+
+/* ?name= as an integer from lo to hi (def when absent); answers 400 if not. */
+static bool query_int(Req *r, const char *name, int lo, int hi, int def, int *out)
+{
+    const char *v = req_query(r, name);
+    int64_t x = def;
+    Err err = {0};
+    if (v && parse_seq(v, &x, &err) != 0)
+        x = -1;
+    if (x < lo || x > hi) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "'%s' must be an integer from %d to %d", name, lo, hi);
+        problem(r, 400, "invalid-parameter", msg);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+static void h_activity(Req *r, char *const *p)
+{
+    int minutes;
+    if (!query_int(r, "minutes", 1, ACTIVITY_KEEP_S / 60, 10, &minutes))
+        return;
+    ReadTask *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->n = minutes * 60 / ACTIVITY_BUCKET_S;
+    req_park(r);
+    dbpool_submit(r->srv->pool, activity_task, t);
+}
+
+static void h_queue_keys(Req *r, char *const *p)
+{
+    int top;
+    if (!check_queue(r, p[0]) || !query_int(r, "limit", 1, KEYS_TOP_MAX, 20, &top))
+        return;
+    ReadTask *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->queue = xstrdup(p[0]);
+    t->n = top;
+    req_park(r);
+    dbpool_submit(r->srv->pool, keys_task, t);
 }
 
 /* ---- results ---- */
@@ -1053,16 +1145,47 @@ static void metrics_task(PGconn *conn, void *arg)
         }
         json_decref(open);
     }
+    json_t *limits = conn ? journal_queue_limits(conn, &err) : NULL;
+    json_t *backlog = conn ? journal_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL;
+    /* The leader's token buckets, asked of its manager before this task. */
+    MgrCmd *flow = r->cmd && r->cmd->type == MC_QUEUE_FLOW && r->cmd->status == 200 ? r->cmd : NULL;
+    metrics_render_flow(&b, limits, backlog, flow ? flow->reply : NULL);
+    json_decref(limits);
+    json_decref(backlog);
     if (s->mgr)
         render_manager_metrics(&b, s);
     size_t len = b.len;
     req_finish_raw(r, 200, "text/plain; version=0.0.4", sbuf_steal(&b), len);
 }
 
-static void h_metrics(Req *r, char *const *p)
+static void metrics_read(Req *r)
 {
     req_park(r);
     dbpool_submit(r->srv->pool, metrics_task, r);
+}
+
+/* Manager thread: the leader's token buckets are in; read the rest. */
+static void metrics_flow_done(MgrCmd *c, void *ud)
+{
+    Req *r = ud;
+    r->on_resume = metrics_read;
+    req_resume(r);
+}
+
+static void h_metrics(Req *r, char *const *p)
+{
+    Server *s = r->srv;
+    if (!(s->mgr && manager_is_leader(s->mgr))) {
+        metrics_read(r);
+        return;
+    }
+    MgrCmd *c = mgrcmd_new(MC_QUEUE_FLOW);
+    c->done = metrics_flow_done;
+    c->alive = cmd_alive;
+    c->ud = r;
+    r->cmd = c;
+    req_park(r);
+    manager_send(s->mgr, c);
 }
 
 const Route api_routes[] = {
@@ -1074,6 +1197,8 @@ const Route api_routes[] = {
     {"PUT", "/queues/:queue", h_queue_put, "queue_put", true, SCOPE_ADMIN, ""},
     {"POST", "/queues/:queue/pause", h_queue_pause, "queue_pause", false, SCOPE_ADMIN, ""},
     {"POST", "/queues/:queue/resume", h_queue_resume, "queue_resume", false, SCOPE_ADMIN, ""},
+    {"GET", "/queues/:queue/keys", h_queue_keys, "queue_keys", false, SCOPE_CLIENT, "limit"},
+    {"GET", "/activity", h_activity, "activity", false, SCOPE_CLIENT, "minutes"},
     {"GET", "/work/:id", h_work_get, "work_get", false, SCOPE_CLIENT, "wait"},
     {"DELETE", "/work/:id", h_cancel, "work_cancel", false, SCOPE_ADMIN, ""},
     {"GET", "/work/:id/events", h_work_events, "work_events", false, SCOPE_CLIENT, "after limit"},

@@ -3,10 +3,12 @@
 #ifndef WORKD_METRICS_H
 #define WORKD_METRICS_H
 
+#include <jansson.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "histogram.h"
+#include "util.h"
 
 #define METRICS_ROUTES 48 /* the last slot counts requests that matched no route */
 
@@ -18,7 +20,18 @@ typedef struct Metrics {
     atomic_llong get_waits;
 } Metrics;
 
+/* Keys of a queue with their own series in /metrics: the ones with the most
+ * ready work; the rest are added up as key="(other)" (keys cannot hold
+ * parentheses), work without a key is key="(none)". */
+#define METRICS_KEYS_TOP 10
+
 void metrics_init(Metrics *m);
 void metrics_observe(Metrics *m, int route, int status, int64_t us);
+/* Appends the queues' flow control to b: limits ({queue: the API's limits},
+ * journal_queue_limits), backlog per key (journal_key_backlog with
+ * METRICS_KEYS_TOP), and the leader's rate tokens ({queue: {"tokens"}},
+ * MC_QUEUE_FLOW). Any of them may be NULL: its families are left out. All
+ * borrowed. */
+void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *tokens);
 
 #endif

@@ -41,6 +41,36 @@ static size_t json_depth(const char *s, size_t len)
 
 static const char *quoted(const char *s, char *out, size_t outlen);
 
+/* Whether every number of v comes back from the store as the same number: a
+ * real of 2^63 or more (in magnitude) is written out by jsonb as an integer
+ * that jansson cannot read. Recursion is bounded by the body's depth limit. */
+static bool numbers_kept(json_t *v)
+{
+    size_t i;
+    const char *k;
+    json_t *x;
+    switch (json_typeof(v)) {
+    case JSON_REAL:
+        return fabs(json_real_value(v)) < 9223372036854775808.0;
+    case JSON_ARRAY:
+        json_array_foreach(v, i, x)
+        {
+            if (!numbers_kept(x))
+                return false;
+        }
+        return true;
+    case JSON_OBJECT:
+        json_object_foreach(v, k, x)
+        {
+            if (!numbers_kept(x))
+                return false;
+        }
+        return true;
+    default:
+        return true;
+    }
+}
+
 json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err)
 {
     if (len == 0) {
@@ -55,12 +85,36 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
     }
     json_error_t je;
     json_t *v = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
-    /* jansson's text quotes the body near the error, and can cut a character
-     * in two ("invalid escape near '"\<first byte>'"). */
-    char text[sizeof je.text];
-    if (!v)
-        err_set(err, 400, "invalid-json", "the body is not valid JSON: %s (line %d, column %d)",
-                quoted(je.text, text, sizeof text), je.line, je.column);
+    if (!v) {
+        /* What the store cannot keep is said in words (docs/api-values.md);
+         * jansson's own text names its flags. */
+        if (strstr(je.text, "JSON_ALLOW_NUL"))
+            err_set(err, 400, "invalid-json",
+                    "a JSON string holds \\u0000, which workd cannot store (PostgreSQL's jsonb "
+                    "refuses it): encode the bytes, e.g. in base64 (line %d, column %d)",
+                    je.line, je.column);
+        else if (strstr(je.text, "too big"))
+            err_set(err, 400, "invalid-json",
+                    "a JSON integer is beyond -9223372036854775808..9223372036854775807, which "
+                    "workd cannot keep exactly: send it as a string (line %d, column %d)",
+                    je.line, je.column);
+        else {
+            /* jansson's text quotes the body near the error, and can cut a
+             * character in two ("invalid escape near '"\<first byte>'"). */
+            char text[sizeof je.text];
+            err_set(err, 400, "invalid-json", "the body is not valid JSON: %s (line %d, column %d)",
+                    quoted(je.text, text, sizeof text), je.line, je.column);
+        }
+        return NULL;
+    }
+    if (!numbers_kept(v)) {
+        json_decref(v);
+        err_set(err, 400, "invalid-json",
+                "a JSON number is beyond -9223372036854775808..9223372036854775807, which workd "
+                "cannot give back as sent (the database writes it out as a too big integer): "
+                "send it as a string");
+        return NULL;
+    }
     return v;
 }
 
@@ -665,8 +719,8 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
         return err_set(err, 400, "invalid-body",
                        "the queue's limits must be a JSON object: {\"paused\", \"max_running\", "
                        "\"rate\": {\"limit\", \"per\"}}");
-    static const char *const known[] = {"paused", "max_running", "max_running_per_key", "rate",
-                                        NULL};
+    static const char *const known[] = {"paused", "max_running", "max_running_per_key",
+                                        "rate",   "key_weights", NULL};
     if (check_fields(body, known, "the queue's limits", err) != 0)
         return -1;
     json_t *v = json_object_get(body, "paused");
@@ -712,10 +766,42 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
         }
         *set |= QL_RATE;
     }
+    v = json_object_get(body, "key_weights");
+    if (v) {
+        if (!json_is_null(v) && (!json_is_object(v) || json_object_size(v) > QL_MAX_WEIGHTS))
+            return err_set(err, 400, "invalid-field",
+                           "'key_weights' must be an object of at most %d keys and their "
+                           "weights, or null for none",
+                           QL_MAX_WEIGHTS);
+        const char *k;
+        json_t *w;
+        json_object_foreach(v, k, w)
+        {
+            if (!id_valid(k))
+                return err_set(err, 400, "invalid-field",
+                               "'key_weights': a key must be 1-128 characters of A-Z a-z 0-9 . _ "
+                               ": @ -");
+            if (!json_is_integer(w) || json_integer_value(w) < 1 ||
+                json_integer_value(w) > QL_MAX_WEIGHT)
+                return err_set(err, 400, "invalid-field",
+                               "'key_weights': the weight of '%s' must be an integer from 1 to %d",
+                               k, QL_MAX_WEIGHT);
+        }
+        if (json_object_size(v)) {
+            out->weights = xcalloc(json_object_size(v), sizeof *out->weights);
+            json_object_foreach(v, k, w)
+            {
+                out->weights[out->n_weights].key = xstrdup(k);
+                out->weights[out->n_weights++].weight = (int)json_integer_value(w);
+            }
+            queue_limits_sort(out);
+        }
+        *set |= QL_WEIGHTS;
+    }
     if (!*set)
         return err_set(err, 400, "invalid-body",
-                       "nothing to set: give 'paused', 'max_running', 'max_running_per_key' or "
-                       "'rate'");
+                       "nothing to set: give 'paused', 'max_running', 'max_running_per_key', "
+                       "'rate' or 'key_weights'");
     return 0;
 }
 

@@ -87,8 +87,10 @@ int parse_wait(const char *s, int64_t max_ms, int64_t *out_ms, Err *err) WARN_UN
 bool queue_name_valid(const char *s);
 
 /* The body of PUT /queues/{queue}: {"paused": bool, "max_running": n|null,
- * "rate": {"limit": n, "per": seconds}|null}, any of them; *set says which
- * (QL_* of manager.h); null clears a limit. */
+ * "max_running_per_key": n|null, "rate": {"limit": n, "per": seconds}|null,
+ * "key_weights": {key: weight}|null}, any of them; *set says which (QL_* of
+ * event.h); null clears a limit. The caller owns out's weights
+ * (queue_limits_clear); nothing is allocated on error. */
 int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err) WARN_UNUSED;
 
 /* The body of POST /bulk/cancel and /bulk/retry: {"queue", "key", "status"

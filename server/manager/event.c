@@ -118,6 +118,13 @@ json_t *event_data_encode(const Event *e)
                                 ? json_pack("{s:i, s:I}", "limit", e->limits.rate_limit,
                                             "period_ms", (json_int_t)e->limits.rate_period_ms)
                                 : json_null());
+        if (e->limits.n_weights) { /* since schema 12 */
+            json_t *w = json_object();
+            for (size_t i = 0; i < e->limits.n_weights; i++)
+                json_object_set_new(w, e->limits.weights[i].key,
+                                    json_integer(e->limits.weights[i].weight));
+            json_object_set_new(o, "key_weights", w);
+        }
         break;
     case EV_PROGRESS:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
@@ -262,6 +269,28 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
                 get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
                 goto fail;
             out->limits.rate_limit = (int)v;
+            /* A rate that allows nothing or has no period is none, as its
+             * encoding (null) says: decoding what was encoded gives it back. */
+            if (out->limits.rate_limit <= 0 || out->limits.rate_period_ms <= 0)
+                out->limits.rate_limit = 0, out->limits.rate_period_ms = 0;
+        }
+        json_t *w = json_object_get(data, "key_weights");
+        if (json_is_object(w) && json_object_size(w)) {
+            const char *k;
+            json_t *x;
+            out->limits.weights = xcalloc(json_object_size(w), sizeof *out->limits.weights);
+            json_object_foreach(w, k, x)
+            {
+                if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+                    json_integer_value(x) > QL_MAX_WEIGHT) {
+                    err_set(err, 500, "bad-event", "queue_set event has a bad weight for '%s'", k);
+                    goto fail;
+                }
+                KeyWeight *kw = &out->limits.weights[out->limits.n_weights++];
+                kw->key = xstrdup(k);
+                kw->weight = (int)json_integer_value(x);
+            }
+            queue_limits_sort(&out->limits);
         }
         break;
     }
@@ -337,6 +366,52 @@ json_t *event_result_json(const Event *e)
     return o;
 }
 
+/* ---- queue limits ---- */
+
+void queue_limits_copy(QueueLimits *dst, const QueueLimits *src)
+{
+    *dst = *src;
+    if (!src->n_weights) {
+        dst->weights = NULL;
+        return;
+    }
+    dst->weights = xcalloc(src->n_weights, sizeof *dst->weights);
+    for (size_t i = 0; i < src->n_weights; i++) {
+        dst->weights[i].key = xstrdup(src->weights[i].key);
+        dst->weights[i].weight = src->weights[i].weight;
+    }
+}
+
+void queue_limits_clear(QueueLimits *l)
+{
+    for (size_t i = 0; i < l->n_weights; i++)
+        free(l->weights[i].key);
+    free(l->weights);
+    memset(l, 0, sizeof *l);
+}
+
+static int weight_cmp(const void *a, const void *b)
+{
+    return strcmp(((const KeyWeight *)a)->key, ((const KeyWeight *)b)->key);
+}
+
+int queue_limits_weight(const QueueLimits *l, const char *key)
+{
+    if (!l->n_weights)
+        return 1;
+    KeyWeight probe = {.key = (char *)key};
+    const KeyWeight *w = bsearch(&probe, l->weights, l->n_weights, sizeof *w, weight_cmp);
+    return w ? w->weight : 1;
+}
+
+void queue_limits_sort(QueueLimits *l)
+{
+    if (l->n_weights > 1)
+        qsort(l->weights, l->n_weights, sizeof *l->weights, weight_cmp);
+}
+
+/* ---- lifetime ---- */
+
 void event_clear(Event *e)
 {
     free(e->work_id);
@@ -348,6 +423,7 @@ void event_clear(Event *e)
     free(e->error);
     free(e->leader_url);
     json_decref(e->detail);
+    queue_limits_clear(&e->limits);
     memset(e, 0, sizeof *e);
 }
 
@@ -363,6 +439,7 @@ void event_copy(Event *dst, const Event *src)
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
     dst->detail = json_incref(src->detail);
+    queue_limits_copy(&dst->limits, &src->limits);
 }
 
 void eventlist_init(EventList *l)

@@ -33,17 +33,31 @@ typedef enum {
 } EventType;
 #define EV_LAST EV_SUB_CURSOR
 
+/* A key's weight in its queue's turns: a key of weight w is handed w jobs in a
+ * row before the next key's turn (a key without one has weight 1). */
+typedef struct KeyWeight {
+    char *key;
+    int weight; /* 1..QL_MAX_WEIGHT */
+} KeyWeight;
+#define QL_MAX_WEIGHTS 100 /* weighted keys per queue at most (a queue_set event's size) */
+#define QL_MAX_WEIGHT 1000
+
 /* A queue's flow control, as operators set it (queue_set events). Kept across
- * failovers: a new leader reads it back (workd_queues). */
+ * failovers: a new leader reads it back (workd_queues). The weights are owned
+ * by whoever owns the QueueLimits (an Event, a MgrCmd, the WorkState), freed
+ * by queue_limits_clear, deep-copied by queue_limits_copy; a plain struct copy
+ * borrows them. */
 typedef struct QueueLimits {
     bool paused;             /* hands out no work; submissions are still accepted */
     int max_running;         /* attempts of the queue running at once; 0: no limit */
     int max_running_per_key; /* attempts of one key of the queue at once; 0: no limit */
     int rate_limit;          /* starts per rate_period_ms; 0: no limit */
     int64_t rate_period_ms;  /* with rate_limit */
+    KeyWeight *weights;      /* sorted by key, distinct keys; NULL when n_weights is 0 */
+    size_t n_weights;        /* at most QL_MAX_WEIGHTS */
 } QueueLimits;
 /* Parts of a QueueLimits that a change sets (the rest is kept). */
-enum { QL_PAUSED = 1, QL_MAX_RUNNING = 2, QL_RATE = 4, QL_MAX_PER_KEY = 8 };
+enum { QL_PAUSED = 1, QL_MAX_RUNNING = 2, QL_RATE = 4, QL_MAX_PER_KEY = 8, QL_WEIGHTS = 16 };
 
 /* One event. Strings and JSON values are owned by the event (event_clear frees
  * them). Times are milliseconds since the epoch; 0 means "none". Fields not
@@ -105,6 +119,16 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
  * (a new reference). e->queue must
  * be set (final events do not carry it in the table; callers fill it in). */
 json_t *event_result_json(const Event *e);
+
+/* ---- queue limits ---- */
+/* dst (overwritten, not freed first) becomes a deep copy of src. */
+void queue_limits_copy(QueueLimits *dst, const QueueLimits *src);
+/* Frees the weights and zeroes *l. */
+void queue_limits_clear(QueueLimits *l);
+/* The weight of key (1 when it has none). */
+int queue_limits_weight(const QueueLimits *l, const char *key);
+/* Sorts l's weights by key (after filling them in any order). */
+void queue_limits_sort(QueueLimits *l);
 
 /* ---- lifetime ---- */
 void event_clear(Event *e);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "hmap.h"
 #include "manager.h"
 #include "util.h"
 
@@ -99,16 +100,33 @@ static const Field done_cols[] = {
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The event columns, filled from an Event. */
-typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_COUNT } EvField;
+typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_BYTES, E_COUNT } EvField;
 static const FieldDef ev_fields[] = {
-    [E_SEQ] = {"seq", K_BIGINT, 0},    [E_AT] = {"at", K_TIME, 0},
-    [E_TYPE] = {"type", K_TEXT, 0},    [E_VERSION] = {"version", K_INT, 0},
-    [E_WORK] = {"work_id", K_TEXT, 0}, [E_DATA] = {"data", K_JSON, 0},
+    [E_SEQ] = {"seq", K_BIGINT, 0},       [E_AT] = {"at", K_TIME, 0},
+    [E_TYPE] = {"type", K_TEXT, 0},       [E_VERSION] = {"version", K_INT, 0},
+    [E_WORK] = {"work_id", K_TEXT, 0},    [E_DATA] = {"data", K_JSON, 0},
+    [E_BYTES] = {"data_bytes", K_INT, 0},
 };
 _Static_assert(sizeof ev_fields / sizeof ev_fields[0] == E_COUNT, "a FieldDef per EvField");
 
+/* What a commit adds to workd_activity, per queue: one array parameter per
+ * column, after the queues'. */
+typedef enum { A_ACCEPTED, A_COMPLETED, A_FAILED, A_DEAD, A_CANCELLED, A_COUNT } ActKind;
+static const char *const act_cols[A_COUNT] = {"accepted", "completed", "failed", "dead",
+                                              "cancelled"};
+
 /* The scalar parameters come first: $1.. */
-enum { P_TERM = 1, P_OPENING, P_PART, P_LAST_SEQ, P_FIRST_AT, P_INBOX, P_SCALARS = P_INBOX };
+enum {
+    P_TERM = 1,
+    P_OPENING,
+    P_PART,
+    P_LAST_SEQ,
+    P_FIRST_AT,
+    P_INBOX,
+    P_ACT_QUEUES,
+    P_ACT_FIRST, /* A_COUNT of them */
+    P_SCALARS = P_ACT_FIRST + A_COUNT - 1
+};
 
 static const char *array_type(ColKind k)
 {
@@ -183,8 +201,10 @@ static char *append_sql(void)
 
     sbuf_printf(&b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
                 P_OPENING);
-    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (seq, at, type, version, work_id, data, term, "
-                  "part)\n  SELECT ");
+    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (");
+    for (int i = 0; i < E_COUNT; i++)
+        sbuf_printf(&b, "%s, ", ev_fields[i].name);
+    sbuf_puts(&b, "term, part)\n  SELECT ");
     for (int i = 0; i < E_COUNT; i++) {
         sql_value(&b, "e", &ev_fields[i]);
         sbuf_puts(&b, ", ");
@@ -271,6 +291,21 @@ static char *append_sql(void)
         "  SELECT $%d::int, queue, status, count(*) FROM dn GROUP BY queue, status\n"
         "  ON CONFLICT (part, queue, status) DO UPDATE SET n = workd_counts.n + EXCLUDED.n),\n",
         P_PART);
+    /* Activity per queue and bucket (the dashboard's chart), added up here
+     * from the commit's events so that no read counts the log. */
+    sbuf_printf(&b,
+                "act AS (INSERT INTO workd_activity AS a (bucket, queue, accepted, completed, "
+                "failed, dead, cancelled)\n"
+                "  SELECT $%d::bigint / %d * %d, t.* FROM unnest($%d::text[]",
+                P_FIRST_AT, ACTIVITY_BUCKET_S * 1000, ACTIVITY_BUCKET_S, P_ACT_QUEUES);
+    for (int k = 0; k < A_COUNT; k++)
+        sbuf_printf(&b, ", $%d::bigint[]", P_ACT_FIRST + k);
+    sbuf_puts(&b,
+              ") AS t\n  WHERE (SELECT ok FROM lk)\n  ON CONFLICT (bucket, queue) DO UPDATE SET ");
+    for (int k = 0; k < A_COUNT; k++)
+        sbuf_printf(&b, "%s%s = a.%s + EXCLUDED.%s", k ? ", " : "", act_cols[k], act_cols[k],
+                    act_cols[k]);
+    sbuf_puts(&b, "),\n");
     sbuf_printf(
         &b,
         "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk))\n",
@@ -454,6 +489,66 @@ static char *inbox_array(const int64_t *inbox, size_t n)
     return sbuf_steal(&col.b);
 }
 
+/* The kind of activity an event is (-1: none the chart shows). */
+static int act_kind(EventType t)
+{
+    switch (t) {
+    case EV_ACCEPTED:
+        return A_ACCEPTED;
+    case EV_COMPLETED:
+        return A_COMPLETED;
+    case EV_FAILED:
+    case EV_TIMED_OUT:
+        return A_FAILED;
+    case EV_DEAD:
+        return A_DEAD;
+    case EV_CANCELLED:
+        return A_CANCELLED;
+    default:
+        return -1;
+    }
+}
+
+/* The activity parameters of a commit: cols[0] the queues, cols[1 + k] the
+ * counts of kind k, one element per queue the events name. */
+static void activity_cols(const EventList *events, Col *cols)
+{
+    typedef struct {
+        const char *queue;
+        int64_t n[A_COUNT];
+    } Act;
+    memset(cols, 0, (1 + A_COUNT) * sizeof *cols);
+    Act *acts = NULL;
+    size_t n = 0, cap = 0;
+    HMap idx; /* queue -> 1 + its index in acts */
+    hmap_init(&idx);
+    for (size_t i = 0; i < events->len; i++) {
+        const Event *e = &events->items[i];
+        int k = act_kind(e->type);
+        if (k < 0 || !e->queue)
+            continue;
+        size_t at = (size_t)(uintptr_t)hmap_get(&idx, e->queue);
+        if (!at) {
+            if (n == cap) {
+                cap = cap ? cap * 2 : 4;
+                acts = xrealloc(acts, cap * sizeof *acts);
+            }
+            memset(&acts[n], 0, sizeof acts[n]);
+            acts[n].queue = e->queue;
+            at = ++n;
+            hmap_put(&idx, e->queue, (void *)(uintptr_t)at);
+        }
+        acts[at - 1].n[k]++;
+    }
+    for (size_t i = 0; i < n; i++) {
+        col_text(&cols[0], acts[i].queue);
+        for (int k = 0; k < A_COUNT; k++)
+            col_int(&cols[1 + k], acts[i].n[k]);
+    }
+    hmap_free(&idx);
+    free(acts);
+}
+
 int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const *rows, size_t nrows,
                    const int64_t *inbox, size_t n_inbox, Err *err)
 {
@@ -472,8 +567,11 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
         col_int(&ev[E_VERSION], e->version);
         col_text(&ev[E_WORK], e->work_id);
         json_t *d = event_data_encode(e);
-        col_json(&ev[E_DATA], d);
+        char *txt = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
         json_decref(d);
+        col_text(&ev[E_DATA], txt);
+        col_int(&ev[E_BYTES], txt ? (int64_t)strlen(txt) : 0);
+        free(txt);
     }
     for (size_t i = 0; i < nrows; i++) {
         const ProjRow *r = rows[i];
@@ -497,6 +595,10 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     params[P_FIRST_AT - 1] = first_at;
     char *inbox_ns = inbox_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
+    Col act[1 + A_COUNT];
+    activity_cols(events, act);
+    for (int k = 0; k <= A_COUNT; k++)
+        params[P_ACT_QUEUES - 1 + k] = col_end(&act[k]);
     for (int i = 0; i < N_ARRAYS; i++)
         params[P_SCALARS + i] = col_end(&cols[i]);
     PGresult *r = PQexecPrepared(c, "workd_append", N_PARAMS, params, NULL, NULL, 0);
@@ -507,6 +609,8 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     for (int i = 0; i < N_ARRAYS; i++)
         sbuf_free(&cols[i].b);
     free(inbox_ns);
+    for (int k = 0; k <= A_COUNT; k++)
+        sbuf_free(&act[k].b);
     if (!r)
         return -1;
     int64_t written = db_int(r, 0, 0);
@@ -558,8 +662,6 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
         it->queue = xstrdup(db_str(r, (int)i, 2));
         it->priority = (int)db_int(r, (int)i, 3);
         it->payload = json_loads(db_str(r, (int)i, 4), JSON_DECODE_ANY, NULL);
-        if (!it->payload)
-            it->payload = json_null();
         it->run_at = PQgetisnull(r, (int)i, 5) ? 0 : db_int(r, (int)i, 5);
         it->timeout_ms = PQgetisnull(r, (int)i, 6) ? 0 : db_int(r, (int)i, 6);
         it->max_attempts = PQgetisnull(r, (int)i, 7) ? 0 : (int)db_int(r, (int)i, 7);
@@ -571,16 +673,34 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
 /* Every queue's flow control (workd_queues), read by queue_limits_row. */
 static const char queues_sql[] =
     "SELECT queue, paused, coalesce(max_running, 0), coalesce(max_running_per_key, 0),"
-    "       coalesce(rate_limit, 0), coalesce(rate_period_ms, 0)"
+    "       coalesce(rate_limit, 0), coalesce(rate_period_ms, 0), key_weights::text"
     "  FROM workd_queues";
 
+/* The caller owns the result's weights (queue_limits_clear). */
 static QueueLimits queue_limits_row(const PGresult *r, int i)
 {
-    return (QueueLimits){.paused = !strcmp(PQgetvalue(r, i, 1), "t"),
-                         .max_running = (int)db_int(r, i, 2),
-                         .max_running_per_key = (int)db_int(r, i, 3),
-                         .rate_limit = (int)db_int(r, i, 4),
-                         .rate_period_ms = db_int(r, i, 5)};
+    QueueLimits l = {.paused = !strcmp(PQgetvalue(r, i, 1), "t"),
+                     .max_running = (int)db_int(r, i, 2),
+                     .max_running_per_key = (int)db_int(r, i, 3),
+                     .rate_limit = (int)db_int(r, i, 4),
+                     .rate_period_ms = db_int(r, i, 5)};
+    json_t *w = PQgetisnull(r, i, 6) ? NULL : json_loads(db_str(r, i, 6), 0, NULL);
+    if (json_is_object(w) && json_object_size(w)) {
+        const char *k;
+        json_t *x;
+        l.weights = xcalloc(json_object_size(w), sizeof *l.weights);
+        json_object_foreach(w, k, x)
+        {
+            if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+                json_integer_value(x) > QL_MAX_WEIGHT)
+                continue; /* only the leader writes it, from a checked event */
+            l.weights[l.n_weights].key = xstrdup(k);
+            l.weights[l.n_weights++].weight = (int)json_integer_value(x);
+        }
+        queue_limits_sort(&l);
+    }
+    json_decref(w);
+    return l;
 }
 
 int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
@@ -639,6 +759,7 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
     for (int i = 0; i < PQntuples(r); i++) {
         QueueLimits lim = queue_limits_row(r, i);
         ws_queue_restore(ws, db_str(r, i, 0), &lim, now);
+        queue_limits_clear(&lim);
     }
     PQclear(r);
     return 0;
@@ -907,7 +1028,9 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
     "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"                           \
     "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"             \
     "                                 AS before"                                                   \
-    "                          FROM (SELECT e.seq, pg_column_size(e.data) AS stored"               \
+    "                          FROM (SELECT e.seq,"                                                \
+    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"        \
+    "                                         AS stored"                                           \
     "                                  FROM workd_events e"                                        \
     "                                 WHERE " where                                                \
     "                                   AND (e.type IN ('completed', 'dead', 'cancelled')"         \
@@ -933,9 +1056,12 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_byte
      * The page is cut by bytes over at most `limit` events: an event is read
      * when the events before it hold less than max_bytes of text. Sizing
      * every event as text would convert all `limit` of them, each page, so
-     * the stored (maybe compressed, never larger) size picks the candidates
-     * first, cheaply, and only those are converted and measured. n_page says
-     * how many events the count limit alone would have read. */
+     * the size of its text recorded at the append (data_bytes, schema 14)
+     * picks the candidates first, cheaply, and only those are converted and
+     * measured. Events older than that column fall back to their stored size,
+     * which compression can make far smaller than the text: large results
+     * that compress well then cost conversions the page does not use. n_page
+     * says how many events the count limit alone would have read. */
     PGresult *r = work_id ? db_exec_cached(c, "workd_finished_after_work", finished_after_work_sql,
                                            5, params, "reading a work item's events", err)
                           : db_exec_cached(c, "workd_finished_after", finished_after_sql, 4, params,
@@ -1051,6 +1177,101 @@ json_t *journal_open_counts(PGconn *c, Err *err)
     return o;
 }
 
+json_t *journal_activity(PGconn *c, int buckets, Err *err)
+{
+    char span[24], size[16];
+    snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
+    snprintf(size, sizeof size, "%d", ACTIVITY_BUCKET_S);
+    const char *params[] = {span, size};
+    PGresult *r = db_exec(
+        c,
+        "WITH w AS (SELECT (floor(extract(epoch from now()) / $2::int) * $2::int)::bigint AS last) "
+        "SELECT w.last, a.bucket, a.queue, a.accepted, a.completed, a.failed, a.dead, a.cancelled"
+        "  FROM w LEFT JOIN workd_activity a"
+        "    ON a.bucket > w.last - $1::bigint AND a.bucket <= w.last"
+        " ORDER BY a.bucket, a.queue",
+        2, params, "reading the activity", err);
+    if (!r)
+        return NULL;
+    static const char *const kinds[] = {"accepted", "completed", "failed", "dead", "cancelled"};
+    int64_t first = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
+    json_t *queues = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        if (PQgetisnull(r, i, 1))
+            continue; /* no activity at all: the left join's one row */
+        const char *name = db_str(r, i, 2);
+        json_t *q = json_object_get(queues, name);
+        if (!q) {
+            q = json_object();
+            for (int k = 0; k < 5; k++) {
+                json_t *arr = json_array();
+                for (int b = 0; b < buckets; b++)
+                    json_array_append_new(arr, json_integer(0));
+                json_object_set_new(q, kinds[k], arr);
+            }
+            json_object_set_new(queues, name, q);
+        }
+        size_t slot = (size_t)((db_int(r, i, 1) - first) / ACTIVITY_BUCKET_S);
+        for (int k = 0; k < 5; k++)
+            json_array_set_new(json_object_get(q, kinds[k]), slot,
+                               json_integer(db_int(r, i, 3 + k)));
+    }
+    PQclear(r);
+    char start[40];
+    time_format(first * 1000, start, sizeof start);
+    return json_pack("{s:i, s:s, s:i, s:o}", "bucket_seconds", ACTIVITY_BUCKET_S, "start", start,
+                     "buckets", buckets, "queues", queues);
+}
+
+json_t *journal_key_backlog(PGconn *c, const char *queue, int top, Err *err)
+{
+    char topv[16];
+    snprintf(topv, sizeof topv, "%d", top);
+    const char *params[] = {queue, topv};
+    PGresult *r = db_exec(
+        c,
+        "WITH k AS (SELECT queue, key,"
+        "       count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now()))"
+        "         AS pending,"
+        "       count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,"
+        "       count(*) FILTER (WHERE status = 'running') AS running"
+        "  FROM workd_open WHERE status IN ('pending', 'running')"
+        "   AND ($1::text IS NULL OR queue = $1::text) GROUP BY queue, key),"
+        " r AS (SELECT *, row_number() OVER (PARTITION BY queue"
+        "                 ORDER BY pending DESC, running DESC, key NULLS FIRST) <= $2::int AS top"
+        "         FROM k)"
+        "SELECT queue, top, CASE WHEN top THEN key END, sum(pending)::bigint,"
+        "       sum(scheduled)::bigint, sum(running)::bigint, count(*)"
+        "  FROM r GROUP BY queue, top, CASE WHEN top THEN key END"
+        " ORDER BY queue, top DESC, 4 DESC, 6 DESC, 3 NULLS FIRST",
+        2, params, "counting the backlog per key", err);
+    if (!r)
+        return NULL;
+    json_t *out = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *name = db_str(r, i, 0);
+        json_t *q = json_object_get(out, name);
+        if (!q) {
+            q = json_pack("{s:[], s:{s:i, s:i, s:i, s:i}}", "keys", "other", "keys", 0, "pending",
+                          0, "scheduled", 0, "running", 0);
+            json_object_set_new(out, name, q);
+        }
+        json_t *counts =
+            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3), "scheduled",
+                      (json_int_t)db_int(r, i, 4), "running", (json_int_t)db_int(r, i, 5));
+        if (!strcmp(PQgetvalue(r, i, 1), "t")) {
+            const char *key = db_str(r, i, 2);
+            json_object_set_new(counts, "key", key ? json_string(key) : json_null());
+            json_array_append_new(json_object_get(q, "keys"), counts);
+        } else {
+            json_object_set_new(counts, "keys", json_integer(db_int(r, i, 6)));
+            json_object_set_new(q, "other", counts);
+        }
+    }
+    PQclear(r);
+    return out;
+}
+
 json_t *journal_queue_limits(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c, queues_sql, 0, NULL, "reading the queues' limits", err);
@@ -1060,6 +1281,7 @@ json_t *journal_queue_limits(PGconn *c, Err *err)
     for (int i = 0; i < PQntuples(r); i++) {
         QueueLimits lim = queue_limits_row(r, i);
         json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
+        queue_limits_clear(&lim);
         json_object_del(l, "queue");
         json_object_set_new(o, db_str(r, i, 0), l);
     }

@@ -4,6 +4,10 @@
 #ifndef WORKD_JOURNAL_H
 #define WORKD_JOURNAL_H
 
+/* workd_activity: buckets of this many seconds, kept this long (retention). */
+#define ACTIVITY_BUCKET_S 10
+#define ACTIVITY_KEEP_S 3600
+
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
@@ -38,7 +42,8 @@ typedef struct InboxItem {
     int64_t n; /* its place in the inbox */
     char *id, *queue;
     int priority;
-    json_t *payload;
+    json_t *payload; /* NULL: the database holds one jansson cannot read (a number of
+                        2^63 or more written before schema 12 refused it) */
     int64_t run_at, timeout_ms;
     int max_attempts;
 } InboxItem;
@@ -121,6 +126,19 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
  * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
  * open work. */
 json_t *journal_open_counts(PGconn *c, Err *err);
+/* The dashboard's chart: per queue and bucket of ACTIVITY_BUCKET_S seconds,
+ * the last `buckets` buckets up to the database's now, from workd_activity
+ * (kept by the leader's append): {"bucket_seconds", "start" (the first
+ * bucket's time), "buckets", "queues": {queue: {"accepted": [n...],
+ * "completed", "failed", "dead", "cancelled"}}}, oldest first. New reference,
+ * NULL on error. */
+json_t *journal_activity(PGconn *c, int buckets, Err *err);
+/* The backlog of each key of a queue (all queues when queue is NULL), bounded:
+ * the `top` keys with the most ready work, the rest added up as "other":
+ * {queue: {"keys": [{"key": k|null, "pending", "scheduled", "running"}...],
+ * "other": {"keys": n, "pending", "scheduled", "running"}}}. One pass over
+ * the open work (workd_open). New reference, NULL on error. */
+json_t *journal_key_backlog(PGconn *c, const char *queue, int top, Err *err);
 
 /* Every queue's flow control as operators set it: {queue: {paused,
  * max_running, rate}} (a new reference; queues never set are absent). */

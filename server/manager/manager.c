@@ -90,6 +90,7 @@ void mgrcmd_free(MgrCmd *c)
     json_decref(c->reports);
     json_decref(c->reply);
     json_decref(c->detail);
+    queue_limits_clear(&c->limits);
     if (c->bulk) {
         journal_known_free(c->bulk);
         free(c->bulk);
@@ -348,6 +349,10 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
                 KnownWork *k = known_snapshot(it, e);
                 hmap_put(&m->finished, k->id, k);
             }
+        } else if ((e->type == EV_FAILED || e->type == EV_TIMED_OUT) && !e->queue) {
+            /* Not written into the event's data: for workd_activity's count. */
+            const WorkItem *it = ws_get(m->ws, e->work_id);
+            e->queue = it ? xstrdup(it->queue) : NULL;
         }
         ws_apply(m->ws, e);
         if (e->work_id && e->type != EV_PROGRESS &&
@@ -822,17 +827,22 @@ static void drop_waiters_of(Manager *m, const char *worker_id)
 /* The flow control a queue has, as the API shows it. */
 json_t *queue_limits_json(const char *queue, const QueueLimits *l)
 {
+    json_t *w = json_object();
+    for (size_t i = 0; i < l->n_weights; i++)
+        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
     return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
         l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
         l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
         l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
                                   (double)l->rate_period_ms / 1000.0)
-                      : json_null());
+                      : json_null(),
+        "key_weights", w);
 }
 
 static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
 {
+    /* l borrows its weights: the state's, or the command's when it sets them. */
     QueueLimits l = ws_queue_limits(m->ws, c->queue);
     if (c->limits_set & QL_PAUSED)
         l.paused = c->limits.paused;
@@ -844,6 +854,10 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
         l.rate_limit = c->limits.rate_limit;
         l.rate_period_ms = c->limits.rate_period_ms;
     }
+    if (c->limits_set & QL_WEIGHTS) {
+        l.weights = c->limits.weights;
+        l.n_weights = c->limits.n_weights;
+    }
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
@@ -854,7 +868,9 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
                  l.paused ? "paused" : "running", l.max_running, l.rate_limit,
                  (long long)l.rate_period_ms);
         emit(m, &tmp, now);
-        cmd_ok(c, 200, queue_limits_json(c->queue, &l));
+        /* The state's own now (l's borrowed weights went with the old ones). */
+        QueueLimits set = ws_queue_limits(m->ws, c->queue);
+        cmd_ok(c, 200, queue_limits_json(c->queue, &set));
     }
     eventlist_free(&tmp);
 }
@@ -1024,6 +1040,8 @@ static void inbox_cmd_done(MgrCmd *c, void *ud)
     mgrcmd_free(c);
 }
 
+static void inbox_decided(Manager *m, const MgrCmd *c);
+
 /* Turns the oldest inbox entries into submit commands ahead of the round's
  * mail, one command each, so that one refused entry does not hold the others
  * back. Returns -1 when the leader stepped down. */
@@ -1056,6 +1074,13 @@ static int take_inbox(Manager *m, MgrCmd **mail)
         s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
         s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
         c->inbox_n = it->n;
+        if (!s->payload) { /* never stored as null in its stead: refused for good */
+            cmd_fail(c, 400, "invalid-payload",
+                     "its payload holds a number workd cannot read back (2^63 or more)");
+            inbox_decided(m, c);
+            mgrcmd_free(c);
+            continue;
+        }
         c->done = inbox_cmd_done;
         c->next = *mail;
         *mail = c;
@@ -1167,6 +1192,17 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         else
             cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
         break;
+    case MC_QUEUE_FLOW: {
+        json_t *o = json_object();
+        const char *name;
+        for (size_t i = 0; (name = ws_queue_next(m->ws, &i));) {
+            double t = ws_queue_tokens(m->ws, name, now);
+            if (t >= 0)
+                json_object_set_new(o, name, json_pack("{s:f}", "tokens", t));
+        }
+        cmd_ok(c, 200, o);
+        break;
+    }
     }
     eventlist_free(&tmp);
     queue_done(m, c);

@@ -146,6 +146,17 @@ static int drop_expired(Retention *r, const PartList *pl, int64_t now)
     return 0;
 }
 
+/* The chart's buckets (workd_activity) older than ACTIVITY_KEEP_S go: a few
+ * small rows per queue and bucket, deleted by their primary key's range. */
+static int trim_activity(Retention *r, int64_t now)
+{
+    char before[24];
+    snprintf(before, sizeof before, "%lld", (long long)(now / 1000 - ACTIVITY_KEEP_S));
+    const char *params[] = {before};
+    return exec(r, "DELETE FROM workd_activity WHERE bucket < $1::bigint", 1, params,
+                "forgetting old activity");
+}
+
 static void measure(Retention *r, const PartList *pl)
 {
     Err err = {0};
@@ -186,7 +197,8 @@ static void pass(Retention *r)
     int64_t now = wall_ms();
     if (journal_parts(r->conn, pl, &err) != 0) {
         log_warn("retention: %s", err.msg);
-    } else if (pl->n > 0 && add_ahead(r, pl, now) == 0 && drop_expired(r, pl, now) == 0) {
+    } else if (pl->n > 0 && add_ahead(r, pl, now) == 0 && drop_expired(r, pl, now) == 0 &&
+               trim_activity(r, now) == 0) {
         if (journal_parts(r->conn, pl, &err) == 0)
             measure(r, pl);
         atomic_store(&r->stats.last_run_ms, now);

@@ -22,6 +22,8 @@ typedef struct KeyQ {
     char *key;
     Heap ready;               /* by priority, then acceptance */
     int running;              /* attempts of this key in the running heap */
+    int weight;               /* turns in a row per round (the queue's key_weights; 1) */
+    int turns;                /* of this round's, used so far */
     struct KeyQ *prev, *next; /* the ring of keys with ready work (NULL: not in it) */
 } KeyQ;
 
@@ -100,6 +102,7 @@ static void queue_free(Queue *q)
     }
     hmap_free(&q->keys);
     heap_free(&q->delayed);
+    queue_limits_clear(&q->lim);
     free(q->name);
     free(q);
 }
@@ -109,7 +112,8 @@ static bool queue_idle(const Queue *q)
 {
     const QueueLimits *l = &q->lim;
     return !q->n_ready && !q->delayed.len && !q->running && !q->keys.len && !l->paused &&
-           !l->max_running && !l->max_running_per_key && !l->rate_limit && !l->rate_period_ms;
+           !l->max_running && !l->max_running_per_key && !l->rate_limit && !l->rate_period_ms &&
+           !l->n_weights;
 }
 
 static const char *key_of(const WorkItem *it)
@@ -123,6 +127,7 @@ static KeyQ *key_get(Queue *q, const char *key)
     if (!k) {
         k = xcalloc(1, sizeof *k);
         k->key = xstrdup(key);
+        k->weight = queue_limits_weight(&q->lim, key);
         heap_init(&k->ready, ready_less, item_index);
         hmap_put(&q->keys, k->key, k);
     }
@@ -133,6 +138,7 @@ static KeyQ *key_get(Queue *q, const char *key)
  * every key already waiting. */
 static void ring_link(Queue *q, KeyQ *k)
 {
+    k->turns = 0;
     if (!q->cursor) {
         k->prev = k->next = k;
         q->cursor = k;
@@ -166,6 +172,16 @@ static void key_release(Queue *q, KeyQ *k)
     heap_free(&k->ready);
     free(k->key);
     free(k);
+}
+
+/* After the queue's weights changed: every key takes its new weight (a round
+ * under way keeps the turns it used). */
+static void refresh_weights(Queue *q)
+{
+    const char *name;
+    void *v;
+    for (size_t i = 0; hmap_next(&q->keys, &i, &name, &v);)
+        ((KeyQ *)v)->weight = queue_limits_weight(&q->lim, name);
 }
 
 static void ready_push(Queue *q, WorkItem *it)
@@ -645,11 +661,19 @@ int ws_decide_queue_set(const WorkState *ws, const char *queue, const QueueLimit
     if (lim->max_running < 0 || lim->rate_limit < 0 ||
         (lim->rate_limit && lim->rate_period_ms <= 0))
         return err_set(err, 400, "invalid-field", "queue limits must not be negative");
+    if (lim->n_weights > QL_MAX_WEIGHTS)
+        return err_set(err, 400, "invalid-field", "at most %d keys of a queue may have a weight",
+                       QL_MAX_WEIGHTS);
+    for (size_t i = 0; i < lim->n_weights; i++)
+        if (lim->weights[i].weight < 1 || lim->weights[i].weight > QL_MAX_WEIGHT)
+            return err_set(err, 400, "invalid-field", "a key's weight must be from 1 to %d",
+                           QL_MAX_WEIGHT);
     Event *e = eventlist_push(out);
     e->type = EV_QUEUE_SET;
     e->at = now;
     e->queue = xstrdup(queue);
-    e->limits = *lim;
+    queue_limits_copy(&e->limits, lim);
+    queue_limits_sort(&e->limits);
     return 0;
 }
 
@@ -660,10 +684,25 @@ QueueLimits ws_queue_limits(const WorkState *ws, const char *queue)
     return q ? q->lim : none;
 }
 
+const char *ws_queue_next(const WorkState *ws, size_t *pos)
+{
+    const char *name;
+    return hmap_next(&ws->queues, pos, &name, NULL) ? name : NULL;
+}
+
+double ws_queue_tokens(const WorkState *ws, const char *queue, int64_t now)
+{
+    const Queue *q = hmap_get(&ws->queues, queue);
+    return q && q->lim.rate_limit ? tokens_at(q, now) : -1;
+}
+
 void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now)
 {
     Queue *q = queue_get(ws, queue);
-    q->lim = *lim;
+    queue_limits_clear(&q->lim);
+    queue_limits_copy(&q->lim, lim);
+    queue_limits_sort(&q->lim);
+    refresh_weights(q);
     q->tokens = 0; /* a new leader's bucket starts empty: no burst after a failover */
     q->tokens_at = now;
 }
@@ -683,7 +722,9 @@ void ws_apply(WorkState *ws, const Event *e)
         Queue *q = queue_get(ws, e->queue);
         bool rate_changed = q->lim.rate_limit != e->limits.rate_limit ||
                             q->lim.rate_period_ms != e->limits.rate_period_ms;
-        q->lim = e->limits;
+        queue_limits_clear(&q->lim);
+        queue_limits_copy(&q->lim, &e->limits);
+        refresh_weights(q);
         if (rate_changed) { /* a new bucket starts empty: no burst */
             q->tokens = 0;
             q->tokens_at = e->at;
@@ -714,10 +755,14 @@ void ws_apply(WorkState *ws, const Event *e)
     case EV_STARTED: {
         if (!it || it->status != WORK_PENDING)
             return;
-        /* The key's turn is used: the key after it in the ring goes next. */
+        /* One of the key's turns is used: when its round's turns (its weight)
+         * are all used, the key after it in the ring goes next. */
         Queue *q = queue_get(ws, it->queue);
         KeyQ *k = it->where == IN_READY ? hmap_get(&q->keys, key_of(it)) : NULL;
-        KeyQ *after = k && k->next != k ? k->next : NULL;
+        bool stay = k && k->ready.len > 1 && k->turns + 1 < k->weight;
+        if (k)
+            k->turns = stay ? k->turns + 1 : 0;
+        KeyQ *after = stay ? k : k && k->next != k ? k->next : NULL;
         unplace(ws, it);
         it->status = WORK_RUNNING;
         it->attempt = e->attempt;

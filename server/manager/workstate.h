@@ -156,7 +156,8 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
                     EventList *out, Err *err) WARN_UNUSED;
 
 /* Sets a queue's flow control (all of it: the caller merges a partial change
- * with ws_queue_limits). Refuses negative limits (400). */
+ * with ws_queue_limits). Refuses negative limits, more than QL_MAX_WEIGHTS
+ * weighted keys and weights outside 1..QL_MAX_WEIGHT (400). lim is copied. */
 int ws_decide_queue_set(const WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now,
                         EventList *out, Err *err) WARN_UNUSED;
 
@@ -172,7 +173,9 @@ void ws_decide_report(const WorkState *ws, const Report *r, const KnownWork *kno
 
 /* Hands at most one ready job from the worker's queues (all if queues is
  * empty or NULL) to the worker: appends one started event and returns true, or
- * returns false when nothing is ready. Queues that are paused, at their
+ * returns false when nothing is ready. Within a queue the keys with ready work
+ * take turns: a key of weight w (the queue's key_weights, 1 by default) gets w
+ * jobs in a row, then the next key's turn comes. Queues that are paused, at their
  * max_running, or out of their rate limit's tokens hand out nothing. Call
  * ws_advance() first. */
 bool ws_decide_start(const WorkState *ws, const char *worker_id, char *const *queues, int64_t now,
@@ -234,10 +237,16 @@ json_t *ws_queue_stats(const WorkState *ws, int64_t now);
 /* A canonical JSON image of the open work, for tests comparing states. */
 json_t *ws_dump(const WorkState *ws);
 
-/* A queue's flow control (all zero: none). */
+/* A queue's flow control (all zero: none). Its weights are borrowed: valid
+ * until the state changes; do not clear it. */
 QueueLimits ws_queue_limits(const WorkState *ws, const char *queue);
-/* Recovery: a queue's flow control as workd_queues holds it; a rate limit's
- * bucket starts empty at now, so a failover brings no burst. */
+/* Iteration over the queues the state holds (those with open work or flow
+ * control): for (size_t i = 0; (name = ws_queue_next(ws, &i));) */
+const char *ws_queue_next(const WorkState *ws, size_t *pos);
+/* The starts a queue's rate limit allows at now, fractional (-1: it has none). */
+double ws_queue_tokens(const WorkState *ws, const char *queue, int64_t now);
+/* Recovery: a queue's flow control as workd_queues holds it (copied); a rate
+ * limit's bucket starts empty at now, so a failover brings no burst. */
 void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, int64_t now);
 
 /* Inserts an open item as the projection holds it (recovery). Takes copies. */

@@ -161,6 +161,24 @@ async function open() {
     return n('completed') >= 1 && n('dead') >= 1 && n('scheduled') >= 1;
   });
   check(await page.locator('#throughput-chart rect.c-completed').count() >= 1, 'no completed bar in the chart');
+  check(await page.locator('#throughput-chart polyline.accepted').count() === 1, 'no line of accepted work');
+
+  begin("a queue's panel: backlog per key, pause and resume, limits and weights");
+  await page.click('#queues-table tr[data-queue="default"] button[data-action="queue-open"]');
+  await page.locator('#queue-keys-table tr[data-key="(no key)"]').waitFor();
+  await page.click('#queue-pause');
+  await page.locator('#queue-detail-state', {hasText: 'paused'}).waitFor();
+  await page.locator('#queues-table tr[data-queue="default"] button[data-action="queue-open"]', {hasText: 'paused'}).waitFor();
+  await page.click('#queue-pause');
+  await page.locator('#queue-detail-state', {hasText: 'running'}).waitFor();
+  await page.fill('#queue-limits-form input[name=max_running]', '7');
+  await page.fill('#queue-limits-form textarea[name=key_weights]', 'gold=3');
+  await page.click('#queue-limits-form button[type=submit]');
+  await page.locator('#queue-message', {hasText: '≤ 7 running, 1 weighted key'}).waitFor();
+  await page.fill('#queue-limits-form input[name=max_running]', '');
+  await page.fill('#queue-limits-form textarea[name=key_weights]', '');
+  await page.click('#queue-limits-form button[type=submit]');
+  await page.locator('#queue-message', {hasText: 'Set: none.'}).waitFor();
   await page.evaluate(() => document.activeElement?.blur());
   await page.screenshot({path: opt.screenshot, fullPage: true});
   log(`  screenshot ${opt.screenshot}`);
@@ -229,7 +247,8 @@ async function open() {
     if (pages.length) {
       const prev = pages[pages.length - 1][0];
       await page.click('#list-older');
-      await page.locator(`#work-list:not(:has(tr[data-id="${prev}"]))`).waitFor();
+      // The next page, loaded: not the previous one, and not "Loading…" in between.
+      await page.locator(`#work-list:not(:has(tr[data-id="${prev}"])):not(:has-text("Loading…"))`).waitFor();
       if (await page.locator('#work-list', {hasText: 'No older work.'}).count()) break;
     }
     await rows.first().waitFor();

@@ -41,6 +41,16 @@ static void check_same(const Event *a, const Event *b)
                "a %s event's attempt fields changed", t);
     FUZZ_CHECK(a->new_term == b->new_term && same_str(a->leader_url, b->leader_url),
                "a %s event's term fields changed", t);
+    const QueueLimits *x = &a->limits, *y = &b->limits;
+    FUZZ_CHECK(x->paused == y->paused && x->max_running == y->max_running &&
+                   x->max_running_per_key == y->max_running_per_key &&
+                   x->rate_limit == y->rate_limit && x->rate_period_ms == y->rate_period_ms &&
+                   x->n_weights == y->n_weights,
+               "a %s event's limits changed", t);
+    for (size_t i = 0; i < x->n_weights; i++)
+        FUZZ_CHECK(!strcmp(x->weights[i].key, y->weights[i].key) &&
+                       x->weights[i].weight == y->weights[i].weight,
+                   "a %s event's key weights changed", t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -375,5 +375,44 @@ def test_list_and_queue_stats(cluster):
     assert sum(stats["default"]["throughput"]["completed"]) == 2, stats["default"]
 
 
+
+def test_payload_values_are_kept_as_documented(cluster):
+    """What openapi.yaml's AnyValue and docs/api-values.md promise: strings and
+    integers within 64 bits come back exactly, through the worker, the result,
+    the database and a new leader; other numbers come back as the same double;
+    what the store cannot keep is refused with a message, never lost."""
+    a = cluster.start_server("a")
+    wait_leader(a.url)
+    b = cluster.start_server("b")
+    exact = {"max": 9223372036854775807, "min": -9223372036854775808,
+             "text": "é\u2028\U0001F600", "control": "\u0001\u001f",
+             "nested": [[], {}, None, True, False, 0, -1],
+             "object": {"b": 1, "a": 2}}  # equal as objects: the order of keys is not kept
+    doubles = [0.1, 1.1, 3.141592653589793, 1e-300, 1e2, -0.5, 9.2e18, 2.5e-7]
+    payload = {**exact, "doubles": doubles}
+    w = submit(a.url, {"id": "values", "payload": payload})
+    job = pull(a.url, "w1")[0]
+    assert job["payload"] == payload, job["payload"]
+    complete(a.url, "w1", job, payload)
+    a.kill()
+    for node in (b,):
+        got = wait_status(node.url, w["id"], "completed")
+        for field in ("payload", "result"):
+            value = got[field]
+            assert {k: value[k] for k in exact} == exact, f"{field}: {value}"
+            # Each double reads back as the same double (json parses both the same).
+            assert value["doubles"] == doubles, f"{field}: {value['doubles']} != {doubles}"
+    # Refused, with words: what jsonb cannot hold or give back as sent.
+    for raw, words in ((b'{"payload": 18446744073709551616}', "send it as a string"),
+                       (b'{"payload": -9223372036854775809}', "send it as a string"),
+                       (b'{"payload": 1.5e19}', "send it as a string"),
+                       (b'{"payload": [1, {"x": -1e300}]}', "send it as a string"),
+                       (b'{"payload": "a\\u0000b"}', "\\u0000")):
+        r = http("POST", b.url + "/work", raw, JSON)
+        assert r.status == 400 and words in r.json()["detail"], f"{raw}: {r.status} {r.text}"
+    r = http("POST", b.url + "/work", b'{"payload": 1}', JSON)
+    assert r.status == 202, r.text
+
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -93,9 +93,22 @@ def test_metrics_pass_promtool(cluster):
     job = pull(leader, "w1")[0]
     complete(leader, "w1", job, 1)
     http("GET", leader + f"/work/{w['id']}")
+    # Flow control and keys: every family of them has samples.
+    expect(http("PUT", leader + "/queues/limited",
+                {"paused": True, "max_running": 2, "max_running_per_key": 1,
+                 "rate": {"limit": 5, "per": 2}, "key_weights": {"k1": 2}},
+                {"Content-Type": "application/json"}), 200, "setting limits")
+    http("POST", leader + "/work", [{"payload": i, "queue": "limited", "key": f"k{i}"}
+                                    for i in range(15)] + [{"payload": 0, "queue": "limited"}],
+         {"Content-Type": "application/json"})
     http("GET", leader + "/nope")
     for base in (a.url, b.url):
         text = expect(http("GET", base + "/metrics"), 200, "metrics").body
+        if base == leader:
+            for family in ("workd_queue_paused", "workd_queue_rate_tokens",
+                           "workd_queue_key_backlog", "workd_queue_max_running_per_key"):
+                assert f"\n{family}{{".encode() in text, f"no {family} samples on the leader"
+
         r = subprocess.run([exe, "check", "metrics"], input=text, capture_output=True,
                            timeout=30)
         assert r.returncode == 0, \

@@ -40,7 +40,8 @@ def test_pause_holds_work_and_survives_failover(cluster):
     a, b = two_nodes(cluster)
     r = http("POST", a.url + "/queues/mail/pause")
     assert r.status == 200 and r.json() == {"queue": "mail", "paused": True, "max_running": None,
-                                            "max_running_per_key": None, "rate": None}, r.text
+                                            "max_running_per_key": None, "rate": None,
+                                            "key_weights": {}}, r.text
     ids = [submit(a.url, {"payload": i, "queue": "mail"})["id"] for i in range(3)]
     other = submit(a.url, {"payload": 9, "queue": "other"})["id"]
     got = pull(a.url, "w1", max_jobs=10, wait=1)
@@ -122,6 +123,44 @@ def test_keys_share_a_queue_fairly(cluster):
     assert pull(b.url, "w2", max_jobs=10, wait=1) == [], "the new leader exceeded the key's limit"
 
 
+def test_weighted_keys_across_failover(cluster):
+    """A key of weight 3 gets three turns for the others' one; the weights are
+    a queue_set event, so a new leader hands out work with the same weights, and
+    setting another limit keeps them."""
+    a, b = two_nodes(cluster)
+    ans = put_limits(a.url, "wq", {"key_weights": {"gold": 3}})
+    assert ans["key_weights"] == {"gold": 3}, ans
+    items = [{"id": f"{k}-{i}", "payload": i, "queue": "wq", "key": k}
+             for k in ("gold", "tin") for i in range(20)]
+    http("POST", a.url + "/work", items, JSON)
+
+    def take(url, worker, n):
+        got = []
+        while len(got) < n:
+            for j in pull(url, worker, max_jobs=1, wait=1):
+                got.append(j["id"].split("-")[0])
+                complete(url, worker, j, "ok")
+        return got
+
+    assert take(a.url, "w1", 8) == ["gold"] * 3 + ["tin"] + ["gold"] * 3 + ["tin"], \
+        "weight 3 should give gold three turns per round"
+    put_limits(a.url, "wq", {"max_running": 5})  # another limit: the weights stay
+    assert limits_of(a.url, "wq")["key_weights"] == {"gold": 3}
+    a.kill()
+    wait_new_leader([b.url], not_url=a.url)
+    assert limits_of(b.url, "wq") == {"paused": False, "max_running": 5,
+                                      "max_running_per_key": None, "rate": None,
+                                      "key_weights": {"gold": 3}}
+    order = take(b.url, "w2", 8)
+    # The new leader's round starts anew; its turns keep the weights: in any
+    # four in a row after its first tin, three are gold.
+    first = order.index("tin")
+    assert order[first + 1:first + 5] == ["gold"] * 3 + ["tin"], order
+    put_limits(b.url, "wq", {"key_weights": None})
+    assert limits_of(b.url, "wq")["key_weights"] == {}
+    assert take(b.url, "w2", 4) in (["gold", "tin"] * 2, ["tin", "gold"] * 2)
+
+
 def test_cancel_running_work(cluster):
     """DELETE of running work ends its attempt at once: the worker holding it
     learns it from its next heartbeat's answer and kills the job, the work is
@@ -195,7 +234,10 @@ def test_bad_limits_are_refused(cluster):
     s = cluster.start_server("s1")
     wait_leader(s.url)
     for body in ({}, {"max_running": 0}, {"max_running": "2"}, {"rate": {"limit": 5}},
-                 {"rate": {"limit": 0, "per": 1}}, {"paused": "yes"}, {"other": 1}):
+                 {"rate": {"limit": 0, "per": 1}}, {"paused": "yes"}, {"other": 1},
+                 {"key_weights": {"a": 0}}, {"key_weights": {"a": 1001}},
+                 {"key_weights": {"a b": 2}}, {"key_weights": [1]},
+                 {"key_weights": {f"k{i}": 2 for i in range(101)}}):
         r = http("PUT", s.url + "/queues/q", body, JSON)
         assert r.status == 400, f"{body}: {r.status} {r.text}"
         assert r.json()["detail"], r.text

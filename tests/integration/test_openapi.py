@@ -52,6 +52,7 @@ MAX_OPEN = 40     # --max-open of the leader
 # a server built without dashboard/index.html, and the ones below.
 INFEASIBLE = {("GET", "/work", "500"), ("GET", "/work/{id}", "500"),
               ("GET", "/work/{id}/events", "500"), ("GET", "/queues", "500"),
+              ("GET", "/queues/{queue}/keys", "500"), ("GET", "/activity", "500"),
               ("GET", "/", "500"),
               # worker-id-taken on a heartbeat or pull needs a leader with tokens
               # (here only a follower has them): test_hostile_core.py sends them.
@@ -546,7 +547,8 @@ def test_answers_match_the_spec(cluster):
 
     # Last: without PostgreSQL, reads and readiness answer 503.
     cluster.pg_stop()
-    for path in ("/work/c1", "/work/c1/events", "/work?limit=1", "/queues"):
+    for path in ("/work/c1", "/work/c1/events", "/work?limit=1", "/queues", "/activity",
+                 "/queues/q-flow/keys"):
         wait_until(lambda: api("GET", L, path).status == 503, 20, what=f"GET {path} 503")
         problem(api("GET", L, path, expect=503), "database-unavailable")
     for base in (L, F):
@@ -1144,12 +1146,33 @@ def queue_flow(L, F):
     set_ = api("PUT", F, "/queues/q-flow", {"max_running": 3, "rate": {"limit": 5, "per": 2}},
                JSON, expect=200).json()
     assert set_ == {"queue": "q-flow", "paused": False, "max_running": 3,
-                    "max_running_per_key": None, "rate": {"limit": 5, "per": 2.0}}, set_
+                    "max_running_per_key": None, "rate": {"limit": 5, "per": 2.0},
+                    "key_weights": {}}, set_
     assert api("POST", F, "/queues/q-flow/pause", expect=200).json()["paused"] is True
     q = next(q for q in api("GET", F, "/queues", expect=200).json()["queues"]
              if q["queue"] == "q-flow")
     assert q["limits"] == {"paused": True, "max_running": 3, "max_running_per_key": None,
-                           "rate": {"limit": 5, "per": 2.0}}, q
+                           "rate": {"limit": 5, "per": 2.0}, "key_weights": {}}, q
+    weights = api("PUT", F, "/queues/q-flow", {"key_weights": {"gold": 3, "tin": 1}}, JSON,
+                  expect=200).json()
+    assert weights["key_weights"] == {"gold": 3, "tin": 1}, weights
+    problem(api("PUT", L, "/queues/q-flow", {"key_weights": {"gold": 0}}, JSON, expect=400),
+            "invalid-field")
+    # The backlog per key and the activity chart, from either node.
+    for i in range(3):
+        item = {"payload": i, "queue": "q-flow", **({"key": "gold"} if i else {})}
+        api("POST", L, "/work", item, JSON, expect=202)
+    keys = api("GET", F, "/queues/q-flow/keys?limit=1", expect=200).json()
+    assert keys["keys"] == [{"key": "gold", "pending": 2, "scheduled": 0, "running": 0}], keys
+    assert keys["other"] == {"keys": 1, "pending": 1, "scheduled": 0, "running": 0}, keys
+    problem(api("GET", L, "/queues/q-flow/keys?limit=1000", expect=400), "invalid-parameter")
+    problem(api("GET", L, "/queues/bad%20q/keys", expect=400), "invalid-path")
+    for base in (L, F):
+        act = api("GET", base, "/activity?minutes=2", expect=200).json()
+        assert sum(act["queues"]["q-flow"]["accepted"]) == 3, act
+    problem(api("GET", L, "/activity?minutes=0", expect=400), "invalid-parameter")
+    api("PUT", L, "/queues/q-flow", {"key_weights": None}, JSON, expect=200)
+    api("POST", L, "/bulk/cancel", {"queue": "q-flow"}, JSON, expect=200)  # room under --max-open
     cleared = api("PUT", L, "/queues/q-flow", {"max_running": None, "rate": None}, JSON,
                   expect=200).json()
     assert cleared["max_running"] is None and cleared["rate"] is None, cleared

@@ -76,6 +76,24 @@ def test_idempotent_and_validated(cluster):
     submit(s.url, {"id": "http-first", "payload": 1})
     err = sql_error(cluster, "SELECT workd.submit('2', id => 'http-first')")
     assert "different payload" in err, err
+    # What the server could not read back is refused in SQL as over HTTP; an
+    # entry that got into the inbox before (schema 11) is refused when taken,
+    # never run with a null payload.
+    for big in ("[1, {\"x\": 12345678901234567890}]", "1.5e19", "-9223372036854775809"):
+        err = sql_error(cluster, f"SELECT workd.submit('{big}')")
+        assert "payload_numbers_within_64_bits" in err, f"{big}: {err}"
+    cluster.psql("SELECT workd.submit('[9223372036854775807, -9223372036854775808, 0.5]',"
+                 " id => 'edge')")
+    w = wait_until(lambda: http("GET", s.url + "/work/edge").status == 200 and
+                   get_work(s.url, "edge"), 5, what="edge taken into the log")
+    assert w["payload"] == [9223372036854775807, -9223372036854775808, 0.5], w
+    cluster.psql("ALTER TABLE workd_inbox DROP CONSTRAINT workd_inbox_payload_numbers_within_64_bits;"
+                 " INSERT INTO workd_inbox (id, queue, priority, payload)"
+                 " VALUES ('too-big', 'default', 0, '{\"n\": 1e30}')")
+    wait_until(lambda: cluster.psql("SELECT count(*) FROM workd_inbox") == "0", 5,
+               what="the unreadable entry taken out of the inbox")
+    assert http("GET", s.url + "/work/too-big").status == 404, "run with a lost payload"
+    assert "cannot read back" in s.log_text(), "the refusal is not logged"
 
 
 def test_submitter_role_has_no_other_right(cluster):

@@ -107,6 +107,10 @@ static void fill_examples(EventList *l)
     e->queue = xstrdup("mail");
     e->limits =
         (QueueLimits){.paused = true, .max_running = 4, .rate_limit = 50, .rate_period_ms = 1000};
+    e->limits.weights = xcalloc(2, sizeof *e->limits.weights);
+    e->limits.weights[0] = (KeyWeight){.key = xstrdup("tenant-a"), .weight = 3};
+    e->limits.weights[1] = (KeyWeight){.key = xstrdup("tenant-b"), .weight = 1000};
+    e->limits.n_weights = 2;
 
     e = eventlist_push(l);
     e->type = EV_QUEUE_SET;

@@ -152,10 +152,37 @@ static void test_started_event_with_deadline_zero_reads_back(void **state)
     json_decref(data);
 }
 
+/* A queue_set event whose rate allows 0 starts decoded as a rate of 0 per
+ * 1000 ms, encoded as no rate (null), and read back without its period: the
+ * limits changed on their way through their encoding. Found by fuzz_event
+ * (regress-rate-limit-zero) once it compared limits. */
+static void test_queue_set_with_a_rate_of_zero_reads_back(void **state)
+{
+    json_t *data = json_loads("{\"queue\": \"q\", \"paused\": false, "
+                              "\"rate\": {\"limit\": 0, \"period_ms\": 1000}}",
+                              0, NULL);
+    Event e, again;
+    Err err = {0};
+    CHECK(event_decode(7, 1, NOW_MS, "queue_set", EVENT_VERSION, NULL, data, &e, &err) == 0,
+          "the queue_set event should decode: %s", err.msg);
+    CHECK(e.limits.rate_limit == 0 && e.limits.rate_period_ms == 0,
+          "a rate of 0 starts is no rate, not %d per %lld ms", e.limits.rate_limit,
+          (long long)e.limits.rate_period_ms);
+    json_t *enc = event_data_encode(&e);
+    CHECK(event_decode(7, 1, NOW_MS, "queue_set", EVENT_VERSION, NULL, enc, &again, &err) == 0 &&
+              again.limits.rate_limit == 0 && again.limits.rate_period_ms == 0,
+          "the event changed on its way through its encoding");
+    event_clear(&again);
+    event_clear(&e);
+    json_decref(enc);
+    json_decref(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invalid_escape_message_stays_utf8),
+        cmocka_unit_test(test_queue_set_with_a_rate_of_zero_reads_back),
         cmocka_unit_test(test_times_read_back),
         cmocka_unit_test(test_forwarded_run_at_reads_back),
         cmocka_unit_test(test_started_event_with_deadline_zero_reads_back),

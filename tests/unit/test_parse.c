@@ -105,6 +105,13 @@ static void test_json_body(void **state)
                         "JSON");
     expect_body_refused("a NUL character", "{\"payload\": \"a\\u0000b\"}", ALL, "invalid-json",
                         "JSON");
+    /* Numbers jsonb would give back as integers beyond 64 bits (README). */
+    expect_body_refused("a real of 2^63", "{\"payload\": 9.3e18}", ALL, "invalid-json",
+                        "as a string");
+    expect_body_refused("a deep real of -1e300", "[{\"payload\": [0, {\"x\": -1e300}]}]", ALL,
+                        "invalid-json", "as a string");
+    expect_body_refused("an integer past 64 bits", "{\"payload\": 9223372036854775808}", ALL,
+                        "invalid-json", "as a string");
     expect_body_refused("duplicate keys", "{\"payload\": 1, \"payload\": 2}", ALL, "invalid-json",
                         "duplicate");
     expect_body_refused("duplicate keys inside the payload", "{\"payload\": {\"a\": 1, \"a\": 1}}",

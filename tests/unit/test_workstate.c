@@ -572,6 +572,106 @@ static void test_keys_take_turns(void **state)
     sim_free(&s);
 }
 
+/* Sets the weights of a queue's keys (and nothing else) through a queue_set. */
+static void set_weights(Sim *s, const char *queue, const char *const *keys, const int *weights,
+                        size_t n)
+{
+    QueueLimits l = ws_queue_limits(s->ws, queue);
+    KeyWeight *w = xcalloc(n + 1, sizeof *w);
+    for (size_t i = 0; i < n; i++)
+        w[i] = (KeyWeight){.key = (char *)keys[i], .weight = weights[i]};
+    l.weights = w;
+    l.n_weights = n;
+    set_limits(s, queue, l); /* copied into the event */
+    free(w);
+}
+
+static void test_weighted_keys_take_more_turns(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    const char *keys[] = {"c", "a"};
+    const int weights[] = {2, 3};
+    set_weights(&s, "default", keys, weights, 2);
+    for (int i = 0; i < 9; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "a%d", i);
+        submit_one(&s, (Spec){.id = id, .key = "a"});
+    }
+    for (int i = 0; i < 5; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "b%d", i);
+        submit_one(&s, (Spec){.id = id, .key = "b", .priority = i}); /* b4 first */
+    }
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "c%d", i);
+        submit_one(&s, (Spec){.id = id, .key = "c"});
+    }
+    CHECK(ws_queue_limits(s.ws, "default").n_weights == 2, "the weights are readable");
+    /* a: 3 turns a round, b (no weight): 1, c: 2; priority orders within b.
+     * A key with nothing left leaves the ring without using its turns. */
+    const char *order[] = {"a0", "a1", "a2", "b4", "c0", "c1", "a3", "a4", "a5",
+                           "b3", "c2", "a6", "a7", "a8", "b2", "b1", "b0"};
+    for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+        expect_start(&s, "w1", NULL, order[i]);
+    expect_start(&s, "w1", NULL, NULL);
+    expect_replayable(&s);
+    WorkState *replayed = sim_replay(&s);
+    QueueLimits l = ws_queue_limits(replayed, "default");
+    CHECK(l.n_weights == 2 && !strcmp(l.weights[0].key, "a") && l.weights[0].weight == 3 &&
+              !strcmp(l.weights[1].key, "c") && l.weights[1].weight == 2,
+          "replaying the log should give the weights back, sorted by key");
+    ws_free(replayed);
+    /* Clearing the weights: one turn each again, and the queue, idle and
+     * without flow control, is forgotten. */
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "x%d", i);
+        submit_one(&s, (Spec){.id = id, .key = i % 2 ? "b" : "a"}); /* a had weight 3 */
+    }
+    set_weights(&s, "default", NULL, NULL, 0);
+    const char *plain[] = {"x0", "x1", "x2", "x3"};
+    for (size_t i = 0; i < 4; i++)
+        expect_start(&s, "w1", NULL, plain[i]);
+    CHECK(ws_queue_limits(s.ws, "default").n_weights == 0, "the weights were cleared");
+    sim_free(&s);
+}
+
+static void test_weights_are_checked(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err;
+    KeyWeight w[QL_MAX_WEIGHTS + 1];
+    char names[QL_MAX_WEIGHTS + 1][8];
+    for (int i = 0; i <= QL_MAX_WEIGHTS; i++) {
+        snprintf(names[i], sizeof names[i], "k%03d", i);
+        w[i] = (KeyWeight){.key = names[i], .weight = 2};
+    }
+    QueueLimits l = {.weights = w, .n_weights = QL_MAX_WEIGHTS + 1};
+    CHECK(ws_decide_queue_set(s.ws, "q", &l, s.now, &s.out, &err) != 0 && err.status == 400,
+          "more than %d weighted keys should be refused", QL_MAX_WEIGHTS);
+    l.n_weights = 1;
+    w[0].weight = 0;
+    CHECK(ws_decide_queue_set(s.ws, "q", &l, s.now, &s.out, &err) != 0 && err.status == 400,
+          "a weight of 0 should be refused");
+    w[0].weight = QL_MAX_WEIGHT + 1;
+    CHECK(ws_decide_queue_set(s.ws, "q", &l, s.now, &s.out, &err) != 0 && err.status == 400,
+          "a weight above %d should be refused", QL_MAX_WEIGHT);
+    CHECK(s.out.len == 0, "a refused queue_set decides no event");
+    w[0].weight = QL_MAX_WEIGHT;
+    l.n_weights = QL_MAX_WEIGHTS;
+    set_limits(&s, "q", l);
+    CHECK(ws_queue_limits(s.ws, "q").n_weights == QL_MAX_WEIGHTS, "%d weights are kept",
+          QL_MAX_WEIGHTS);
+    s.now += 1000;
+    ws_advance(s.ws, s.now);
+    CHECK(ws_queue_limits(s.ws, "q").n_weights == QL_MAX_WEIGHTS,
+          "a queue with weights and no work is not forgotten");
+    sim_free(&s);
+}
+
 static void test_complete(void **state)
 {
     Sim s;
@@ -2285,6 +2385,8 @@ int main(void)
         cmocka_unit_test(test_stale_reports_are_refused),
         cmocka_unit_test(test_duplicate_reports_of_finished_work),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_weighted_keys_take_more_turns),
+        cmocka_unit_test(test_weights_are_checked),
         cmocka_unit_test(test_operator_retries_dead_work),
         cmocka_unit_test(test_deadline_times_out),
         cmocka_unit_test(test_silent_worker_is_lost),

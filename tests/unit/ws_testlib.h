@@ -196,6 +196,11 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(limits.rate_limit);
     EVD_INT(limits.rate_period_ms);
     EVD_JSON(detail);
+    EVD_INT(limits.n_weights);
+    for (size_t i = 0; i < a->limits.n_weights && i < b->limits.n_weights; i++) {
+        EVD_STR(limits.weights[i].key);
+        EVD_INT(limits.weights[i].weight);
+    }
 #undef EVD_INT
 #undef EVD_STR
 #undef EVD_JSON

@@ -65,7 +65,7 @@ typedef enum {
     MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> webhooks_json */
     MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
     MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
-    MC_QUEUE_FLOW,  /* -> {queue: {"tokens": starts allowed now}} for rate-limited queues */
+    MC_QUEUE_FLOW,       /* -> {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
 /* A command and, once done, its reply. The sender allocates it with

@@ -3,9 +3,9 @@
 // framework, no bundler): workd-server embeds this file as it is and serves it
 // at /dashboard/app.js. It talks to the public API of the node that served it:
 //   GET /cluster (admin), GET /subscriptions (admin), GET /queues, GET /activity,
-//   GET /queues/{q}/keys, GET /work, GET /work/{id}[/events], GET /results
-//   (EventSource), POST /work, DELETE /work/{id}, POST /work/{id}/retry, and
-//   (admin) PUT /queues/{q}, POST /queues/{q}/pause|resume.
+//   GET /queues/{q}/keys, GET /schedules, GET /work, GET /work/{id}[/events],
+//   GET /batches/{id}, GET /results (EventSource), POST /work, DELETE /work/{id},
+//   POST /work/{id}/retry, and (admin) PUT /queues/{q}, POST /queues/{q}/pause|resume.
 // Everything user-supplied (payloads, results, errors, ids) is put into the page
 // as text nodes, never as HTML.
 
@@ -517,6 +517,40 @@ async function loadQueues() {
   queuePanel.update(queues.find((x) => x.queue === queuePanel.name));
 }
 
+// ---------------------------------------------------------------- schedules
+
+/** The schedules with their next and last runs (GET /schedules). */
+async function loadSchedules() {
+  const box = $('schedules');
+  let r;
+  try {
+    r = await api('GET', '/schedules');
+  } catch (e) {
+    fill(box, errorBox(e));
+    $('schedules-summary').textContent = '';
+    return;
+  }
+  const list = r.schedules || [];
+  $('schedules-summary').textContent = list.length ? `${list.length}` : '';
+  if (!list.length) {
+    fill(box, h('p', {class: 'muted'}, 'No schedules. PUT /schedules/{name} makes one.'));
+    return;
+  }
+  fill(box, h('div', {class: 'scroll'}, h('table', {id: 'schedule-table'},
+    h('thead', {}, h('tr', {}, ['Name', 'Cron', 'Zone', 'Queue', 'Next', 'Last run', ''].map((t) => h('th', {}, t)))),
+    h('tbody', {}, list.map((x) => h('tr', {'data-name': x.name},
+      h('td', {}, h('strong', {}, x.name)),
+      h('td', {class: 'mono'}, x.cron),
+      h('td', {}, x.timezone),
+      h('td', {}, x.work ? x.work.queue : '—'),
+      h('td', {}, x.paused ? badge('paused')
+        : x.next && x.next.length ? h('time', {title: x.next.map(fmtDateTime).join('\n')}, fmtDateTime(x.next[0]))
+          : '—'),
+      h('td', {}, x.last_run ? [workLink(x.last_run.id, fmtClock(x.last_run.fired_at)), ' ', badge(x.last_run.status)]
+        : h('span', {class: 'muted'}, 'never')),
+      h('td', {class: 'error'}, x.error || '')))))));
+}
+
 /** A queue's flow control in a few words. */
 function limitsText(l) {
   if (!l) return 'none';
@@ -755,10 +789,16 @@ const feed = {
     let detail = null;
     if (d.status === 'completed') detail = asText(d.result);
     else if (d.status === 'dead') detail = d.error || 'dead';
+    else if (d.status === 'cancelled' && d.reason) detail = d.reason;
+    else if (d.status === 'batch') {
+      const c = d.counts || {};
+      detail = `batch finished: ${c.completed} completed, ${c.dead} dead, ${c.cancelled} cancelled`;
+    }
     const li = h('li', {class: 'fresh', 'data-id': d.id, 'data-seq': d.seq, 'data-status': d.status},
       h('time', {title: fmtDateTime(d.at)}, fmtClock(d.at)),
       h('span', {}, badge(d.status)),
-      h('span', {class: 'what'}, workLink(d.id), h('span', {class: 'queue'}, d.queue)),
+      h('span', {class: 'what'}, d.status === 'batch' ? h('span', {class: 'mono'}, d.batch) : workLink(d.id),
+        h('span', {class: 'queue'}, d.queue)),
       detail !== null ? h('code', {class: `detail${d.status === 'dead' ? ' error' : ''}`, title: detail}, detail) : null);
     const list = $('feed');
     list.prepend(li);
@@ -1019,13 +1059,29 @@ const workPage = {
     const attempts = attemptsOf(events);
     const field = (label, value, id) => [h('dt', {}, label), h('dd', id ? {id} : {}, value)];
     const when = (t) => (t ? h('span', {title: ago(t)}, fmtDateTime(t)) : '—');
+    const links = (ids) => (ids && ids.length ? ids.map((x, i) => [i ? ', ' : '', workLink(x)]) : '—');
+    let batch = null;
+    if (w.batch) {
+      try {
+        batch = await api('GET', `/batches/${enc(w.batch)}`);
+      } catch {
+        batch = null;
+      }
+    }
+    if (id !== views.workId) return;
+    const batchText = (b) => (b.finished ? `finished ${fmtDateTime(b.finished_at)}`
+      : Object.entries(b.counts).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(', '));
     fill($('work-body'),
       h('dl', {class: 'kv'},
         field('Queue', w.queue), field('Priority', w.priority),
         field('Attempts', `${w.attempts} of ${w.max_attempts}`, 'work-attempts'), field('Worker', w.worker_id || '—'),
         field('Created', when(w.created_at)), field('Timeout', fmtDuration(w.timeout_ms)),
         field('Run at', when(w.run_at)), field('Deadline', when(w.deadline)),
-        field('Started', when(w.started_at)), field('Finished', when(w.finished_at))),
+        field('Started', when(w.started_at)), field('Finished', when(w.finished_at)),
+        field('After', links(w.after), 'work-after'), field('Children', links(w.children), 'work-children'),
+        w.after && w.after.length ? field('If a parent fails', w.run_anyway ? 'runs anyway' : 'cancelled') : null,
+        w.batch ? field('Batch', [h('span', {class: 'mono'}, w.batch), ' ',
+                                  batch ? h('span', {class: 'muted'}, batchText(batch)) : null], 'work-batch') : null),
       h('h3', {}, 'Payload'),
       h('pre', {id: 'work-payload'}, asText(w.payload, true)),
       w.status === 'completed' ? [h('h3', {}, 'Result'), h('pre', {id: 'work-result'}, asText(w.result, true))] : null,
@@ -1074,10 +1130,12 @@ const overview = {
   cluster: null,
   queues: null,
   webhooks: null,
+  schedules: null,
   init() {
     this.cluster = poller(loadCluster, POLL_MS);
     this.queues = poller(loadQueues, POLL_MS);
     this.webhooks = poller(loadWebhooks, POLL_MS);
+    this.schedules = poller(loadSchedules, LIST_POLL_MS);
   },
 };
 
@@ -1099,6 +1157,7 @@ const views = {
     overview.cluster[view === 'overview' ? 'start' : 'stop']();
     overview.queues[view === 'overview' ? 'start' : 'stop']();
     overview.webhooks[view === 'overview' ? 'start' : 'stop']();
+    overview.schedules[view === 'overview' ? 'start' : 'stop']();
     if (view !== 'work-list') workList.poll.stop();
     if (view !== 'work') workPage.poll.stop();
     if (view === 'work-list') workList.show(new URLSearchParams(qs || ''));
@@ -1116,6 +1175,7 @@ const views = {
     overview.cluster.now();
     overview.queues.now();
     overview.webhooks.now();
+    overview.schedules.now();
     workList.poll.now();
     if (this.current === 'work') workPage.poll.start();
   },

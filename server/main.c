@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "migrate.h"
 #include "proxy.h"
+#include "tz.h"
 #include "server.h"
 #include "sse.h"
 #include "util.h"
@@ -387,6 +388,7 @@ int main(int argc, char **argv)
         rc = serve(&s);
     }
     httpc_global_cleanup();
+    tz_cache_free(); /* the zones schedules loaded; nothing uses them after serve() */
     config_free(options, NOPT);
     return rc;
 }

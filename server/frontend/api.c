@@ -73,7 +73,8 @@ static void cmd_reply(Req *r)
          * request that reaches a node that does not lead (delayed, not failed). */
         char *fwd = NULL;
         if (c->type == MC_SUBMIT) {
-            json_t *norm = submit_items_json(c->items, c->n_items, r->bulk);
+            json_t *norm =
+                submit_json(c->items, c->n_items, r->bulk, c->batch_id, c->batch_callback);
             fwd = json_dumps(norm, JSON_COMPACT);
             json_decref(norm);
         }
@@ -97,6 +98,7 @@ static void cmd_reply(Req *r)
         }
         return;
     case MC_DEREGISTER:
+    case MC_SCHEDULE_DELETE:
         req_finish_raw(r, 204, NULL, NULL, 0);
         return;
     case MC_REPORTS:
@@ -196,20 +198,24 @@ static void h_submit(Req *r, char *const *p)
                        .default_max_attempts = (int)s->cfg.default_max_attempts};
     MgrCmd *c = mgrcmd_new(MC_SUBMIT);
     bool bulk;
-    if (parse_submit(body, req_header(r, "Idempotency-Key"), wall_ms(), &lim, &c->items,
-                     &c->n_items, &bulk, &err) != 0) {
+    SubmitBatch batch;
+    if (parse_submit_batch(body, req_header(r, "Idempotency-Key"), wall_ms(), &lim, &c->items,
+                           &c->n_items, &bulk, &batch, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);
         return;
     }
     json_decref(body);
+    c->batch_id = batch.id;
+    c->batch_callback = batch.callback;
     r->bulk = bulk;
     char *fwd = NULL;
     if (!(s->mgr && manager_is_leader(s->mgr))) {
         /* Forward the normalised items: ids generated here stay the same on
-         * every retry, so a retried forward never creates a second job. */
-        json_t *norm = submit_items_json(c->items, c->n_items, bulk);
+         * every retry, so a retried forward never creates a second job (nor
+         * a second batch: its id is generated here too). */
+        json_t *norm = submit_json(c->items, c->n_items, bulk, c->batch_id, c->batch_callback);
         fwd = json_dumps(norm, JSON_COMPACT);
         json_decref(norm);
     }
@@ -382,6 +388,122 @@ static void h_queue_resume(Req *r, char *const *p)
     queue_set(r, p[0], &l, QL_PAUSED);
 }
 
+/* ---- schedules (changes: admin) and batches ---- */
+
+static bool check_schedule(Req *r, const char *name)
+{
+    if (queue_name_valid(name))
+        return true;
+    problem(r, 400, "invalid-path",
+            "the schedule name in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
+    return false;
+}
+
+static void h_schedule_put(Req *r, char *const *p)
+{
+    if (!check_schedule(r, p[0]))
+        return;
+    Server *s = r->srv;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
+                       .max_depth = (size_t)s->cfg.max_json_depth,
+                       .default_timeout_ms = s->cfg.default_timeout_ms,
+                       .default_max_attempts = (int)s->cfg.default_max_attempts};
+    ScheduleSpec *spec = body ? parse_schedule(body, &lim, &err) : NULL;
+    json_decref(body);
+    if (!spec) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    MgrCmd *c = mgrcmd_new(MC_SCHEDULE_SET);
+    c->name = xstrdup(p[0]);
+    c->schedule = spec;
+    to_leader(r, c, NULL);
+}
+
+static void schedule_cmd(Req *r, const char *name, MgrCmdType type, int pause)
+{
+    if (!check_schedule(r, name))
+        return;
+    MgrCmd *c = mgrcmd_new(type);
+    c->name = xstrdup(name);
+    c->pause = pause;
+    to_leader(r, c, NULL);
+}
+
+static void h_schedule_delete(Req *r, char *const *p)
+{
+    schedule_cmd(r, p[0], MC_SCHEDULE_DELETE, -1);
+}
+
+static void h_schedule_pause(Req *r, char *const *p)
+{
+    schedule_cmd(r, p[0], MC_SCHEDULE_SET, 1);
+}
+
+static void h_schedule_resume(Req *r, char *const *p)
+{
+    schedule_cmd(r, p[0], MC_SCHEDULE_SET, 0);
+}
+
+/* A read of the schedules or a batch, on a read-pool thread. */
+typedef struct FlowRead {
+    Req *r;
+    char *key; /* the schedule or batch; NULL: every schedule */
+    bool batch;
+} FlowRead;
+
+static void flow_read_task(PGconn *conn, void *arg)
+{
+    FlowRead *t = arg;
+    Err err = {0};
+    json_t *o = !conn      ? NULL
+                : t->batch ? journal_batch_get(conn, t->key, wall_ms(), &err)
+                           : journal_schedules(conn, t->key, wall_ms(), &err);
+    if (!o) {
+        if (!conn)
+            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
+        req_finish_problem(t->r, &err);
+    } else {
+        req_finish_json(t->r, 200, o);
+    }
+    free(t->key);
+    free(t);
+}
+
+static void flow_read(Req *r, const char *key, bool batch)
+{
+    FlowRead *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->key = xstrdup(key);
+    t->batch = batch;
+    req_park(r);
+    dbpool_submit(r->srv->pool, flow_read_task, t);
+}
+
+static void h_schedules(Req *r, char *const *p)
+{
+    (void)p;
+    flow_read(r, NULL, false);
+}
+
+static void h_schedule_get(Req *r, char *const *p)
+{
+    if (check_schedule(r, p[0]))
+        flow_read(r, p[0], false);
+}
+
+static void h_batch_get(Req *r, char *const *p)
+{
+    if (!batch_id_valid(p[0])) {
+        problem(r, 400, "invalid-path",
+                "the batch id in the path must be 1-100 characters of A-Z a-z 0-9 . _ : @ -");
+        return;
+    }
+    flow_read(r, p[0], true);
+}
+
 /* ---- bulk actions (admin) ---- */
 
 static void bulk(Req *r, MgrCmdType type)
@@ -472,8 +594,8 @@ static void list_task(PGconn *conn, void *arg)
 
 static void h_work_list(Req *r, char *const *p)
 {
-    static const char *statuses[] = {"pending", "scheduled", "running", "completed",
-                                     "dead",    "cancelled", NULL};
+    static const char *statuses[] = {"waiting",   "pending", "scheduled", "running",
+                                     "completed", "dead",    "cancelled", NULL};
     const char *status = req_query(r, "status"), *queue = req_query(r, "queue");
     const char *before = req_query(r, "before"), *limit = req_query(r, "limit");
     Err err = {0};
@@ -482,7 +604,8 @@ static void h_work_list(Req *r, char *const *p)
         ok = !strcmp(status, statuses[i]);
     if (!ok) {
         problem(r, 400, "invalid-parameter",
-                "'status' must be one of pending, scheduled, running, completed, dead, cancelled");
+                "'status' must be one of waiting, pending, scheduled, running, completed, dead, "
+                "cancelled");
         return;
     }
     if (queue && !queue_name_valid(queue)) {
@@ -1221,6 +1344,14 @@ const Route api_routes[] = {
     {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER, "instance"},
     {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER, ""},
     {"POST", "/workers/:id/reports", h_reports, "worker_reports", true, SCOPE_WORKER, ""},
+    {"GET", "/schedules", h_schedules, "schedules", false, SCOPE_CLIENT, ""},
+    {"GET", "/schedules/:name", h_schedule_get, "schedule_get", false, SCOPE_CLIENT, ""},
+    {"PUT", "/schedules/:name", h_schedule_put, "schedule_put", true, SCOPE_ADMIN, ""},
+    {"DELETE", "/schedules/:name", h_schedule_delete, "schedule_delete", false, SCOPE_ADMIN, ""},
+    {"POST", "/schedules/:name/pause", h_schedule_pause, "schedule_pause", false, SCOPE_ADMIN, ""},
+    {"POST", "/schedules/:name/resume", h_schedule_resume, "schedule_resume", false, SCOPE_ADMIN,
+     ""},
+    {"GET", "/batches/:id", h_batch_get, "batch_get", false, SCOPE_CLIENT, ""},
     {"GET", "/cluster", h_cluster, "cluster", false, SCOPE_ADMIN, ""},
     {"GET", "/healthz", h_healthz, "healthz", false, SCOPE_NONE, ""},
     {"GET", "/readyz", h_readyz, "readyz", false, SCOPE_NONE, ""},

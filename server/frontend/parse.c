@@ -13,6 +13,9 @@
 
 #define MAX_TIMEOUT_MS (7LL * 24 * 3600 * 1000)
 #define MAX_DELAY_MS (366LL * 24 * 3600 * 1000)
+#define MAX_PARENTS 1000 /* parents one work item may name */
+
+static void submit_items_free_one(SubmitItem *it);
 
 /* Depth of nesting, counted on the raw text (outside strings) before parsing,
  * so that a hostile body never reaches the recursive parser. */
@@ -211,8 +214,9 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
                        where);
-    static const char *const known[] = {"payload", "id",    "queue",   "key",          "priority",
-                                        "run_at",  "delay", "timeout", "max_attempts", NULL};
+    static const char *const known[] = {
+        "payload",      "id",    "queue",      "key",   "priority", "run_at", "delay",
+        "max_attempts", "after", "run_anyway", "batch", "timeout",  NULL};
     if (check_fields(o, known, where, err) != 0)
         return -1;
     char prefix[64];
@@ -306,14 +310,149 @@ static int parse_item(json_t *o, const char *where, const char *idem_key, int64_
                            "%s: 'max_attempts' must be an integer from 1 to 1000", where);
         it->max_attempts = (int)json_integer_value(ma);
     }
+
+    json_t *after = json_object_get(o, "after");
+    if (after && !json_is_null(after)) {
+        if (!json_is_array(after) || json_array_size(after) > MAX_PARENTS)
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'after' must be an array of at most %d work ids", where,
+                           MAX_PARENTS);
+        it->after = xcalloc(json_array_size(after) + 1, sizeof *it->after);
+        size_t k = 0, i;
+        json_t *a;
+        json_array_foreach(after, i, a)
+        {
+            if (!json_is_string(a) || !id_valid(json_string_value(a)))
+                return err_set(err, 400, "invalid-field",
+                               "%s: 'after' must hold work ids (1-128 characters of A-Z a-z 0-9 "
+                               ". _ : @ -)",
+                               where);
+            bool dup = false;
+            for (size_t j = 0; j < k && !dup; j++)
+                dup = !strcmp(it->after[j], json_string_value(a));
+            if (!dup)
+                it->after[k++] = xstrdup(json_string_value(a));
+        }
+    }
+    json_t *anyway = json_object_get(o, "run_anyway");
+    if (anyway && !json_is_boolean(anyway))
+        return err_set(err, 400, "invalid-field", "%s: 'run_anyway' must be true or false", where);
+    it->run_anyway = json_is_true(anyway);
+    json_t *batch = json_object_get(o, "batch");
+    if (batch && !json_is_null(batch)) {
+        if (!json_is_string(batch) || !batch_id_valid(json_string_value(batch)))
+            return err_set(err, 400, "invalid-field",
+                           "%s: 'batch' must be a batch id (1-100 characters of A-Z a-z 0-9 . _ "
+                           ": @ -)",
+                           where);
+        it->batch = xstrdup(json_string_value(batch));
+    }
     return 0;
+}
+
+bool batch_id_valid(const char *s)
+{
+    return id_valid(s) && strlen(s) <= 100;
+}
+
+void submit_batch_clear(SubmitBatch *b)
+{
+    free(b->id);
+    if (b->callback) {
+        template_clear(b->callback);
+        free(b->callback);
+    }
+    memset(b, 0, sizeof *b);
+}
+
+/* A batch's callback: a work item without id, run_at, after or batch. */
+static int parse_callback(json_t *o, int64_t now, const ParseLimits *lim, WorkTemplate **out,
+                          Err *err)
+{
+    if (json_is_object(o)) {
+        static const char *const forbidden[] = {"id", "run_at", "delay", "after", "batch", NULL};
+        for (size_t i = 0; forbidden[i]; i++)
+            if (json_object_get(o, forbidden[i]))
+                return err_set(err, 400, "invalid-field",
+                               "the batch's callback takes no '%s' (its id is "
+                               "'<batch>:callback')",
+                               forbidden[i]);
+    }
+    SubmitItem it = {0};
+    int rc = parse_item(o, "the batch's callback", NULL, now, lim, &it, err);
+    if (rc == 0) {
+        WorkTemplate *t = xcalloc(1, sizeof *t);
+        t->queue = it.queue;
+        t->key = it.key;
+        t->priority = it.priority;
+        t->payload = it.payload;
+        t->timeout_ms = it.timeout_ms;
+        t->max_attempts = it.max_attempts;
+        it.queue = it.key = NULL;
+        it.payload = NULL;
+        *out = t;
+    }
+    submit_items_free_one(&it);
+    return rc;
 }
 
 int parse_submit(json_t *body, const char *idem_key, int64_t now, const ParseLimits *lim,
                  SubmitItem **items, size_t *n, bool *bulk, Err *err)
 {
+    SubmitBatch b = {0};
+    int rc = parse_submit_batch(body, idem_key, now, lim, items, n, bulk, &b, err);
+    submit_batch_clear(&b);
+    return rc;
+}
+
+int parse_submit_batch(json_t *body, const char *idem_key, int64_t now, const ParseLimits *lim,
+                       SubmitItem **items, size_t *n, bool *bulk, SubmitBatch *batch, Err *err)
+{
     *items = NULL;
     *n = 0;
+    if (batch)
+        memset(batch, 0, sizeof *batch);
+    if (batch && json_is_object(body) && json_object_get(body, "items")) {
+        /* {"items": [...], "batch": {...}}: a bulk submission that opens a batch */
+        static const char *const known[] = {"items", "batch", NULL};
+        if (check_fields(body, known, "the submission", err) != 0)
+            return -1;
+        json_t *list = json_object_get(body, "items"), *b = json_object_get(body, "batch");
+        if (!json_is_array(list))
+            return err_set(err, 400, "invalid-body", "'items' must be an array of work items");
+        if (b && !json_is_null(b)) {
+            static const char *const bknown[] = {"id", "callback", NULL};
+            if (!json_is_object(b) || check_fields(b, bknown, "'batch'", err) != 0)
+                return err->status ? -1
+                                   : err_set(err, 400, "invalid-field",
+                                             "'batch' must be an object {id?, callback?}");
+            json_t *id = json_object_get(b, "id");
+            if (id && !(json_is_string(id) && batch_id_valid(json_string_value(id))))
+                return err_set(err, 400, "invalid-field",
+                               "the batch 'id' must be 1-100 characters of A-Z a-z 0-9 . _ : @ -");
+            char gen[48];
+            if (!id) {
+                char uuid[37];
+                id_generate(uuid);
+                snprintf(gen, sizeof gen, "batch-%s", uuid);
+            }
+            batch->id = xstrdup(id ? json_string_value(id) : gen);
+            json_t *cb = json_object_get(b, "callback");
+            if (cb && !json_is_null(cb) &&
+                parse_callback(cb, now, lim, &batch->callback, err) != 0) {
+                submit_batch_clear(batch);
+                return -1;
+            }
+        }
+        if (parse_submit_batch(list, NULL, now, lim, items, n, bulk, NULL, err) != 0) {
+            submit_batch_clear(batch);
+            return -1;
+        }
+        for (size_t i = 0; batch->id && i < *n; i++)
+            if (!(*items)[i].batch)
+                (*items)[i].batch = xstrdup(batch->id);
+        return 0;
+    }
     *bulk = json_is_array(body);
     size_t count = *bulk ? json_array_size(body) : 1;
     if (*bulk && idem_key)
@@ -342,17 +481,39 @@ int parse_submit(json_t *body, const char *idem_key, int64_t now, const ParseLim
     return 0;
 }
 
+static void submit_items_free_one(SubmitItem *it)
+{
+    free(it->id);
+    free(it->queue);
+    free(it->key);
+    json_decref(it->payload);
+    strv_free(it->after);
+    free(it->batch);
+}
+
 void submit_items_free(SubmitItem *items, size_t n)
 {
     if (!items)
         return;
-    for (size_t i = 0; i < n; i++) {
-        free(items[i].id);
-        free(items[i].queue);
-        free(items[i].key);
-        json_decref(items[i].payload);
-    }
+    for (size_t i = 0; i < n; i++)
+        submit_items_free_one(&items[i]);
     free(items);
+}
+
+json_t *submit_json(const SubmitItem *items, size_t n, bool bulk, const char *batch_id,
+                    const WorkTemplate *callback)
+{
+    json_t *arr = submit_items_json(items, n, bulk || batch_id);
+    if (!batch_id)
+        return arr;
+    json_t *b = json_pack("{s:s}", "id", batch_id);
+    if (callback) {
+        json_t *cb = template_json(callback);
+        json_object_set_new(cb, "timeout", json_real((double)callback->timeout_ms / 1000.0));
+        json_object_del(cb, "timeout_ms");
+        json_object_set_new(b, "callback", cb);
+    }
+    return json_pack("{s:o, s:o}", "items", arr, "batch", b);
 }
 
 json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
@@ -370,6 +531,16 @@ json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
         }
         if (it->key)
             json_object_set_new(o, "key", json_string(it->key));
+        if (it->after) {
+            json_t *a = json_array();
+            for (size_t j = 0; it->after[j]; j++)
+                json_array_append_new(a, json_string(it->after[j]));
+            json_object_set_new(o, "after", a);
+        }
+        if (it->run_anyway)
+            json_object_set_new(o, "run_anyway", json_true());
+        if (it->batch)
+            json_object_set_new(o, "batch", json_string(it->batch));
         json_array_append_new(arr, o);
     }
     if (bulk)
@@ -838,4 +1009,106 @@ int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, 
     *status = sv ? xstrdup(sv) : NULL;
     *limit = l ? (int)json_integer_value(l) : 1000;
     return 0;
+}
+
+ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
+{
+    if (!json_is_object(body)) {
+        err_set(err, 400, "invalid-body", "a schedule is a JSON object with 'cron' and 'work'");
+        return NULL;
+    }
+    static const char *const known[] = {"cron",     "timezone",     "work",   "overlap",
+                                        "catch_up", "catch_up_max", "paused", NULL};
+    if (check_fields(body, known, "the schedule", err) != 0)
+        return NULL;
+    ScheduleSpec *s = xcalloc(1, sizeof *s);
+    const char *cron = json_string_value(json_object_get(body, "cron"));
+    json_t *tz = json_object_get(body, "timezone");
+    json_t *work = json_object_get(body, "work");
+    if (!cron) {
+        err_set(err, 400, "missing-field", "the schedule lacks 'cron' (e.g. \"0 3 * * *\")");
+        goto fail;
+    }
+    if (tz && !json_is_string(tz)) {
+        err_set(err, 400, "invalid-field",
+                "'timezone' must be an IANA zone name such as "
+                "Europe/Berlin");
+        goto fail;
+    }
+    if (cron_parse(cron, &s->cron, err) != 0 ||
+        !(s->zone = tz_get(tz ? json_string_value(tz) : "UTC", err)))
+        goto fail;
+    s->cron_text = xstrdup(cron);
+    s->tz = xstrdup(tz ? json_string_value(tz) : "UTC");
+    if (!json_is_object(work)) {
+        err_set(err, 400, "missing-field",
+                "the schedule lacks 'work': the work item each tick submits (queue, payload, "
+                "priority, key, timeout, max_attempts)");
+        goto fail;
+    }
+    static const char *const forbidden[] = {"id", "run_at", "delay", "after", "batch", NULL};
+    for (size_t i = 0; forbidden[i]; i++)
+        if (json_object_get(work, forbidden[i])) {
+            err_set(err, 400, "invalid-field",
+                    "a schedule's work takes no '%s' (each tick's id is '<name>@<tick>')",
+                    forbidden[i]);
+            goto fail;
+        }
+    SubmitItem it = {0};
+    if (parse_item(work, "the schedule's work", NULL, 0, lim, &it, err) != 0) {
+        submit_items_free_one(&it);
+        goto fail;
+    }
+    s->work.queue = it.queue;
+    s->work.key = it.key;
+    s->work.priority = it.priority;
+    s->work.payload = it.payload;
+    s->work.timeout_ms = it.timeout_ms;
+    s->work.max_attempts = it.max_attempts;
+    it.queue = it.key = NULL;
+    it.payload = NULL;
+    submit_items_free_one(&it);
+    const char *overlap = json_string_value(json_object_get(body, "overlap"));
+    json_t *ov = json_object_get(body, "overlap");
+    if (ov && !(overlap && (!strcmp(overlap, "skip") || !strcmp(overlap, "allow")))) {
+        err_set(err, 400, "invalid-field", "'overlap' must be \"skip\" or \"allow\"");
+        goto fail;
+    }
+    s->skip_overlap = !overlap || !strcmp(overlap, "skip");
+    json_t *cu = json_object_get(body, "catch_up");
+    const char *cus = json_string_value(cu);
+    s->catch_up = CATCHUP_LAST;
+    if (cu) {
+        if (cus && !strcmp(cus, "none"))
+            s->catch_up = CATCHUP_NONE;
+        else if (cus && !strcmp(cus, "last"))
+            s->catch_up = CATCHUP_LAST;
+        else if (cus && !strcmp(cus, "all"))
+            s->catch_up = CATCHUP_ALL;
+        else {
+            err_set(err, 400, "invalid-field", "'catch_up' must be \"none\", \"last\" or \"all\"");
+            goto fail;
+        }
+    }
+    s->catch_up_max = 100;
+    json_t *cm = json_object_get(body, "catch_up_max");
+    if (cm) {
+        if (!json_is_integer(cm) || json_integer_value(cm) < 1 ||
+            json_integer_value(cm) > SCHED_CATCH_UP_MAX) {
+            err_set(err, 400, "invalid-field", "'catch_up_max' must be an integer from 1 to %d",
+                    SCHED_CATCH_UP_MAX);
+            goto fail;
+        }
+        s->catch_up_max = (int)json_integer_value(cm);
+    }
+    json_t *paused = json_object_get(body, "paused");
+    if (paused && !json_is_boolean(paused)) {
+        err_set(err, 400, "invalid-field", "'paused' must be true or false");
+        goto fail;
+    }
+    s->paused = json_is_true(paused);
+    return s;
+fail:
+    schedspec_free(s);
+    return NULL;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "schedule.h"
 #include "workstate.h"
 
 typedef struct ParseLimits {
@@ -32,6 +33,31 @@ int parse_submit(json_t *body, const char *idem_key, int64_t now, const ParseLim
 void submit_items_free(SubmitItem *items, size_t n);
 /* The normalised form of items (ids filled in), to forward to the leader. */
 json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk);
+
+/* A batch that a submission opens: {"items": [...], "batch": {"id"?,
+ * "callback"?}} (id generated when absent; callback is a work item without id,
+ * run_at, after or batch). Items join it unless they name another. */
+typedef struct SubmitBatch {
+    char *id;               /* NULL: the submission opens no batch */
+    WorkTemplate *callback; /* NULL: none */
+} SubmitBatch;
+/* parse_submit, also taking the batch form (batch NULL: refused). The caller
+ * frees *batch with submit_batch_clear. */
+int parse_submit_batch(json_t *body, const char *idem_key, int64_t now, const ParseLimits *lim,
+                       SubmitItem **items, size_t *n, bool *bulk, SubmitBatch *batch,
+                       Err *err) WARN_UNUSED;
+void submit_batch_clear(SubmitBatch *b);
+/* submit_items_json, in the batch form when batch_id is set. */
+json_t *submit_json(const SubmitItem *items, size_t n, bool bulk, const char *batch_id,
+                    const WorkTemplate *callback);
+/* A batch id: a work id of at most 100 characters (its callback is "<id>:callback"). */
+bool batch_id_valid(const char *s);
+
+/* PUT /schedules/{name}: {cron, timezone?, work: {queue?, payload, priority?,
+ * key?, timeout?, max_attempts?}, overlap?: skip|allow, catch_up?: none|last|
+ * all, catch_up_max?, paused?}. The zone is loaded (tz_get) and the cron
+ * expression parsed. Returns a new spec (schedspec_free), or NULL with err. */
+ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err);
 
 /* PUT /workers/{id}: {instance, capacity, queues, running}. */
 typedef struct HeartbeatMsg {

@@ -268,8 +268,9 @@ void hub_publish(Hub *h, json_t *ev)
     h->bytes += frame_len;
     h->len++;
     h->scanned_upto = seq;
-    if (!e->progress)
-        count_rate(h, e->queue, json_string_value(json_object_get(ev, "status")), wall_ms());
+    const char *status = json_string_value(json_object_get(ev, "status"));
+    if (!e->progress && status && strcmp(status, "batch") != 0) /* a batch's end is not a job's */
+        count_rate(h, e->queue, status, wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);

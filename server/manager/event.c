@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "util.h"
 
 static const char *type_names[] = {
@@ -20,7 +21,17 @@ static const char *type_names[] = {
     [EV_PROGRESS] = "progress",
     [EV_SUBSCRIPTION] = "subscription",
     [EV_SUB_CURSOR] = "subscription_cursor",
+    [EV_RELEASED] = "released",
+    [EV_SCHEDULE_SET] = "schedule_set",
+    [EV_SCHEDULE_DELETED] = "schedule_deleted",
+    [EV_TICK] = "tick",
+    [EV_BATCH_OPENED] = "batch_opened",
+    [EV_BATCH] = "batch",
 };
+_Static_assert(sizeof type_names / sizeof type_names[0] == EV_LAST + 1, "a name per EventType");
+
+static const char *catch_up_names[] = {
+    [CATCHUP_NONE] = "none", [CATCHUP_LAST] = "last", [CATCHUP_ALL] = "all"};
 
 const char *event_type_name(EventType t)
 {
@@ -46,7 +57,129 @@ int event_is_final(EventType t)
 
 int event_is_published(EventType t)
 {
-    return event_is_final(t) || t == EV_PROGRESS;
+    return event_is_final(t) || t == EV_PROGRESS || t == EV_BATCH;
+}
+
+static char **strv_dup(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **out = xcalloc(n + 1, sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
+}
+
+/* ---- templates and schedules ---- */
+
+json_t *template_json(const WorkTemplate *t)
+{
+    json_t *o = json_pack("{s:s, s:i, s:O, s:I, s:i}", "queue", t->queue, "priority", t->priority,
+                          "payload", t->payload ? t->payload : json_null(), "timeout_ms",
+                          (json_int_t)t->timeout_ms, "max_attempts", t->max_attempts);
+    if (t->key)
+        json_object_set_new(o, "key", json_string(t->key));
+    return o;
+}
+
+int template_decode(json_t *o, WorkTemplate *t, Err *err)
+{
+    memset(t, 0, sizeof *t);
+    const char *q = json_string_value(json_object_get(o, "queue"));
+    json_t *payload = json_object_get(o, "payload");
+    if (!q || !payload)
+        return err_set(err, 500, "bad-event", "a work template lacks 'queue' or 'payload'");
+    t->queue = xstrdup(q);
+    t->key = xstrdup(json_string_value(json_object_get(o, "key")));
+    t->priority = (int)json_integer_value(json_object_get(o, "priority"));
+    t->payload = json_incref(payload);
+    t->timeout_ms = json_integer_value(json_object_get(o, "timeout_ms"));
+    t->max_attempts = (int)json_integer_value(json_object_get(o, "max_attempts"));
+    if (t->timeout_ms <= 0)
+        t->timeout_ms = 300000;
+    if (t->max_attempts <= 0)
+        t->max_attempts = 3;
+    return 0;
+}
+
+void template_copy(WorkTemplate *dst, const WorkTemplate *src)
+{
+    *dst = *src;
+    dst->queue = xstrdup(src->queue);
+    dst->key = xstrdup(src->key);
+    dst->payload = json_incref(src->payload);
+}
+
+void template_clear(WorkTemplate *t)
+{
+    free(t->queue);
+    free(t->key);
+    json_decref(t->payload);
+    memset(t, 0, sizeof *t);
+}
+
+json_t *schedspec_json(const ScheduleSpec *s)
+{
+    return json_pack("{s:s, s:s, s:o, s:s, s:s, s:i, s:b}", "cron", s->cron_text, "timezone", s->tz,
+                     "work", template_json(&s->work), "overlap", s->skip_overlap ? "skip" : "allow",
+                     "catch_up", catch_up_names[s->catch_up], "catch_up_max", s->catch_up_max,
+                     "paused", s->paused);
+}
+
+int schedspec_decode(json_t *o, ScheduleSpec *s, Err *err)
+{
+    memset(s, 0, sizeof *s);
+    const char *cron = json_string_value(json_object_get(o, "cron"));
+    const char *tz = json_string_value(json_object_get(o, "timezone"));
+    if (!cron || !tz)
+        return err_set(err, 500, "bad-event", "a schedule lacks 'cron' or 'timezone'");
+    if (cron_parse(cron, &s->cron, err) != 0 || !(s->zone = tz_get(tz, err)) ||
+        template_decode(json_object_get(o, "work"), &s->work, err) != 0) {
+        template_clear(&s->work);
+        return -1;
+    }
+    s->cron_text = xstrdup(cron);
+    s->tz = xstrdup(tz);
+    const char *overlap = json_string_value(json_object_get(o, "overlap"));
+    s->skip_overlap = !overlap || strcmp(overlap, "allow") != 0;
+    const char *cu = json_string_value(json_object_get(o, "catch_up"));
+    s->catch_up = CATCHUP_LAST;
+    for (int i = 0; cu && i <= CATCHUP_ALL; i++)
+        if (!strcmp(cu, catch_up_names[i]))
+            s->catch_up = (CatchUp)i;
+    s->catch_up_max = (int)json_integer_value(json_object_get(o, "catch_up_max"));
+    s->paused = json_is_true(json_object_get(o, "paused"));
+    return 0;
+}
+
+ScheduleSpec *schedspec_dup(const ScheduleSpec *s)
+{
+    ScheduleSpec *d = xcalloc(1, sizeof *d);
+    *d = *s;
+    d->cron_text = xstrdup(s->cron_text);
+    d->tz = xstrdup(s->tz);
+    template_copy(&d->work, &s->work);
+    return d;
+}
+
+void schedspec_free(ScheduleSpec *s)
+{
+    if (!s)
+        return;
+    free(s->cron_text);
+    free(s->tz);
+    template_clear(&s->work);
+    free(s);
+}
+
+/* Whether events of type t name a work item (the others are about the cluster,
+ * a queue, a schedule or a batch). */
+static bool event_needs_work(EventType t)
+{
+    return t != EV_TERM && t != EV_QUEUE_SET && t != EV_SCHEDULE_SET && t != EV_SCHEDULE_DELETED &&
+           t != EV_TICK && t != EV_BATCH_OPENED && t != EV_BATCH && t != EV_SUBSCRIPTION &&
+           t != EV_SUB_CURSOR;
 }
 
 static void set_time(json_t *o, const char *key, int64_t ms)
@@ -77,6 +210,18 @@ json_t *event_data_encode(const Event *e)
         json_object_set_new(o, "max_attempts", json_integer(e->max_attempts));
         if (e->key) /* since schema 7 */
             json_object_set_new(o, "key", json_string(e->key));
+        if (e->after) { /* since schema 11 */
+            json_t *a = json_array();
+            for (size_t i = 0; e->after[i]; i++)
+                json_array_append_new(a, json_string(e->after[i]));
+            json_object_set_new(o, "after", a);
+            if (e->run_anyway)
+                json_object_set_new(o, "run_anyway", json_true());
+            if (e->waiting)
+                json_object_set_new(o, "waiting", json_true());
+        }
+        if (e->batch)
+            json_object_set_new(o, "batch", json_string(e->batch));
         break;
     case EV_STARTED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
@@ -102,6 +247,37 @@ json_t *event_data_encode(const Event *e)
     case EV_CANCELLED:
         if (e->attempt) /* running work was cancelled: the attempt it ended */
             json_object_set_new(o, "attempt", json_integer(e->attempt));
+        if (e->error) /* since schema 11: why, when not an operator (a parent ended) */
+            json_object_set_new(o, "reason", json_string(e->error));
+        break;
+    case EV_RELEASED:
+        break;
+    case EV_SCHEDULE_SET:
+        json_decref(o);
+        o = schedspec_json(e->sched);
+        json_object_set_new(o, "schedule", json_string(e->name));
+        json_object_set_new(o, "since", json_integer(e->tick));
+        break;
+    case EV_SCHEDULE_DELETED:
+        json_object_set_new(o, "schedule", json_string(e->name));
+        break;
+    case EV_TICK:
+        json_object_set_new(o, "schedule", json_string(e->name));
+        json_object_set_new(o, "tick", json_integer(e->tick));
+        json_object_set_new(o, "work_id", e->fired ? json_string(e->fired) : json_null());
+        json_object_set_new(o, "skipped", e->error ? json_string(e->error) : json_null());
+        json_object_set_new(o, "missed", json_integer(e->missed));
+        break;
+    case EV_BATCH_OPENED:
+        json_object_set_new(o, "batch", json_string(e->name));
+        json_object_set_new(o, "callback", e->callback ? template_json(e->callback) : json_null());
+        break;
+    case EV_BATCH:
+        json_object_set_new(o, "batch", json_string(e->name));
+        json_object_set_new(o, "completed", json_integer(e->counts[0]));
+        json_object_set_new(o, "dead", json_integer(e->counts[1]));
+        json_object_set_new(o, "cancelled", json_integer(e->counts[2]));
+        json_object_set_new(o, "callback_id", e->fired ? json_string(e->fired) : json_null());
         break;
     case EV_QUEUE_SET:
         json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
@@ -210,6 +386,22 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
             get_int(data, "max_attempts", &v, 1, err))
             goto fail;
         out->max_attempts = (int)v;
+        if (out->type == EV_ACCEPTED) {
+            json_t *after = json_object_get(data, "after");
+            if (json_is_array(after)) {
+                out->after = xcalloc(json_array_size(after) + 1, sizeof *out->after);
+                size_t i, k = 0;
+                json_t *a;
+                json_array_foreach(after, i, a)
+                {
+                    if (json_is_string(a))
+                        out->after[k++] = xstrdup(json_string_value(a));
+                }
+            }
+            out->run_anyway = json_is_true(json_object_get(data, "run_anyway"));
+            out->waiting = json_is_true(json_object_get(data, "waiting"));
+            out->batch = get_str(data, "batch");
+        }
         break;
     case EV_STARTED:
         if (get_int(data, "attempt", &v, 1, err) ||
@@ -249,6 +441,49 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         if (get_int(data, "attempt", &v, 0, err))
             goto fail;
         out->attempt = (int)v;
+        out->error = get_str(data, "reason");
+        break;
+    case EV_RELEASED:
+        break;
+    case EV_SCHEDULE_SET:
+        out->sched = xcalloc(1, sizeof *out->sched);
+        if (schedspec_decode(data, out->sched, err) != 0)
+            goto fail;
+        if (get_int(data, "since", &out->tick, 0, err))
+            goto fail;
+        __attribute__((fallthrough));
+    case EV_SCHEDULE_DELETED:
+    case EV_TICK:
+        out->name = get_str(data, "schedule");
+        if (!out->name) {
+            err_set(err, 500, "bad-event", "%s event lacks 'schedule'", type);
+            goto fail;
+        }
+        if (out->type == EV_TICK) {
+            if (get_int(data, "tick", &out->tick, 1, err) || get_int(data, "missed", &v, 0, err))
+                goto fail;
+            out->missed = (int)v;
+            out->fired = get_str(data, "work_id");
+            out->error = get_str(data, "skipped");
+        }
+        break;
+    case EV_BATCH_OPENED:
+    case EV_BATCH:
+        out->name = get_str(data, "batch");
+        if (!out->name) {
+            err_set(err, 500, "bad-event", "%s event lacks 'batch'", type);
+            goto fail;
+        }
+        if (out->type == EV_BATCH) {
+            out->counts[0] = (int)json_integer_value(json_object_get(data, "completed"));
+            out->counts[1] = (int)json_integer_value(json_object_get(data, "dead"));
+            out->counts[2] = (int)json_integer_value(json_object_get(data, "cancelled"));
+            out->fired = get_str(data, "callback_id");
+        } else if (json_is_object(json_object_get(data, "callback"))) {
+            out->callback = xcalloc(1, sizeof *out->callback);
+            if (template_decode(json_object_get(data, "callback"), out->callback, err) != 0)
+                goto fail;
+        }
         break;
     case EV_QUEUE_SET: {
         out->queue = get_str(data, "queue");
@@ -330,8 +565,7 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
     }
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
-    if (out->type != EV_TERM && out->type != EV_QUEUE_SET && out->type != EV_SUBSCRIPTION &&
-        out->type != EV_SUB_CURSOR && !out->work_id) {
+    if (event_needs_work(out->type) && !out->work_id) {
         err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
         goto fail;
     }
@@ -345,6 +579,11 @@ json_t *event_result_json(const Event *e)
 {
     char at[40];
     time_format(e->at, at, sizeof at);
+    if (e->type == EV_BATCH)
+        return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}, s:s?}", "seq",
+                         (json_int_t)e->seq, "id", e->name, "batch", e->name, "queue", "", "status",
+                         "batch", "at", at, "counts", "completed", e->counts[0], "dead",
+                         e->counts[1], "cancelled", e->counts[2], "callback_id", e->fired);
     json_t *o =
         json_pack("{s:I, s:s, s:s, s:s, s:s}", "seq", (json_int_t)e->seq, "id", e->work_id, "queue",
                   e->queue ? e->queue : "", "status", event_type_name(e->type), "at", at);
@@ -362,6 +601,8 @@ json_t *event_result_json(const Event *e)
         json_object_set(o, "message", m ? m : json_null());
         if (json_object_get(d, "output"))
             json_object_set(o, "output", json_object_get(d, "output"));
+    } else if (e->type == EV_CANCELLED && e->error) {
+        json_object_set_new(o, "reason", json_string(e->error));
     }
     return o;
 }
@@ -423,6 +664,15 @@ void event_clear(Event *e)
     free(e->error);
     free(e->leader_url);
     json_decref(e->detail);
+    strv_free(e->after);
+    free(e->batch);
+    free(e->name);
+    schedspec_free(e->sched);
+    free(e->fired);
+    if (e->callback) {
+        template_clear(e->callback);
+        free(e->callback);
+    }
     queue_limits_clear(&e->limits);
     memset(e, 0, sizeof *e);
 }
@@ -439,6 +689,15 @@ void event_copy(Event *dst, const Event *src)
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
     dst->detail = json_incref(src->detail);
+    dst->after = strv_dup(src->after);
+    dst->batch = xstrdup(src->batch);
+    dst->name = xstrdup(src->name);
+    dst->sched = src->sched ? schedspec_dup(src->sched) : NULL;
+    dst->fired = xstrdup(src->fired);
+    if (src->callback) {
+        dst->callback = xcalloc(1, sizeof *dst->callback);
+        template_copy(dst->callback, src->callback);
+    }
     queue_limits_copy(&dst->limits, &src->limits);
 }
 

@@ -9,7 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cron.h"
 #include "err.h"
+#include "tz.h"
 
 #define EVENT_VERSION 1
 
@@ -30,8 +32,14 @@ typedef enum {
     EV_SUBSCRIPTION, /* an operator set, paused or deleted a webhook subscription: all of it
                         in detail (webhooks.h); no work id */
     EV_SUB_CURSOR,   /* a subscription's deliveries reached detail.cursor; no work id */
+    EV_RELEASED,     /* waiting work whose parents have all finished became pending */
+    EV_SCHEDULE_SET, /* an operator created or changed a schedule: all of it */
+    EV_SCHEDULE_DELETED, /* an operator deleted a schedule */
+    EV_TICK,             /* a schedule's tick: the work it submitted, or why none */
+    EV_BATCH_OPENED,     /* a batch was opened: its callback */
+    EV_BATCH,            /* every work item of a batch finished: counts (published) */
 } EventType;
-#define EV_LAST EV_SUB_CURSOR
+#define EV_LAST EV_BATCH
 
 /* A key's weight in its queue's turns: a key of weight w is handed w jobs in a
  * row before the next key's turn (a key without one has weight 1). */
@@ -58,6 +66,35 @@ typedef struct QueueLimits {
 } QueueLimits;
 /* Parts of a QueueLimits that a change sets (the rest is kept). */
 enum { QL_PAUSED = 1, QL_MAX_RUNNING = 2, QL_RATE = 4, QL_MAX_PER_KEY = 8, QL_WEIGHTS = 16 };
+
+/* What a schedule submits at each tick, or a batch when it finishes (owned
+ * strings and payload). */
+typedef struct WorkTemplate {
+    char *queue;
+    char *key; /* NULL: none */
+    int priority;
+    json_t *payload;
+    int64_t timeout_ms;
+    int max_attempts;
+} WorkTemplate;
+
+/* What to do with ticks missed while no leader ran (more than a grace late). */
+typedef enum { CATCHUP_NONE, CATCHUP_LAST, CATCHUP_ALL } CatchUp;
+
+/* A schedule as an operator defines it. cron and zone are resolved from the
+ * text by whoever builds the spec (the parser, event_decode), so that deciding
+ * and applying need no I/O: zone is borrowed from tz_get's cache. */
+typedef struct ScheduleSpec {
+    char *cron_text;
+    char *tz; /* IANA name */
+    CronExpr cron;
+    const TzZone *zone;
+    WorkTemplate work;
+    bool skip_overlap; /* a tick is skipped while the previous tick's work is open */
+    CatchUp catch_up;
+    int catch_up_max; /* CATCHUP_ALL: at most this many missed ticks run */
+    bool paused;
+} ScheduleSpec;
 
 /* One event. Strings and JSON values are owned by the event (event_clear frees
  * them). Times are milliseconds since the epoch; 0 means "none". Fields not
@@ -89,6 +126,19 @@ typedef struct Event {
     QueueLimits limits;
     /* EV_PROGRESS (and attempt, queue), EV_SUBSCRIPTION, EV_SUB_CURSOR: a JSON object */
     json_t *detail;
+    /* EV_ACCEPTED: dependencies and batches */
+    char **after;    /* parents named (NULL-terminated), NULL: none */
+    bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
+    bool waiting;    /* a parent was open at acceptance: the work waits */
+    char *batch;     /* the batch it belongs to; NULL: none */
+    /* schedules and batches */
+    char *name;             /* the schedule's name; EV_BATCH*: the batch id */
+    ScheduleSpec *sched;    /* EV_SCHEDULE_SET */
+    int64_t tick;           /* EV_TICK: the tick; EV_SCHEDULE_SET: ticks after this are due */
+    char *fired;            /* EV_TICK: the work submitted; EV_BATCH: the callback's (NULL: none) */
+    int missed;             /* EV_TICK: missed ticks skipped with this one */
+    WorkTemplate *callback; /* EV_BATCH_OPENED (NULL: none) */
+    int counts[3];          /* EV_BATCH: completed, dead, cancelled */
 } Event;
 
 /* A growable array of events (owned). */
@@ -102,7 +152,7 @@ const char *event_type_name(EventType t);
 int event_type_parse(const char *name, EventType *out) WARN_UNUSED;
 /* True for the events that finish work (and are published on /results). */
 int event_is_final(EventType t);
-/* True for the events /results can publish: the final ones and progress. */
+/* True for the events published on /results: the final ones, progress and EV_BATCH. */
 int event_is_published(EventType t);
 
 /* ---- encoding ---- */
@@ -120,6 +170,19 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
  * be set (final events do not carry it in the table; callers fill it in). */
 json_t *event_result_json(const Event *e);
 
+/* ---- templates and schedules ---- */
+/* {queue, key?, priority, payload, timeout_ms, max_attempts} (a new reference). */
+json_t *template_json(const WorkTemplate *t);
+/* The inverse; queue and payload are required. */
+int template_decode(json_t *o, WorkTemplate *t, Err *err) WARN_UNUSED;
+void template_copy(WorkTemplate *dst, const WorkTemplate *src);
+void template_clear(WorkTemplate *t);
+/* A schedule_set event's data without "schedule" and "since" (a new reference). */
+json_t *schedspec_json(const ScheduleSpec *s);
+/* The inverse: parses the cron text and loads the zone (tz_get). */
+int schedspec_decode(json_t *o, ScheduleSpec *s, Err *err) WARN_UNUSED;
+ScheduleSpec *schedspec_dup(const ScheduleSpec *s);
+void schedspec_free(ScheduleSpec *s);
 /* ---- queue limits ---- */
 /* dst (overwritten, not freed first) becomes a deep copy of src. */
 void queue_limits_copy(QueueLimits *dst, const QueueLimits *src);

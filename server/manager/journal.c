@@ -6,9 +6,13 @@
 #include <string.h>
 
 #include "db.h"
+#include "log.h"
 #include "hmap.h"
 #include "manager.h"
+#include "schedule.h"
 #include "util.h"
+
+static json_t *json_col(const PGresult *r, int row, int col);
 
 /* ---- the append statement, generated from one table of columns ----
  *
@@ -52,6 +56,9 @@ typedef enum {
     F_LAST_ERROR,
     F_UPDATED_SEQ,
     F_FINISHED_SEQ,
+    F_AFTER,
+    F_AFTER_POLICY,
+    F_BATCH,
     F_COUNT
 } Field;
 
@@ -83,20 +90,25 @@ static const FieldDef fields[] = {
     [F_LAST_ERROR] = {"last_error", K_TEXT, PC_LAST_ERROR},
     [F_UPDATED_SEQ] = {"updated_seq", K_BIGINT, 0},
     [F_FINISHED_SEQ] = {"finished_seq", K_BIGINT, 0},
+    [F_AFTER] = {"after", K_JSON, 0},
+    [F_AFTER_POLICY] = {"after_policy", K_TEXT, 0},
+    [F_BATCH] = {"batch", K_TEXT, 0},
 };
 _Static_assert(sizeof fields / sizeof fields[0] == F_COUNT, "a FieldDef per Field");
 
 static const Field open_new_cols[] = {
     F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
     F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
-    F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ};
+    F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ,
+    F_AFTER,      F_AFTER_POLICY, F_BATCH};
 static const Field open_up_cols[] = {
     F_ID,          F_MASK,   F_STATUS,   F_ATTEMPTS,   F_MAX_ATTEMPTS, F_RUN_AT,     F_STARTED_AT,
     F_FINISHED_AT, F_WORKER, F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ};
 static const Field done_cols[] = {
-    F_ID,         F_MASK,        F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
-    F_STATUS,     F_ATTEMPTS,    F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
-    F_STARTED_AT, F_FINISHED_AT, F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ};
+    F_ID,         F_MASK,         F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
+    F_STATUS,     F_ATTEMPTS,     F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
+    F_STARTED_AT, F_FINISHED_AT,  F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ,
+    F_AFTER,      F_AFTER_POLICY, F_BATCH};
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The event columns, filled from an Event. */
@@ -450,6 +462,15 @@ static void put_field(Col *c, const ProjRow *r, Field f)
     case F_FINISHED_SEQ:
         col_int(c, r->updated_seq);
         return;
+    case F_AFTER:
+        col_json(c, r->after);
+        return;
+    case F_AFTER_POLICY:
+        col_text(c, r->after_policy);
+        return;
+    case F_BATCH:
+        col_text(c, r->batch);
+        return;
     case F_COUNT:
         break;
     }
@@ -703,6 +724,62 @@ static QueueLimits queue_limits_row(const PGresult *r, int i)
     return l;
 }
 
+/* The schedules (workd_schedules); one whose spec no longer loads (its zone
+ * left the system) is skipped with a warning. */
+static int recover_schedules(PGconn *c, WorkState *ws, Err *err)
+{
+    PGresult *r = db_exec(c, "SELECT name, spec::text, last_tick, last_work FROM workd_schedules",
+                          0, NULL, "loading the schedules", err);
+    if (!r)
+        return -1;
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *spec = json_col(r, i, 1);
+        ScheduleSpec sp;
+        Err e = {0};
+        if (schedspec_decode(spec, &sp, &e) == 0) {
+            ws_schedule_restore(ws, db_str(r, i, 0), &sp, db_int(r, i, 2), db_str(r, i, 3));
+            free(sp.cron_text);
+            free(sp.tz);
+            template_clear(&sp.work);
+        } else {
+            log_warn("schedule %s cannot be loaded and does not fire: %s", db_str(r, i, 0), e.msg);
+        }
+        json_decref(spec);
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* The open batches (workd_batches) with the counts of their finished work. */
+static int recover_batches(PGconn *c, WorkState *ws, Err *err)
+{
+    PGresult *r = db_exec(
+        c,
+        "SELECT b.id, b.callback::text,"
+        "       (SELECT count(*) FROM workd_done d WHERE d.batch = b.id AND d.status = "
+        "'completed'),"
+        "       (SELECT count(*) FROM workd_open o WHERE o.batch = b.id AND o.status = 'dead'),"
+        "       (SELECT count(*) FROM workd_done d WHERE d.batch = b.id AND d.status = 'cancelled')"
+        "  FROM workd_batches b WHERE b.finished_seq IS NULL",
+        0, NULL, "loading the open batches", err);
+    if (!r)
+        return -1;
+    for (int i = 0; i < PQntuples(r); i++) {
+        WorkTemplate cb, *cbp = NULL;
+        json_t *cbj = PQgetisnull(r, i, 1) ? NULL : json_col(r, i, 1);
+        Err e = {0};
+        if (cbj && template_decode(cbj, &cb, &e) == 0)
+            cbp = &cb;
+        int counts[3] = {(int)db_int(r, i, 2), (int)db_int(r, i, 3), (int)db_int(r, i, 4)};
+        ws_batch_restore(ws, db_str(r, i, 0), cbp, counts);
+        if (cbp)
+            template_clear(cbp);
+        json_decref(cbj);
+    }
+    PQclear(r);
+    return 0;
+}
+
 int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
                     int *last_part, Err *err)
 {
@@ -724,7 +801,8 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         c,
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       workd_epoch_ms(run_at), accepted_seq, workd_epoch_ms(created_at), worker_id,"
-        "       workd_epoch_ms(deadline), workd_epoch_ms(started_at), last_error, key"
+        "       workd_epoch_ms(deadline), workd_epoch_ms(started_at), last_error, key,"
+        "       after::text, after_policy, batch"
         "  FROM workd_open WHERE status <> 'dead' ORDER BY accepted_seq",
         0, NULL, "loading open work", err);
     if (!r)
@@ -736,7 +814,10 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         it.queue = (char *)db_str(r, i, 1);
         it.priority = (int)db_int(r, i, 2);
         it.payload = json_loads(db_str(r, i, 3), JSON_DECODE_ANY, NULL);
-        it.status = strcmp(db_str(r, i, 4), "running") == 0 ? WORK_RUNNING : WORK_PENDING;
+        const char *st = db_str(r, i, 4);
+        it.status = !strcmp(st, "running")   ? WORK_RUNNING
+                    : !strcmp(st, "waiting") ? WORK_WAITING
+                                             : WORK_PENDING;
         it.attempt = (int)db_int(r, i, 5);
         it.max_attempts = (int)db_int(r, i, 6);
         it.timeout_ms = db_int(r, i, 7);
@@ -748,10 +829,24 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         it.started_at = db_int(r, i, 13);
         it.last_error = (char *)db_str(r, i, 14);
         it.key = (char *)db_str(r, i, 15);
+        json_t *after = PQgetisnull(r, i, 16) ? NULL : json_col(r, i, 16);
+        if (json_is_array(after)) {
+            it.after = xcalloc(json_array_size(after) + 1, sizeof *it.after);
+            for (size_t j = 0, k = 0; j < json_array_size(after); j++)
+                if (json_is_string(json_array_get(after, j)))
+                    it.after[k++] = (char *)json_string_value(json_array_get(after, j));
+        }
+        it.run_anyway = db_str(r, i, 17) && !strcmp(db_str(r, i, 17), "run");
+        it.batch = (char *)db_str(r, i, 18);
         ws_restore(ws, &it);
+        free(it.after);
+        json_decref(after);
         json_decref(it.payload);
     }
     PQclear(r);
+    if (recover_schedules(c, ws, err) != 0 || recover_batches(c, ws, err) != 0)
+        return -1;
+    ws_restore_links(ws);
 
     r = db_exec(c, queues_sql, 0, NULL, "loading the queues' limits", err);
     if (!r)
@@ -897,13 +992,13 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
-        "       updated_seq, key"
+        "       updated_seq, key, after::text, after_policy, batch"
         "  FROM workd_open WHERE id = $1"
         " UNION ALL "
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
-        "       finished_seq, key"
+        "       finished_seq, key, after::text, after_policy, batch"
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
@@ -952,6 +1047,12 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     json_object_set_new(o, "updated_seq", json_integer(db_int(r, 0, 16)));
     const char *key = db_str(r, 0, 17);
     json_object_set_new(o, "key", key ? json_string(key) : json_null());
+    json_t *after = PQgetisnull(r, 0, 18) ? NULL : json_col(r, 0, 18);
+    json_object_set_new(o, "after", after ? after : json_array());
+    json_object_set_new(o, "run_anyway",
+                        json_boolean(db_str(r, 0, 19) && !strcmp(db_str(r, 0, 19), "run")));
+    const char *batch = db_str(r, 0, 20);
+    json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
     PQclear(r);
     json_t *progress = json_null();
     if (PQntuples(pr)) {
@@ -966,6 +1067,153 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     }
     PQclear(pr);
     json_object_set_new(o, "progress", progress);
+    /* Its children: work that names it in after, open or kept (GIN indexes). */
+    json_t *probe = json_pack("[s]", id);
+    char *probe_text = json_dumps(probe, JSON_COMPACT);
+    json_decref(probe);
+    const char *cp[] = {probe_text};
+    r = db_exec(c,
+                "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
+                "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
+                "                UNION ALL"
+                "                SELECT id, accepted_seq FROM workd_done"
+                "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
+                " ORDER BY accepted_seq LIMIT 1000",
+                1, cp, "reading children", err);
+    free(probe_text);
+    if (!r) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *kids = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(kids, json_string(db_str(r, i, 0)));
+    json_object_set_new(o, "children", kids);
+    PQclear(r);
+    return o;
+}
+
+json_t *journal_schedules(PGconn *c, const char *name, int64_t now, Err *err)
+{
+    const char *params[] = {name};
+    PGresult *r = db_exec(
+        c,
+        "SELECT s.name, s.spec::text, s.last_tick, s.last_work, workd_epoch_ms(s.last_fired_at),"
+        "       coalesce((SELECT status FROM workd_open WHERE id = s.last_work),"
+        "                (SELECT status FROM workd_done WHERE id = s.last_work)),"
+        "       workd_epoch_ms(s.updated_at)"
+        "  FROM workd_schedules s WHERE $1::text IS NULL OR s.name = $1 ORDER BY s.name",
+        1, params, "reading schedules", err);
+    if (!r)
+        return NULL;
+    if (name && PQntuples(r) == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no schedule '%s'", name);
+        return NULL;
+    }
+    json_t *list = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *spec = json_col(r, i, 1);
+        ScheduleSpec sp;
+        Err e = {0};
+        json_t *o;
+        if (schedspec_decode(spec, &sp, &e) == 0) {
+            o = sched_json(db_str(r, i, 0), &sp, db_int(r, i, 2), now);
+            free(sp.cron_text);
+            free(sp.tz);
+            template_clear(&sp.work);
+        } else { /* shown as stored, with why it does not fire */
+            o = json_deep_copy(spec);
+            json_object_del(o, "since");
+            json_object_del(o, "schedule");
+            json_object_set_new(o, "name", json_string(db_str(r, i, 0)));
+            json_object_set_new(o, "next", json_array());
+            json_object_set_new(o, "error", json_string(e.msg));
+        }
+        json_decref(spec);
+        const char *lw = db_str(r, i, 3);
+        json_t *last = json_null();
+        if (lw) {
+            char at[40];
+            time_format(db_int(r, i, 4), at, sizeof at);
+            const char *st = db_str(r, i, 5);
+            last = json_pack("{s:s, s:s, s:s}", "id", lw, "fired_at", at, "status",
+                             st ? st : "unknown");
+        }
+        json_object_set_new(o, "last_run", last);
+        char upd[40];
+        time_format(db_int(r, i, 6), upd, sizeof upd);
+        json_object_set_new(o, "updated_at", json_string(upd));
+        json_array_append_new(list, o);
+    }
+    PQclear(r);
+    if (name) {
+        json_t *one = json_incref(json_array_get(list, 0));
+        json_decref(list);
+        return one;
+    }
+    return json_pack("{s:o}", "schedules", list);
+}
+
+json_t *journal_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
+{
+    const char *params[] = {id};
+    PGresult *r =
+        db_exec(c,
+                "SELECT workd_epoch_ms(opened_at), workd_epoch_ms(finished_at), callback::text,"
+                "       callback_id"
+                "  FROM workd_batches WHERE id = $1",
+                1, params, "reading a batch", err);
+    if (!r)
+        return NULL;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no batch '%s'", id);
+        return NULL;
+    }
+    char opened[40];
+    time_format(db_int(r, 0, 0), opened, sizeof opened);
+    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "opened_at", opened, "finished",
+                          !PQgetisnull(r, 0, 1));
+    if (!PQgetisnull(r, 0, 1)) {
+        char fin[40];
+        time_format(db_int(r, 0, 1), fin, sizeof fin);
+        json_object_set_new(o, "finished_at", json_string(fin));
+    } else {
+        json_object_set_new(o, "finished_at", json_null());
+    }
+    json_object_set_new(o, "callback", PQgetisnull(r, 0, 2) ? json_null() : json_col(r, 0, 2));
+    const char *cb = db_str(r, 0, 3);
+    json_object_set_new(o, "callback_id", cb ? json_string(cb) : json_null());
+    PQclear(r);
+    char nowv[24];
+    snprintf(nowv, sizeof nowv, "%lld", (long long)now);
+    const char *p2[] = {id, nowv};
+    r = db_exec(c,
+                "SELECT CASE WHEN status = 'pending' AND run_at > workd_ts($2::bigint)"
+                "            THEN 'scheduled' ELSE status END, count(*)"
+                "  FROM workd_open WHERE batch = $1 GROUP BY 1"
+                " UNION ALL "
+                "SELECT status, count(*) FROM workd_done WHERE batch = $1 GROUP BY 1",
+                2, p2, "counting a batch", err);
+    if (!r) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *counts =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
+                  "running", 0, "completed", 0, "dead", 0, "cancelled", 0);
+    json_int_t total = 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_int_t n = db_int(r, i, 1);
+        const char *st = db_str(r, i, 0);
+        json_object_set_new(counts, st,
+                            json_integer(json_integer_value(json_object_get(counts, st)) + n));
+        total += n;
+    }
+    PQclear(r);
+    json_object_set_new(o, "counts", counts);
+    json_object_set_new(o, "total", json_integer(total));
     return o;
 }
 
@@ -1033,7 +1281,8 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
     "                                         AS stored"                                           \
     "                                  FROM workd_events e"                                        \
     "                                 WHERE " where                                                \
-    "                                   AND (e.type IN ('completed', 'dead', 'cancelled')"         \
+    "                                   AND (e.type IN ('completed', 'dead', 'cancelled', "        \
+    "'batch')"                                                                                     \
     "                                        OR ($4::boolean AND e.type = 'progress'))"            \
     "                                 ORDER BY e.seq LIMIT $2::int) p0) p"                         \
     "                  JOIN workd_events e ON e.seq = p.seq"                                       \
@@ -1110,7 +1359,8 @@ json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int6
         "    FROM workd_open"
         "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint) AND ($2::text IS NULL OR queue = "
         "$2)"
-        "     AND ($1::text IS NULL OR $1 IN ('pending', 'scheduled', 'running', 'dead'))"
+        "     AND ($1::text IS NULL OR $1 IN ('waiting', 'pending', 'scheduled', 'running', "
+        "'dead'))"
         "  UNION ALL"
         "  SELECT id, queue, priority, status, attempts, max_attempts, workd_epoch_ms(created_at),"
         "         workd_epoch_ms(finished_at), worker_id, last_error, accepted_seq"

@@ -95,6 +95,15 @@ int journal_dead_matching(PGconn *c, const char *queue, const char *key, int lim
  * Finished work is found while its part is kept (the retention window). */
 json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err);
 
+/* Schedules as workd_schedules holds them, with their next fire times after
+ * now and their last run: {"schedules": [...]} when name is NULL, else the one
+ * named (404 if none). */
+json_t *journal_schedules(PGconn *c, const char *name, int64_t now, Err *err);
+
+/* A batch: when it opened and finished, its callback, and its work counted by
+ * status (a new reference; 404 if none). */
+json_t *journal_batch_get(PGconn *c, const char *id, int64_t now, Err *err);
+
 /* The history of one work item, a page at a time: {"id", "events": [at most
  * limit events with seq > after], "next_after": the `after` of the next page,
  * or null after the last}; 404 if the work has no event (after == 0). */

@@ -77,8 +77,17 @@ void mgrcmd_free(MgrCmd *c)
         free(c->items[i].queue);
         free(c->items[i].key);
         json_decref(c->items[i].payload);
+        strv_free(c->items[i].after);
+        free(c->items[i].batch);
     }
     free(c->items);
+    free(c->batch_id);
+    if (c->batch_callback) {
+        template_clear(c->batch_callback);
+        free(c->batch_callback);
+    }
+    free(c->name);
+    schedspec_free(c->schedule);
     free(c->work_id);
     free(c->worker_id);
     free(c->queue);
@@ -329,49 +338,99 @@ static int ensure_conn(Manager *m)
     return 0;
 }
 
-/* Assigns seq, term and time to the events in tmp, applies them to the state
- * and moves them to the round's batch, folding each into its work's row. */
+/* Assigns seq, term and time to event e (moved: e is left zeroed), decides
+ * what it brings about into *more (ws_decide_followups), applies it to the
+ * state and moves it to the round's batch, folding it into its work's row. */
+static void emit_one(Manager *m, Event *e, int64_t now, EventList *more)
+{
+    e->seq = ++m->last_seq;
+    e->term = atomic_load(&m->term);
+    e->at = now;
+    if (event_is_final(e->type)) {
+        const WorkItem *it = ws_get(m->ws, e->work_id);
+        if (!e->queue)
+            e->queue = xstrdup(it ? it->queue : "");
+        if (it) {
+            KnownWork *old = hmap_del(&m->finished, e->work_id);
+            if (old)
+                known_snapshot_free(old);
+            KnownWork *k = known_snapshot(it, e);
+            hmap_put(&m->finished, k->id, k);
+        }
+    } else if ((e->type == EV_FAILED || e->type == EV_TIMED_OUT) && !e->queue) {
+        /* Not written into the event's data: for workd_activity's count. */
+        const WorkItem *it = ws_get(m->ws, e->work_id);
+        e->queue = it ? xstrdup(it->queue) : NULL;
+    }
+    ws_decide_followups(m->ws, e, now, more);
+    ws_apply(m->ws, e);
+    if (e->work_id && (e->type == EV_STARTED || e->type == EV_FAILED || e->type == EV_TIMED_OUT ||
+                       event_is_final(e->type)))
+        progress_forget(m->progress, e->work_id); /* the attempt ended */
+    if (e->work_id && e->type != EV_PROGRESS) {   /* progress changes no row */
+        ProjRow *row = hmap_get(&m->proj, e->work_id);
+        if (!row) {
+            row = xmalloc(sizeof *row);
+            projrow_init(row, e->work_id);
+            hmap_put(&m->proj, row->id, row);
+        }
+        projrow_fold(row, e);
+    }
+    Event *dst = eventlist_push(&m->batch);
+    *dst = *e;
+    memset(e, 0, sizeof *e);
+}
+
+/* A list of follow-ups being emitted, and how far (emit_event's stack). */
+typedef struct Pending {
+    EventList list;
+    size_t next;
+} Pending;
+
+/* emit_one for e, then for what it brings about (its waiting children
+ * released or cancelled, its batch finished), each right after its cause,
+ * depth first, so that the log holds causes before effects. An explicit
+ * stack, not recursion: a cancelled chain of waiting work may be as long as
+ * the open work. */
+static void emit_event(Manager *m, Event *e, int64_t now)
+{
+    Pending *stack = xcalloc(1, sizeof *stack);
+    size_t depth = 1, cap = 1;
+    eventlist_init(&stack[0].list);
+    emit_one(m, e, now, &stack[0].list);
+    while (depth) {
+        Pending *top = &stack[depth - 1];
+        if (top->next == top->list.len) {
+            eventlist_free(&top->list);
+            depth--;
+            continue;
+        }
+        Event *x = &top->list.items[top->next++];
+        if (ws_followup_stale(m->ws, x)) { /* another path got there first */
+            event_clear(x);
+            continue;
+        }
+        EventList more;
+        eventlist_init(&more);
+        emit_one(m, x, now, &more);
+        if (!more.len) {
+            eventlist_free(&more);
+            continue;
+        }
+        if (depth == cap) {
+            cap *= 2;
+            stack = xrealloc(stack, cap * sizeof *stack);
+        }
+        stack[depth++] = (Pending){.list = more, .next = 0};
+    }
+    free(stack);
+}
+
+/* emit_event for each event of tmp, in order; tmp is left empty. */
 static void emit(Manager *m, EventList *tmp, int64_t now)
 {
-    for (size_t i = 0; i < tmp->len; i++) {
-        Event *e = &tmp->items[i];
-        e->seq = ++m->last_seq;
-        e->term = atomic_load(&m->term);
-        e->at = now;
-        if (event_is_final(e->type)) {
-            const WorkItem *it = ws_get(m->ws, e->work_id);
-            if (!e->queue)
-                e->queue = xstrdup(it ? it->queue : "");
-            if (it) {
-                KnownWork *old = hmap_del(&m->finished, e->work_id);
-                if (old)
-                    known_snapshot_free(old);
-                KnownWork *k = known_snapshot(it, e);
-                hmap_put(&m->finished, k->id, k);
-            }
-        } else if ((e->type == EV_FAILED || e->type == EV_TIMED_OUT) && !e->queue) {
-            /* Not written into the event's data: for workd_activity's count. */
-            const WorkItem *it = ws_get(m->ws, e->work_id);
-            e->queue = it ? xstrdup(it->queue) : NULL;
-        }
-        ws_apply(m->ws, e);
-        if (e->work_id && e->type != EV_PROGRESS &&
-            (e->type == EV_STARTED || e->type == EV_FAILED || e->type == EV_TIMED_OUT ||
-             event_is_final(e->type)))
-            progress_forget(m->progress, e->work_id); /* the attempt ended */
-        if (e->work_id && e->type != EV_PROGRESS) {   /* progress changes no row */
-            ProjRow *row = hmap_get(&m->proj, e->work_id);
-            if (!row) {
-                row = xmalloc(sizeof *row);
-                projrow_init(row, e->work_id);
-                hmap_put(&m->proj, row->id, row);
-            }
-            projrow_fold(row, e);
-        }
-        Event *dst = eventlist_push(&m->batch);
-        *dst = *e;
-        memset(e, 0, sizeof *e);
-    }
+    for (size_t i = 0; i < tmp->len; i++)
+        emit_event(m, &tmp->items[i], now);
     tmp->len = 0;
 }
 
@@ -593,25 +652,44 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     EventList tmp;
     eventlist_init(&tmp);
     SubmitResult *res = xcalloc(c->n_items, sizeof *res);
-    KnownWork *kn = xcalloc(c->n_items + 1, sizeof *kn); /* borrowed entries */
+    size_t n_ids = c->n_items;
+    for (size_t i = 0; i < c->n_items; i++)
+        n_ids += strv_len(c->items[i].after);
+    KnownWork *kn = xcalloc(n_ids + 1, sizeof *kn); /* borrowed entries */
     size_t n_kn = 0;
     for (size_t i = 0; i < c->n_items; i++) {
         const KnownWork *k =
             ws_get(m->ws, c->items[i].id) ? NULL : known_get(m, known, c->items[i].id);
         if (k)
             kn[n_kn++] = *k;
+        for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++) {
+            const char *p = c->items[i].after[j];
+            k = ws_get(m->ws, p) ? NULL : known_get(m, known, p);
+            if (k)
+                kn[n_kn++] = *k;
+        }
     }
     Err err = {0};
-    if (ws_decide_submit(m->ws, c->items, c->n_items, kn, n_kn, now, &tmp, res, &err) != 0) {
+    BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
+    if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL, now,
+                            &tmp, res, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
-        json_t *items = json_array();
-        for (size_t i = 0; i < c->n_items; i++)
-            json_array_append_new(items,
-                                  json_pack("{s:s, s:s, s:b}", "id", c->items[i].id, "status",
-                                            res[i].status, "created", res[i].created));
         emit(m, &tmp, now);
-        cmd_ok(c, 202, json_pack("{s:o}", "items", items));
+        json_t *items = json_array();
+        for (size_t i = 0; i < c->n_items; i++) {
+            /* What a new item became once its events (and theirs) applied. */
+            const WorkItem *it = res[i].created ? ws_get(m->ws, c->items[i].id) : NULL;
+            const KnownWork *f =
+                res[i].created && !it ? hmap_get(&m->finished, c->items[i].id) : NULL;
+            const char *st = it ? ws_item_status(it, now) : f ? f->status : res[i].status;
+            json_array_append_new(items, json_pack("{s:s, s:s, s:b}", "id", c->items[i].id,
+                                                   "status", st, "created", res[i].created));
+        }
+        json_t *reply = json_pack("{s:o}", "items", items);
+        if (c->batch_id)
+            json_object_set_new(reply, "batch", json_string(c->batch_id));
+        cmd_ok(c, 202, reply);
     }
     free(kn);
     free(res);
@@ -1029,6 +1107,34 @@ static void handle_bulk_retry(Manager *m, MgrCmd *c, int64_t now)
                      more || done < (k ? k->n : 0)));
 }
 
+/* ---- schedules ---- */
+
+static void handle_schedule_set(Manager *m, MgrCmd *c, int64_t now)
+{
+    const Schedule *x = ws_schedule(m->ws, c->name);
+    ScheduleSpec *spec = c->schedule;
+    if (!spec) { /* pause or resume: the schedule as it is */
+        if (!x) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "no schedule '%s'", c->name);
+            cmd_fail(c, 404, "not-found", msg);
+            return;
+        }
+        spec = schedspec_dup(x->spec);
+        spec->paused = c->pause == 1;
+        c->schedule = spec; /* freed with the command */
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_decide_schedule_set(m->ws, c->name, spec, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    x = ws_schedule(m->ws, c->name);
+    log_info("schedule %s set by an operator: '%s' in %s%s", c->name, spec->cron_text, spec->tz,
+             spec->paused ? " (paused)" : "");
+    cmd_ok(c, 200, sched_json(c->name, x->spec, x->last_tick, now));
+}
+
 /* ---- work submitted in SQL (workd.submit) ---- */
 
 #define INBOX_PAGE 1000
@@ -1192,6 +1298,18 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         else
             cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
         break;
+    case MC_SCHEDULE_SET:
+        handle_schedule_set(m, c, now);
+        break;
+    case MC_SCHEDULE_DELETE:
+        if (ws_decide_schedule_delete(m->ws, c->name, now, &tmp, &err) != 0) {
+            cmd_fail(c, err.status, err.type, err.msg);
+            break;
+        }
+        log_info("schedule %s deleted by an operator", c->name);
+        emit(m, &tmp, now);
+        cmd_ok(c, 204, NULL);
+        break;
     case MC_QUEUE_FLOW: {
         json_t *o = json_object();
         const char *name;
@@ -1235,9 +1353,12 @@ static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
         switch (c->type) {
         case MC_SUBMIT:
             /* A UUID this node just generated cannot exist yet (2^-122). */
-            for (i = 0; i < c->n_items; i++)
+            for (i = 0; i < c->n_items; i++) {
                 if (!c->items[i].generated)
                     want_known(m, &l, c->items[i].id);
+                for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
+                    want_known(m, &l, c->items[i].after[j]);
+            }
             break;
         case MC_CANCEL:
         case MC_RETRY:
@@ -1380,6 +1501,8 @@ static void lead_round(Manager *m)
             log_info("work %s attempt %d %s: %s", e->work_id, e->attempt, event_type_name(e->type),
                      e->error ? e->error : "");
     }
+    emit(m, &tmp, now);
+    ws_decide_ticks(m->ws, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     ws_advance(m->ws, now);

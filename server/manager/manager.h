@@ -47,19 +47,21 @@ typedef struct ManagerConfig {
 } ManagerConfig;
 
 typedef enum {
-    MC_SUBMIT,      /* items -> {"items": [{id, status, created}]} */
-    MC_CANCEL,      /* work_id -> {id, status} */
-    MC_RETRY,       /* work_id (dead) -> {id, status} */
-    MC_REPORTS,     /* worker_id, instance, claim, reports (JSON array) -> {"results": [...]} */
-    MC_PULL,        /* worker_id, instance, claim, queues, max, wait_ms -> {"jobs": [...]} */
-    MC_HEARTBEAT,   /* worker_id, instance, claim, capacity, queues, running -> intervals */
-    MC_DEREGISTER,  /* worker_id, instance, claim -> (204) */
-    MC_CLUSTER,     /* -> {"leader", "term", "workers", "open"} */
-    MC_QUEUE_SET,   /* queue, limits (the parts in limits_set) -> the queue's limits */
-    MC_BULK_CANCEL, /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
-    MC_BULK_RETRY,  /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
-    MC_PROGRESS,    /* work_id, attempt, worker_id, instance, claim, detail {fraction, message,
-                       output} -> {id, attempt, seq} */
+    MC_SUBMIT,          /* items -> {"items": [{id, status, created}]} */
+    MC_CANCEL,          /* work_id -> {id, status} */
+    MC_RETRY,           /* work_id (dead) -> {id, status} */
+    MC_REPORTS,         /* worker_id, instance, claim, reports (JSON array) -> {"results": [...]} */
+    MC_PULL,            /* worker_id, instance, claim, queues, max, wait_ms -> {"jobs": [...]} */
+    MC_HEARTBEAT,       /* worker_id, instance, claim, capacity, queues, running -> intervals */
+    MC_DEREGISTER,      /* worker_id, instance, claim -> (204) */
+    MC_CLUSTER,         /* -> {"leader", "term", "workers", "open"} */
+    MC_QUEUE_SET,       /* queue, limits (the parts in limits_set) -> the queue's limits */
+    MC_BULK_CANCEL,     /* filter (queue, key, status), max -> {"cancelled": n, "more": bool} */
+    MC_BULK_RETRY,      /* filter (queue, key), max -> {"retried": n, "more": bool} (dead work) */
+    MC_SCHEDULE_SET,    /* name, schedule (or pause: 1 pause, 0 resume) -> the schedule */
+    MC_SCHEDULE_DELETE, /* name -> (204) */
+    MC_PROGRESS,        /* work_id, attempt, worker_id, instance, claim, detail {fraction, message,
+                           output} -> {id, attempt, seq} */
     MC_SUBSCRIPTION_SET, /* detail: the whole subscription (webhooks.h), or {name, deleted:
                             true} -> the subscription as GET shows it */
     MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> webhooks_json */
@@ -89,7 +91,12 @@ typedef struct MgrCmd {
     char *key;   /* a filter of MC_BULK_* (NULL: any) */
     char *state; /* a filter of MC_BULK_CANCEL: pending, scheduled, running (NULL: any) */
     QueueLimits limits;
-    int limits_set; /* QL_* */
+    int limits_set;               /* QL_* */
+    char *batch_id;               /* MC_SUBMIT: the batch the submission opens (or joins) */
+    WorkTemplate *batch_callback; /* with batch_id: its callback (NULL: none) */
+    char *name;                   /* MC_SCHEDULE_*: the schedule */
+    ScheduleSpec *schedule;       /* MC_SCHEDULE_SET: the whole definition, or NULL with */
+    int pause;                    /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
     int attempt;    /* MC_PROGRESS */

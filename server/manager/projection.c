@@ -22,6 +22,8 @@ void projrow_clear(ProjRow *r)
     free(r->worker_id);
     json_decref(r->result);
     free(r->last_error);
+    json_decref(r->after);
+    free(r->batch);
     memset(r, 0, sizeof *r);
 }
 
@@ -42,7 +44,16 @@ void projrow_fold(ProjRow *r, const Event *e)
         r->priority = e->priority;
         json_decref(r->payload);
         r->payload = json_incref(e->payload);
-        r->status = "pending";
+        r->status = e->waiting ? "waiting" : "pending";
+        json_decref(r->after);
+        r->after = NULL;
+        if (e->after) {
+            r->after = json_array();
+            for (size_t i = 0; e->after[i]; i++)
+                json_array_append_new(r->after, json_string(e->after[i]));
+            r->after_policy = e->run_anyway ? "run" : "cancel";
+        }
+        set_str(&r->batch, e->batch);
         r->max_attempts = e->max_attempts;
         r->timeout_ms = e->timeout_ms;
         r->run_at = e->run_at;
@@ -104,11 +115,20 @@ void projrow_fold(ProjRow *r, const Event *e)
             r->changed |= PC_LAST_ERROR;
         }
         return;
+    case EV_RELEASED:
+        r->status = "pending";
+        r->changed |= PC_STATUS;
+        return;
     case EV_TERM:
     case EV_QUEUE_SET:
     case EV_PROGRESS: /* the manager folds no progress (it changes no row) */
     case EV_SUBSCRIPTION:
     case EV_SUB_CURSOR:
+    case EV_SCHEDULE_SET:
+    case EV_SCHEDULE_DELETED:
+    case EV_TICK:
+    case EV_BATCH_OPENED:
+    case EV_BATCH:
         return;
     }
 }

@@ -37,13 +37,16 @@ typedef struct ProjRow {
     char *key; /* NULL: none */
     int priority;
     json_t *payload;
-    const char *status; /* static: pending, running, completed, dead, cancelled */
+    const char *status; /* static: waiting, pending, running, completed, dead, cancelled */
     int attempts, max_attempts;
     int64_t timeout_ms, run_at, created_at, accepted_seq, started_at, finished_at, deadline;
     char *worker_id;
     json_t *result;
     char *last_error;
     int64_t updated_seq;
+    json_t *after;            /* the parents named (a JSON array), NULL: none */
+    const char *after_policy; /* static: "cancel" or "run" (run anyway), with after */
+    char *batch;              /* NULL: none */
 } ProjRow;
 
 /* An empty row for work id (nothing known, nothing changed). */

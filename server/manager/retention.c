@@ -139,6 +139,14 @@ static int drop_expired(Retention *r, const PartList *pl, int64_t now)
             exec(r, "DELETE FROM workd_parts WHERE part = $1::int", 1, params,
                  "forgetting a part") != 0)
             return -1;
+        /* Finished batches leave with their work (GET /batches then says 404);
+         * open ones stay, however old. */
+        char cut[24];
+        snprintf(cut, sizeof cut, "%lld", (long long)(now - r->cfg.retain_ms));
+        const char *cp[] = {cut};
+        if (exec(r, "DELETE FROM workd_batches WHERE finished_at < workd_ts($1::bigint)", 1, cp,
+                 "forgetting finished batches") != 0)
+            return -1;
         atomic_fetch_add(&r->stats.parts_dropped, 1);
         log_info("retention: dropped part %d (last written %lld s ago)", part,
                  last ? (long long)((now - last) / 1000) : -1LL);

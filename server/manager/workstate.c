@@ -39,12 +39,22 @@ typedef struct Queue {
     int64_t tokens_at; /* when tokens was computed; 0: the bucket starts empty */
 } Queue;
 
+/* The waiting children of one open parent (they left it when released or
+ * finished; the list goes when the parent finishes). */
+typedef struct Kids {
+    WorkItem **v;
+    size_t n, cap;
+} Kids;
+
 struct WorkState {
     WsConfig cfg;
     HMap items;   /* id -> WorkItem */
     HMap queues;  /* name -> Queue */
     HMap workers; /* id -> Worker */
     Heap running; /* by deadline */
+    HMap kids;    /* parent id -> Kids: waiting work, by the open parents it waits for */
+    HMap batches; /* id -> Batch: open batches */
+    ScheduleSet *sched;
 };
 
 /* ---- heaps ---- */
@@ -291,6 +301,8 @@ static const WorkItem *next_of(const Queue *q)
 
 static void item_free(WorkItem *it)
 {
+    strv_free(it->after);
+    free(it->batch);
     free(it->id);
     free(it->queue);
     free(it->key);
@@ -309,6 +321,27 @@ static void worker_free(Worker *w)
     free(w);
 }
 
+static void batch_free(Batch *b)
+{
+    free(b->id);
+    if (b->callback) {
+        template_clear(b->callback);
+        free(b->callback);
+    }
+    free(b);
+}
+
+static char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **out = xcalloc(n + 1, sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
+}
+
 /* ---- lifetime ---- */
 
 WorkState *ws_new(const WsConfig *cfg)
@@ -319,6 +352,9 @@ WorkState *ws_new(const WsConfig *cfg)
     hmap_init(&ws->queues);
     hmap_init(&ws->workers);
     heap_init(&ws->running, deadline_less, item_index);
+    hmap_init(&ws->kids);
+    hmap_init(&ws->batches);
+    ws->sched = sched_new();
     return ws;
 }
 
@@ -334,6 +370,15 @@ void ws_free(WorkState *ws)
         queue_free(v);
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
         worker_free(v);
+    for (size_t i = 0; hmap_next(&ws->kids, &i, &k, &v);) {
+        free(((Kids *)v)->v);
+        free(v);
+    }
+    for (size_t i = 0; hmap_next(&ws->batches, &i, &k, &v);)
+        batch_free(v);
+    hmap_free(&ws->kids);
+    hmap_free(&ws->batches);
+    sched_free(ws->sched);
     hmap_free(&ws->items);
     hmap_free(&ws->queues);
     hmap_free(&ws->workers);
@@ -370,6 +415,8 @@ const char *ws_item_status(const WorkItem *it, int64_t now)
 {
     if (it->status == WORK_RUNNING)
         return "running";
+    if (it->status == WORK_WAITING)
+        return "waiting";
     return it->run_at > now ? "scheduled" : "pending";
 }
 
@@ -409,9 +456,60 @@ static void end_attempt(const WorkState *ws, const WorkItem *it, EventType type,
 int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, const KnownWork *known,
                      size_t n_known, int64_t now, EventList *out, SubmitResult *results, Err *err)
 {
+    return ws_decide_submit_in(ws, items, n, known, n_known, NULL, now, out, results, err);
+}
+
+/* Checks an item's parents: 0 with *waits (a parent is open, or accepted
+ * earlier in this request) and *ended (the first parent that is dead or
+ * cancelled, NULL if none), or -1 with err. */
+static int check_parents(const WorkState *ws, const SubmitItem *s, const HMap *seen,
+                         const KnownWork *known, size_t n_known, bool *waits, const char **ended,
+                         const char **ended_status, Err *err)
+{
+    *waits = false;
+    *ended = NULL;
+    for (size_t j = 0; s->after && s->after[j]; j++) {
+        const char *p = s->after[j];
+        if (!strcmp(p, s->id))
+            return err_set(err, 400, "invalid-field", "work '%s' cannot wait for itself", s->id);
+        if (hmap_get(&ws->items, p) || hmap_get(seen, p)) {
+            *waits = true;
+            continue;
+        }
+        const KnownWork *k = find_known(known, n_known, p);
+        if (!k)
+            return err_set(err, 404, "parent-not-found",
+                           "work '%s' waits for '%s', which does not exist: a parent must be "
+                           "submitted before its children (or earlier in the same request)",
+                           s->id, p);
+        if (!*ended && (!strcmp(k->status, "dead") || !strcmp(k->status, "cancelled"))) {
+            *ended = p;
+            *ended_status = k->status;
+        }
+    }
+    return 0;
+}
+
+int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
+                        const KnownWork *known, size_t n_known, const BatchOpen *batch, int64_t now,
+                        EventList *out, SubmitResult *results, Err *err)
+{
     size_t first = out->len, created = 0;
     HMap seen; /* ids accepted earlier in this same request */
     hmap_init(&seen);
+    EventList late; /* cancellations of items whose parent has ended: after every accepted */
+    eventlist_init(&late);
+    bool opening = batch && !hmap_get(&ws->batches, batch->id);
+    if (opening) {
+        Event *b = eventlist_push(out);
+        b->type = EV_BATCH_OPENED;
+        b->at = now;
+        b->name = xstrdup(batch->id);
+        if (batch->callback) {
+            b->callback = xcalloc(1, sizeof *b->callback);
+            template_copy(b->callback, batch->callback);
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         const SubmitItem *s = &items[i];
         const WorkItem *open = hmap_get(&ws->items, s->id);
@@ -437,6 +535,16 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
                     (long long)ws->cfg.max_open, ws->items.len, created + 1);
             goto refuse;
         }
+        if (s->batch && !hmap_get(&ws->batches, s->batch) &&
+            !(opening && !strcmp(s->batch, batch->id))) {
+            err_set(err, 404, "batch-not-found",
+                    "batch '%s' is not open (it finished, or was never opened)", s->batch);
+            goto refuse;
+        }
+        bool waits;
+        const char *ended, *ended_status = NULL;
+        if (check_parents(ws, s, &seen, known, n_known, &waits, &ended, &ended_status, err) != 0)
+            goto refuse;
         Event *e = eventlist_push(out);
         e->type = EV_ACCEPTED;
         e->at = now;
@@ -448,14 +556,36 @@ int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, con
         e->run_at = s->run_at > now ? s->run_at : 0;
         e->timeout_ms = s->timeout_ms;
         e->max_attempts = s->max_attempts;
+        e->after = strv_copy(s->after);
+        e->run_anyway = s->run_anyway;
+        e->waiting = waits;
+        e->batch = xstrdup(s->batch);
         results[i].created = true;
-        results[i].status = e->run_at ? "scheduled" : "pending";
+        results[i].status = waits ? "waiting" : e->run_at ? "scheduled" : "pending";
+        if (ended && !s->run_anyway) {
+            Event *c = eventlist_push(&late);
+            c->type = EV_CANCELLED;
+            c->at = now;
+            c->work_id = xstrdup(s->id);
+            char why[300];
+            snprintf(why, sizeof why, "parent %s is %s", ended, ended_status);
+            c->error = xstrdup(why);
+            results[i].status = "cancelled";
+        }
         hmap_put(&seen, s->id, (void *)s);
         created++;
     }
+    if (opening && !created) /* every item existed: nothing opens */
+        event_clear(&out->items[--out->len]);
+    for (size_t i = 0; i < late.len; i++) {
+        *eventlist_push(out) = late.items[i];
+        memset(&late.items[i], 0, sizeof late.items[i]);
+    }
+    eventlist_free(&late);
     hmap_free(&seen);
     return 0;
 refuse:
+    eventlist_free(&late);
     hmap_free(&seen);
     while (out->len > first)
         event_clear(&out->items[--out->len]);
@@ -707,6 +837,223 @@ void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, 
     q->tokens_at = now;
 }
 
+/* ---- dependencies ---- */
+
+/* Links waiting work to each of its parents that is open; returns how many. */
+static size_t kids_link(WorkState *ws, WorkItem *it)
+{
+    size_t n = 0;
+    for (size_t j = 0; it->after && it->after[j]; j++) {
+        if (!strcmp(it->after[j], it->id) || !hmap_get(&ws->items, it->after[j]))
+            continue;
+        Kids *k = hmap_get(&ws->kids, it->after[j]);
+        if (!k) {
+            k = xcalloc(1, sizeof *k);
+            hmap_put(&ws->kids, ((WorkItem *)hmap_get(&ws->items, it->after[j]))->id, k);
+        }
+        bool dup = false; /* a parent named twice links once (a child's own list, not the
+                             parent's: a parent may have any number of children) */
+        for (size_t i = 0; i < j && !dup; i++)
+            dup = !strcmp(it->after[i], it->after[j]);
+        if (dup)
+            continue;
+        if (k->n == k->cap) {
+            k->cap = k->cap ? k->cap * 2 : 4;
+            k->v = xrealloc(k->v, k->cap * sizeof *k->v);
+        }
+        k->v[k->n++] = it;
+        n++;
+    }
+    return n;
+}
+
+/* Takes waiting work out of its open parents' lists (order kept: children
+ * are decided in the order they were accepted). */
+static void kids_unlink(WorkState *ws, WorkItem *it)
+{
+    for (size_t j = 0; it->after && it->after[j]; j++) {
+        Kids *k = hmap_get(&ws->kids, it->after[j]);
+        for (size_t i = 0; k && i < k->n; i++)
+            if (k->v[i] == it) {
+                memmove(&k->v[i], &k->v[i + 1], (k->n - i - 1) * sizeof *k->v);
+                k->n--;
+                break;
+            }
+    }
+}
+
+/* Whether a parent of c other than `except` is still open. */
+static bool other_parent_open(const WorkState *ws, const WorkItem *c, const char *except)
+{
+    for (size_t j = 0; c->after && c->after[j]; j++)
+        if (strcmp(c->after[j], except) != 0 && strcmp(c->after[j], c->id) != 0 &&
+            hmap_get(&ws->items, c->after[j]))
+            return true;
+    return false;
+}
+
+void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, EventList *out)
+{
+    if (!event_is_final(e->type))
+        return;
+    const WorkItem *it = hmap_get(&ws->items, e->work_id);
+    if (!it)
+        return;
+    bool completed = e->type == EV_COMPLETED;
+    if (e->type == EV_COMPLETED && (it->status != WORK_RUNNING || it->attempt != e->attempt))
+        return; /* ws_apply ignores it */
+    const Kids *k = hmap_get(&ws->kids, it->id);
+    for (size_t i = 0; k && i < k->n; i++) {
+        const WorkItem *c = k->v[i];
+        if (c->status != WORK_WAITING)
+            continue;
+        if (completed || c->run_anyway) {
+            if (other_parent_open(ws, c, it->id))
+                continue;
+            Event *r = eventlist_push(out);
+            r->type = EV_RELEASED;
+            r->at = now;
+            r->work_id = xstrdup(c->id);
+        } else {
+            Event *x = eventlist_push(out);
+            x->type = EV_CANCELLED;
+            x->at = now;
+            x->work_id = xstrdup(c->id);
+            char why[300];
+            snprintf(why, sizeof why, "parent %s is %s", it->id, event_type_name(e->type));
+            x->error = xstrdup(why);
+        }
+    }
+    const Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
+    if (!b || b->open != 1)
+        return;
+    Event *f = eventlist_push(out);
+    f->type = EV_BATCH;
+    f->at = now;
+    f->name = xstrdup(b->id);
+    memcpy(f->counts, b->counts, sizeof f->counts);
+    f->counts[completed ? 0 : e->type == EV_DEAD ? 1 : 2]++;
+    if (b->callback) {
+        char id[200];
+        snprintf(id, sizeof id, "%s:callback", b->id);
+        f->fired = xstrdup(id);
+        Event *a = eventlist_push(out);
+        a->type = EV_ACCEPTED;
+        a->at = now;
+        a->work_id = xstrdup(id);
+        a->queue = xstrdup(b->callback->queue);
+        a->key = xstrdup(b->callback->key);
+        a->priority = b->callback->priority;
+        a->payload = json_incref(b->callback->payload);
+        a->timeout_ms = b->callback->timeout_ms;
+        a->max_attempts = b->callback->max_attempts;
+    }
+}
+
+bool ws_followup_stale(const WorkState *ws, const Event *e)
+{
+    const WorkItem *it = e->work_id ? hmap_get(&ws->items, e->work_id) : NULL;
+    switch (e->type) {
+    case EV_RELEASED:
+    case EV_CANCELLED:
+        return !it || it->status != WORK_WAITING;
+    case EV_BATCH:
+        return !hmap_get(&ws->batches, e->name);
+    case EV_ACCEPTED:
+        return it != NULL;
+    default:
+        return false;
+    }
+}
+
+const Batch *ws_batch(const WorkState *ws, const char *id)
+{
+    return hmap_get(&ws->batches, id);
+}
+
+void ws_batch_restore(WorkState *ws, const char *id, const WorkTemplate *callback,
+                      const int counts[3])
+{
+    if (hmap_get(&ws->batches, id))
+        return;
+    Batch *b = xcalloc(1, sizeof *b);
+    b->id = xstrdup(id);
+    if (callback) {
+        b->callback = xcalloc(1, sizeof *b->callback);
+        template_copy(b->callback, callback);
+    }
+    memcpy(b->counts, counts, sizeof b->counts);
+    hmap_put(&ws->batches, b->id, b);
+}
+
+void ws_restore_links(WorkState *ws)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&ws->items, &i, &k, &v);) {
+        WorkItem *it = v;
+        Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
+        if (b)
+            b->open++;
+        if (it->status == WORK_WAITING && !kids_link(ws, it))
+            place_pending(ws, it); /* no parent open: it was due to run */
+    }
+}
+
+/* ---- schedules ---- */
+
+static bool item_open(const char *id, const void *ud)
+{
+    return hmap_get(&((const WorkState *)ud)->items, id) != NULL;
+}
+
+void ws_decide_ticks(const WorkState *ws, int64_t now, EventList *out)
+{
+    size_t max = (size_t)ws->cfg.max_open;
+    TickEnv env = {
+        .is_open = item_open, .ud = ws, .room = ws->items.len < max ? max - ws->items.len : 0};
+    sched_decide_ticks(ws->sched, now, &env, out);
+}
+
+void ws_decide_schedule_set(const WorkState *ws, const char *name, const ScheduleSpec *spec,
+                            int64_t now, EventList *out)
+{
+    const Schedule *x = sched_get(ws->sched, name);
+    /* A schedule goes on from its last tick unless it is new, resumed, or
+     * given another time: then only ticks from now on are due. */
+    bool goes_on = x && !(x->spec->paused && !spec->paused) &&
+                   !strcmp(x->spec->cron_text, spec->cron_text) && !strcmp(x->spec->tz, spec->tz);
+    Event *e = eventlist_push(out);
+    e->type = EV_SCHEDULE_SET;
+    e->at = now;
+    e->name = xstrdup(name);
+    e->sched = schedspec_dup(spec);
+    e->tick = goes_on ? x->last_tick : now;
+}
+
+int ws_decide_schedule_delete(const WorkState *ws, const char *name, int64_t now, EventList *out,
+                              Err *err)
+{
+    if (!sched_get(ws->sched, name))
+        return err_set(err, 404, "not-found", "no schedule '%s'", name);
+    Event *e = eventlist_push(out);
+    e->type = EV_SCHEDULE_DELETED;
+    e->at = now;
+    e->name = xstrdup(name);
+    return 0;
+}
+
+const Schedule *ws_schedule(const WorkState *ws, const char *name)
+{
+    return sched_get(ws->sched, name);
+}
+
+void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
+                         int64_t last_tick, const char *last_work)
+{
+    sched_restore(ws->sched, name, spec, last_tick, last_work);
+}
+
 /* ---- applying ---- */
 
 void ws_apply(WorkState *ws, const Event *e)
@@ -717,6 +1064,34 @@ void ws_apply(WorkState *ws, const Event *e)
     case EV_PROGRESS:     /* published, changes no state */
     case EV_SUBSCRIPTION: /* webhooks are not work (webhooks.c) */
     case EV_SUB_CURSOR:
+        return;
+    case EV_SCHEDULE_SET:
+    case EV_SCHEDULE_DELETED:
+    case EV_TICK:
+        sched_apply(ws->sched, e);
+        return;
+    case EV_BATCH_OPENED:
+        if (!hmap_get(&ws->batches, e->name)) {
+            Batch *b = xcalloc(1, sizeof *b);
+            b->id = xstrdup(e->name);
+            if (e->callback) {
+                b->callback = xcalloc(1, sizeof *b->callback);
+                template_copy(b->callback, e->callback);
+            }
+            hmap_put(&ws->batches, b->id, b);
+        }
+        return;
+    case EV_BATCH: {
+        Batch *b = hmap_del(&ws->batches, e->name);
+        if (b)
+            batch_free(b);
+        return;
+    }
+    case EV_RELEASED:
+        if (!it || it->status != WORK_WAITING)
+            return;
+        kids_unlink(ws, it);
+        place_pending(ws, it);
         return;
     case EV_QUEUE_SET: {
         Queue *q = queue_get(ws, e->queue);
@@ -750,6 +1125,18 @@ void ws_apply(WorkState *ws, const Event *e)
         it->created_at = e->at;
         it->heap_idx = HEAP_NONE;
         hmap_put(&ws->items, it->id, it);
+        if (e->type == EV_ACCEPTED) {
+            it->after = strv_copy(e->after);
+            it->run_anyway = e->run_anyway;
+            it->batch = xstrdup(e->batch);
+            Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
+            if (b)
+                b->open++;
+            if (kids_link(ws, it)) {
+                it->status = WORK_WAITING;
+                return;
+            }
+        }
         place_pending(ws, it);
         return;
     case EV_STARTED: {
@@ -804,7 +1191,20 @@ void ws_apply(WorkState *ws, const Event *e)
             return;
         break;
     }
-    /* Finished: forget it; the database keeps the record. */
+    /* Finished: forget it; the database keeps the record. Its waiting
+     * children were decided with this event (ws_decide_followups). */
+    if (it->status == WORK_WAITING)
+        kids_unlink(ws, it);
+    Kids *kids = hmap_del(&ws->kids, it->id);
+    if (kids) {
+        free(kids->v);
+        free(kids);
+    }
+    Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
+    if (b) {
+        b->open--;
+        b->counts[e->type == EV_COMPLETED ? 0 : e->type == EV_DEAD ? 1 : 2]++;
+    }
     unplace(ws, it);
     hmap_del(&ws->items, it->id);
     item_free(it);
@@ -894,6 +1294,9 @@ int64_t ws_next_deadline(const WorkState *ws)
     const WorkItem *r = heap_peek(&ws->running);
     if (r && r->deadline < t)
         t = r->deadline;
+    int64_t tick = sched_next_deadline(ws->sched);
+    if (tick < t)
+        t = tick;
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);) {
         const Worker *w = v;
         if (w->last_seen + ws->cfg.worker_timeout_ms < t)
@@ -1070,7 +1473,8 @@ json_t *ws_queue_stats(const WorkState *ws, int64_t now)
         const WorkItem *it = v;
         json_t *q = json_object_get(out, it->queue);
         if (!q) {
-            q = json_pack("{s:i, s:i, s:i}", "pending", 0, "scheduled", 0, "running", 0);
+            q = json_pack("{s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
+                          "running", 0);
             json_object_set_new(out, it->queue, q);
         }
         const char *st = ws_item_status(it, now);
@@ -1105,9 +1509,11 @@ json_t *ws_dump(const WorkState *ws)
                       it->payload, "run_at", (json_int_t)it->run_at, "timeout_ms",
                       (json_int_t)it->timeout_ms, "max_attempts", it->max_attempts, "accepted_seq",
                       (json_int_t)it->accepted_seq, "status",
-                      it->status == WORK_RUNNING ? "running" : "pending", "attempt", it->attempt,
-                      "worker_id", it->worker_id, "deadline", (json_int_t)it->deadline,
-                      "last_error", it->last_error, "where", it->where));
+                      it->status == WORK_RUNNING   ? "running"
+                      : it->status == WORK_WAITING ? "waiting"
+                                                   : "pending",
+                      "attempt", it->attempt, "worker_id", it->worker_id, "deadline",
+                      (json_int_t)it->deadline, "last_error", it->last_error, "where", it->where));
     }
     free(all);
     return arr;
@@ -1125,9 +1531,13 @@ void ws_restore(WorkState *ws, const WorkItem *src)
     it->payload = json_incref(src->payload);
     it->worker_id = xstrdup(src->worker_id);
     it->last_error = xstrdup(src->last_error);
+    it->after = strv_copy(src->after);
+    it->batch = xstrdup(src->batch);
     it->heap_idx = HEAP_NONE;
     it->where = IN_NONE;
     hmap_put(&ws->items, it->id, it);
+    if (it->status == WORK_WAITING)
+        return; /* linked to its parents by ws_restore_links */
     if (it->status == WORK_RUNNING) {
         it->run_at = 0;
         run_place(ws, it);

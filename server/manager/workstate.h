@@ -20,6 +20,7 @@
 
 #include "err.h"
 #include "event.h"
+#include "schedule.h"
 
 typedef struct WsConfig {
     int64_t max_open;          /* open work limit; past it submissions are refused */
@@ -29,7 +30,9 @@ typedef struct WsConfig {
     int64_t worker_timeout_ms; /* a worker silent this long is gone */
 } WsConfig;
 
-typedef enum { WORK_PENDING, WORK_RUNNING } WorkStatus;
+/* WORK_WAITING: accepted with parents (after) of which one is still open; it
+ * sits in no heap until the last parent completes (EV_RELEASED). */
+typedef enum { WORK_PENDING, WORK_RUNNING, WORK_WAITING } WorkStatus;
 
 /* One open work item. Owned by the WorkState; pointers stay valid until the
  * event that finishes the work is applied. */
@@ -50,6 +53,9 @@ typedef struct WorkItem {
     int64_t deadline; /* running: when the attempt times out */
     int64_t started_at;
     char *last_error;
+    char **after;    /* parents named at submission (NULL-terminated); NULL: none */
+    bool run_anyway; /* runs when a parent ends dead or cancelled (else cancelled too) */
+    char *batch;     /* NULL: none */
     /* private */
     size_t heap_idx;
     int where; /* which heap holds it */
@@ -93,8 +99,27 @@ typedef struct SubmitItem {
     int64_t run_at; /* 0: now */
     int64_t timeout_ms;
     int max_attempts;
-    bool generated; /* the id is a fresh UUID of this server's: no need to look it up */
+    bool generated;  /* the id is a fresh UUID of this server's: no need to look it up */
+    char **after;    /* parents (NULL-terminated; NULL: none): each must be open, known, or
+                        an earlier item of the same submission */
+    bool run_anyway; /* run even if a parent ends dead or cancelled */
+    char *batch;     /* join this open batch (or the one the submission opens); NULL: none */
 } SubmitItem;
+
+/* A batch a submission opens (its id, from the front-end, and its callback:
+ * NULL for none). */
+typedef struct BatchOpen {
+    const char *id;
+    const WorkTemplate *callback;
+} BatchOpen;
+
+/* An open batch: its work not finished yet. */
+typedef struct Batch {
+    char *id;
+    WorkTemplate *callback; /* NULL: none */
+    int open;               /* members not finished */
+    int counts[3];          /* members finished: completed, dead, cancelled */
+} Batch;
 
 typedef struct SubmitResult {
     bool created;       /* false: the id existed and this is the same work */
@@ -134,6 +159,51 @@ void ws_free(WorkState *ws);
 int ws_decide_submit(const WorkState *ws, const SubmitItem *items, size_t n, const KnownWork *known,
                      size_t n_known, int64_t now, EventList *out, SubmitResult *results,
                      Err *err) WARN_UNUSED;
+
+/* ws_decide_submit, where the submission may open a batch (NULL: none; an id
+ * already open is joined). Items that name parents wait (WORK_WAITING) while
+ * one is open; a parent that is dead or cancelled cancels the item (unless
+ * run_anyway), with its cancelled event after every accepted one. Refusals
+ * besides those of ws_decide_submit: 404 "parent-not-found", 404
+ * "batch-not-found" (a batch that is not open). */
+int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
+                        const KnownWork *known, size_t n_known, const BatchOpen *batch, int64_t now,
+                        EventList *out, SubmitResult *results, Err *err) WARN_UNUSED;
+
+/* What an event brings about once it is decided, to be decided before e is
+ * applied (e must not be applied yet): for work that finishes, its waiting
+ * children are released (every parent done; a dead or cancelled parent counts
+ * as done for a run_anyway child) or cancelled (the reason names the parent),
+ * and its batch finishes when it was the last open member (EV_BATCH, and the
+ * callback's accepted event). The caller applies e, then each follow-up in
+ * order, deciding theirs in turn and skipping those ws_followup_stale says
+ * another path has made moot. */
+void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, EventList *out);
+bool ws_followup_stale(const WorkState *ws, const Event *e);
+
+/* The ticks of schedules that are due (sched_decide_ticks with this state). */
+void ws_decide_ticks(const WorkState *ws, int64_t now, EventList *out);
+/* Creates or replaces a schedule (spec copied). Ticks after now are due for a
+ * new schedule or one resumed from a pause; otherwise the schedule goes on
+ * from its last tick. */
+void ws_decide_schedule_set(const WorkState *ws, const char *name, const ScheduleSpec *spec,
+                            int64_t now, EventList *out);
+/* Refusal: 404 "not-found". */
+int ws_decide_schedule_delete(const WorkState *ws, const char *name, int64_t now, EventList *out,
+                              Err *err) WARN_UNUSED;
+const Schedule *ws_schedule(const WorkState *ws, const char *name);
+void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
+                         int64_t last_tick, const char *last_work);
+/* An open batch, or NULL. */
+const Batch *ws_batch(const WorkState *ws, const char *id);
+/* Recovery: an open batch as workd_batches holds it, with the counts of its
+ * finished members (callback copied, may be NULL). Call before
+ * ws_restore_links. */
+void ws_batch_restore(WorkState *ws, const char *id, const WorkTemplate *callback,
+                      const int counts[3]);
+/* Recovery, after every ws_restore and ws_batch_restore: links waiting work
+ * to its open parents and counts each open batch's open members. */
+void ws_restore_links(WorkState *ws);
 
 /* Cancels open work, running or not: a running attempt ends with it (its
  * worker is told to stop by ws_stale_attempts, its late report is refused as
@@ -230,9 +300,10 @@ void ws_adopt_running_workers(WorkState *ws, int64_t now);
 /* ---- reading ---- */
 const WorkItem *ws_get(const WorkState *ws, const char *work_id);
 size_t ws_open_count(const WorkState *ws);
-/* "pending", "scheduled" or "running" as seen at time now. */
+/* "waiting", "pending", "scheduled" or "running" as seen at time now. */
 const char *ws_item_status(const WorkItem *it, int64_t now);
-/* Counts by queue: {"queue": {"pending": n, "scheduled": n, "running": n}}. New reference. */
+/* Counts by queue: {"queue": {"waiting": n, "pending": n, "scheduled": n, "running": n}}. New
+ * reference. */
 json_t *ws_queue_stats(const WorkState *ws, int64_t now);
 /* A canonical JSON image of the open work, for tests comparing states. */
 json_t *ws_dump(const WorkState *ws);

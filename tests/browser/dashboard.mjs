@@ -268,6 +268,23 @@ async function open() {
   await page.goto(`${opt.url}/#/work`);
   await page.locator(`#work-table tbody tr[data-id="${dead}"]`).waitFor();
   await page.screenshot({path: sibling('-list'), fullPage: true});
+
+  begin('a schedule in the overview; a waiting child with its parent, both ways');
+  await page.evaluate(async () => {
+    const send = (method, path, body) => fetch(path, {method, body: JSON.stringify(body),
+                                                      headers: {'Content-Type': 'application/json'}});
+    await send('PUT', '/schedules/dash-nightly', {cron: '0 3 * * *', timezone: 'Europe/Berlin',
+                                                   work: {payload: 4}});
+    await send('POST', '/work', [{id: 'dash-parent', payload: 2, delay: 3600},
+                                 {id: 'dash-child', payload: 3, after: ['dash-parent']}]);
+  });
+  await page.goto(`${opt.url}/#/`);
+  await page.locator('#schedule-table tr[data-name="dash-nightly"]', {hasText: 'Europe/Berlin'}).waitFor();
+  await page.goto(`${opt.url}/#/work/dash-child`);
+  await page.locator('#work-status.waiting').waitFor();
+  await page.locator('#work-after a', {hasText: 'dash-parent'}).waitFor();
+  await page.goto(`${opt.url}/#/work/dash-parent`);
+  await page.locator('#work-children a', {hasText: 'dash-child'}).waitFor();
 }
 
 async function withToken() {

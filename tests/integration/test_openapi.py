@@ -542,13 +542,14 @@ def test_answers_match_the_spec(cluster):
     listing_and_queues(L, F)
     results_stream(L, F)
     progress_and_webhooks(L, F)
+    schedules_graphs_batches(L, F)
     limits_and_operations(L, F)
     authentication(cluster)
 
     # Last: without PostgreSQL, reads and readiness answer 503.
     cluster.pg_stop()
     for path in ("/work/c1", "/work/c1/events", "/work?limit=1", "/queues", "/activity",
-                 "/queues/q-flow/keys"):
+                 "/queues/q-flow/keys", "/schedules", "/schedules/probe", "/batches/probe"):
         wait_until(lambda: api("GET", L, path).status == 503, 20, what=f"GET {path} 503")
         problem(api("GET", L, path, expect=503), "database-unavailable")
     for base in (L, F):
@@ -608,7 +609,10 @@ def routing_and_transport(L, F):
                    ("POST", "/work/probe/attempts/1/progress", {"message": "x"}),
                    ("GET", "/subscriptions", None), ("GET", "/subscriptions/probe", None),
                    ("PUT", "/subscriptions/probe", {"url": "http://x/", "secret": "whsec_" + "A" * 32}),
-                   ("DELETE", "/subscriptions/probe", None)]
+                   ("DELETE", "/subscriptions/probe", None),
+                   ("PUT", "/schedules/probe", {"cron": "* * * * *", "work": {"payload": 1}}),
+                   ("DELETE", "/schedules/probe", None), ("POST", "/schedules/probe/pause", None),
+                   ("POST", "/schedules/probe/resume", None)]
     for method, path, body in leader_only:
         problem(api(method, F, path, body, fwd, expect=503), "not-leader")
     # A forwarded request may be up to four times --max-body (the first node
@@ -1194,6 +1198,78 @@ def queue_flow(L, F):
                    {"retried": 0, "more": False}], got
     problem(api("POST", L, "/bulk/cancel", {"status": "dead"}, JSON, expect=400), "invalid-field")
     problem(api("POST", L, "/bulk/retry", {"limit": 0}, JSON, expect=400), "invalid-field")
+
+
+def schedules_graphs_batches(L, F):
+    """Schedules, dependencies and batches, through both nodes."""
+    body = {"cron": "0 3 * * *", "timezone": "Europe/Berlin",
+            "work": {"queue": "q-sched", "payload": {"r": 1}}}
+    s = api("PUT", F, "/schedules/nightly", body, JSON, expect=200).json()
+    assert s["name"] == "nightly" and len(s["next"]) == 5 and s["catch_up"] == "last", s
+    for bad, kind in (({**body, "cron": "* *"}, "invalid-cron"),
+                      ({**body, "timezone": "Nowhere/Land"}, "invalid-timezone"),
+                      ({**body, "overlap": "sometimes"}, "invalid-field"),
+                      ({"cron": "0 3 * * *"}, "missing-field"),
+                      ({**body, "colour": 1}, "unknown-field")):
+        problem(api("PUT", L, "/schedules/nightly", bad, JSON, expect=400), kind)
+    problem(api("PUT", L, "/schedules/bad%20name", body, JSON, expect=400), "invalid-path")
+    listed = api("GET", L, "/schedules", expect=200).json()["schedules"]
+    assert [x["name"] for x in listed] == ["nightly"] and listed[0]["last_run"] is None, listed
+    assert api("GET", F, "/schedules/nightly", expect=200).json()["cron"] == "0 3 * * *"
+    problem(api("GET", L, "/schedules/none", expect=404), "not-found")
+    problem(api("GET", L, "/schedules/bad%20name", expect=400), "invalid-path")
+    assert api("POST", F, "/schedules/nightly/pause", expect=200).json()["next"] == []
+    assert api("POST", L, "/schedules/nightly/resume", expect=200).json()["paused"] is False
+    for action in ("pause", "resume"):
+        problem(api("POST", L, f"/schedules/none/{action}", expect=404), "not-found")
+        problem(api("POST", L, f"/schedules/bad%20name/{action}", expect=400), "invalid-path")
+    api("DELETE", F, "/schedules/nightly", expect=204)
+    problem(api("DELETE", L, "/schedules/nightly", expect=404), "not-found")
+    problem(api("DELETE", L, "/schedules/bad%20name", expect=400), "invalid-path")
+
+    # A child waits for its parent, and is cancelled with it.
+    g = api("POST", F, "/work", [{"id": "dep-a", "payload": 1, "queue": "q-dep", "delay": 3600},
+                                 {"id": "dep-b", "payload": 2, "queue": "q-dep",
+                                  "after": ["dep-a"]}], JSON, expect=202).json()
+    assert [i["status"] for i in g["items"]] == ["scheduled", "waiting"], g
+    problem(api("POST", L, "/work", {"payload": 1, "after": ["dep-none"]}, JSON, expect=404),
+            "parent-not-found")
+    problem(api("POST", L, "/work", {"payload": 1, "after": "dep-a"}, JSON, expect=400),
+            "invalid-field")
+    b = api("GET", L, "/work/dep-b", expect=200).json()
+    assert b["status"] == "waiting" and b["after"] == ["dep-a"], b
+    assert api("GET", F, "/work/dep-a", expect=200).json()["children"] == ["dep-b"]
+    assert [w["id"] for w in api("GET", L, "/work?status=waiting", expect=200).json()["items"]] \
+        == ["dep-b"]
+    api("DELETE", L, "/work/dep-a", expect=200)
+    assert api("GET", F, "/work/dep-b", expect=200).json()["status"] == "cancelled"
+    history = api("GET", L, "/work/dep-b/events", expect=200).json()["events"]
+    assert history[-1]["data"]["reason"] == "parent dep-a is cancelled", history
+
+    # A batch with a callback: counted by status, and published when it ends.
+    bt = api("POST", F, "/work", {"items": [{"id": "bat-1", "payload": 1, "queue": "q-bat",
+                                             "delay": 3600}],
+                                  "batch": {"id": "bat", "callback": {"queue": "q-bat-cb",
+                                                                      "payload": {"all": 1}}}},
+             JSON, expect=202).json()
+    assert bt["batch"] == "bat" and bt["items"][0]["status"] == "scheduled", bt
+    got = api("GET", L, "/batches/bat", expect=200).json()
+    assert got["counts"]["scheduled"] == 1 and got["finished"] is False, got
+    problem(api("POST", L, "/work", {"payload": 1, "batch": "bat-none"}, JSON, expect=404),
+            "batch-not-found")
+    problem(api("GET", L, "/batches/none", expect=404), "not-found")
+    problem(api("GET", L, "/batches/bad%20id", expect=400), "invalid-path")
+    api("DELETE", L, "/work/bat-1", expect=200)
+    got = api("GET", F, "/batches/bat", expect=200).json()
+    assert got["finished"] is True and got["counts"]["cancelled"] == 1, got
+    assert got["callback_id"] == "bat:callback", got
+    st = Stream(L, "/results?work_id=bat&after=0")
+    assert st.check_open() is None
+    st.drain()
+    ends = check_messages(st)
+    assert [(d["status"], d["counts"]["cancelled"]) for d in ends] == [("batch", 1)], ends
+    st.close()
+    api("DELETE", L, "/work/bat:callback", expect=200)
 
 
 def limits_and_operations(L, F):

@@ -153,13 +153,98 @@ static void fill_examples(EventList *l)
     e->type = EV_SUB_CURSOR;
     e->detail = J("{\"name\": \"billing\", \"cursor\": 118}");
 
+    e = eventlist_push(l);
+    e->type = EV_ACCEPTED; /* a child of two parents, in a batch */
+    e->queue = xstrdup("default");
+    e->payload = json_null();
+    e->timeout_ms = 1000;
+    e->max_attempts = 2;
+    e->after = xcalloc(3, sizeof *e->after);
+    e->after[0] = xstrdup("p1");
+    e->after[1] = xstrdup("p2");
+    e->run_anyway = true;
+    e->waiting = true;
+    e->batch = xstrdup("batch-1");
+
+    e = eventlist_push(l);
+    e->type = EV_RELEASED;
+
+    e = eventlist_push(l);
+    e->type = EV_CANCELLED; /* because a parent ended */
+    e->error = xstrdup("parent p1 is dead");
+
+    ScheduleSpec spec = {.cron_text = xstrdup("*/5 * * * * *"),
+                         .tz = xstrdup("Europe/Berlin"),
+                         .work = {.queue = xstrdup("reports"),
+                                  .key = xstrdup("k"),
+                                  .priority = 3,
+                                  .payload = J("{\"r\": 1}"),
+                                  .timeout_ms = 5000,
+                                  .max_attempts = 2},
+                         .skip_overlap = true,
+                         .catch_up = CATCHUP_ALL,
+                         .catch_up_max = 7,
+                         .paused = true};
+    Err err = {0};
+    CHECK(cron_parse(spec.cron_text, &spec.cron, &err) == 0, "cron: %s", err.msg);
+    spec.zone = tz_get(spec.tz, &err);
+    CHECK(spec.zone, "zone: %s", err.msg);
+    e = eventlist_push(l);
+    e->type = EV_SCHEDULE_SET;
+    e->name = xstrdup("nightly");
+    e->sched = schedspec_dup(&spec);
+    e->tick = T0 - 1000;
+    free(spec.cron_text);
+    free(spec.tz);
+    template_clear(&spec.work);
+
+    e = eventlist_push(l);
+    e->type = EV_SCHEDULE_DELETED;
+    e->name = xstrdup("nightly");
+
+    e = eventlist_push(l);
+    e->type = EV_TICK;
+    e->name = xstrdup("nightly");
+    e->tick = T0 + 5000;
+    e->fired = xstrdup("nightly@2026-01-01T00:00:05Z");
+
+    e = eventlist_push(l);
+    e->type = EV_TICK; /* skipped, with the missed ticks before it */
+    e->name = xstrdup("nightly");
+    e->tick = T0 + 10000;
+    e->error = xstrdup("missed");
+    e->missed = 4;
+
+    e = eventlist_push(l);
+    e->type = EV_BATCH_OPENED;
+    e->name = xstrdup("batch-1");
+    e->callback = xcalloc(1, sizeof *e->callback);
+    e->callback->queue = xstrdup("done");
+    e->callback->payload = J("[1]");
+    e->callback->timeout_ms = 1000;
+    e->callback->max_attempts = 1;
+
+    e = eventlist_push(l);
+    e->type = EV_BATCH_OPENED;
+    e->name = xstrdup("batch-2"); /* no callback */
+
+    e = eventlist_push(l);
+    e->type = EV_BATCH;
+    e->name = xstrdup("batch-1");
+    e->counts[0] = 998;
+    e->counts[1] = 1;
+    e->counts[2] = 1;
+    e->fired = xstrdup("batch-1:callback");
+
     for (size_t i = 0; i < l->len; i++) {
         e = &l->items[i];
         e->seq = 100 + (int64_t)i;
         e->term = 3;
         e->at = T0 + (int64_t)i;
         if (e->type != EV_TERM && e->type != EV_QUEUE_SET && e->type != EV_SUBSCRIPTION &&
-            e->type != EV_SUB_CURSOR)
+            e->type != EV_SUB_CURSOR && e->type != EV_SCHEDULE_SET &&
+            e->type != EV_SCHEDULE_DELETED && e->type != EV_TICK && e->type != EV_BATCH_OPENED &&
+            e->type != EV_BATCH)
             e->work_id = xstrdup("job-1");
     }
 }
@@ -287,6 +372,51 @@ static void test_decided_events_round_trip(void **state)
     CHECK(ws_decide_queue_set(s.ws, "default", &lim, s.now, &s.out, &err) == 0,
           "queue_set refused: %s", err.msg);
     sim_emit(&s);
+    /* A batch of a parent and its child, with a callback; a schedule that
+     * ticks once and is deleted. */
+    SubmitItem graph[2] = {{0}};
+    item_set(&graph[0], "parent", "graph", 0, "1", 0, 1000, 1);
+    item_set(&graph[1], "child", "graph", 0, "2", 0, 1000, 1);
+    graph[1].after = xcalloc(2, sizeof *graph[1].after);
+    graph[1].after[0] = xstrdup("parent");
+    graph[0].batch = xstrdup("b1");
+    graph[1].batch = xstrdup("b1");
+    WorkTemplate cb = {
+        .queue = "graph", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1};
+    BatchOpen bo = {.id = "b1", .callback = &cb};
+    SubmitResult gres[2];
+    CHECK(ws_decide_submit_in(s.ws, graph, 2, NULL, 0, &bo, s.now, &s.out, gres, &err) == 0,
+          "the graph was refused: %s", err.msg);
+    items_clear(graph, 2);
+    sim_emit(&s);
+    for (const char *id = "parent"; id; id = strcmp(id, "parent") ? NULL : "child") {
+        char *const graph_q[] = {"graph", NULL};
+        CHECK(ws_decide_start(s.ws, "w1", graph_q, s.now, &s.out), "%s was not started", id);
+        sim_emit(&s);
+        Report r = {.work_id = id,
+                    .attempt = 1,
+                    .worker_id = "w1",
+                    .instance = "i1",
+                    .completed = true,
+                    .result = json_null()};
+        ws_decide_report(s.ws, &r, NULL, s.now, &s.out, &rr);
+        sim_emit(&s);
+    }
+    ScheduleSpec spec = {
+        .cron_text = "* * * * * *",
+        .tz = "UTC",
+        .work = {
+            .queue = "default", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1}};
+    CHECK(cron_parse(spec.cron_text, &spec.cron, &err) == 0, "cron: %s", err.msg);
+    spec.zone = tz_get("UTC", &err);
+    ws_decide_schedule_set(s.ws, "every-second", &spec, s.now, &s.out);
+    sim_emit(&s);
+    s.now += 1000;
+    ws_decide_ticks(s.ws, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(ws_decide_schedule_delete(s.ws, "every-second", s.now, &s.out, &err) == 0,
+          "delete refused: %s", err.msg);
+    sim_emit(&s);
 
     bool seen[MAX_TYPES] = {0};
     /* Subscription events are not decided from the work state: the manager
@@ -402,7 +532,8 @@ static void test_copy_is_deep(void **state)
         CHECK(!d, "the copy of a %s event differs:%s", event_type_name(copy.type), d);
         event_clear(&l.items[i]); /* the copy must not share what this frees */
         CHECK(copy.type == EV_TERM || copy.type == EV_QUEUE_SET || copy.type == EV_SUBSCRIPTION ||
-                  copy.type == EV_SUB_CURSOR || (copy.work_id && !strcmp(copy.work_id, "job-1")),
+                  copy.type == EV_SUB_CURSOR || copy.name ||
+                  (copy.work_id && !strcmp(copy.work_id, "job-1")),
               "the copy lost its work id when the original was cleared");
         event_clear(&copy);
     }
@@ -536,9 +667,10 @@ static void test_version_1_log_replays(void **state)
     CHECK(!strcmp(ws_item_status(ws_get(ws, "open-scheduled"), now), "scheduled"),
           "open-scheduled should show as scheduled");
     json_t *stats = ws_queue_stats(ws, now);
-    json_t *want_stats = J("{\"default\": {\"pending\": 2, \"scheduled\": 0, \"running\": 0},"
-                           " \"reports\": {\"pending\": 0, \"scheduled\": 1, \"running\": 0},"
-                           " \"images\": {\"pending\": 0, \"scheduled\": 0, \"running\": 1}}");
+    json_t *want_stats =
+        J("{\"default\": {\"waiting\": 0, \"pending\": 2, \"scheduled\": 0, \"running\": 0},"
+          " \"reports\": {\"waiting\": 0, \"pending\": 0, \"scheduled\": 1, \"running\": 0},"
+          " \"images\": {\"waiting\": 0, \"pending\": 0, \"scheduled\": 0, \"running\": 1}}");
     check_json_equal("the queue stats after the fixture", want_stats, stats);
 
     /* The projection the same log leaves recovers the same state. */

@@ -287,7 +287,8 @@ static void test_submit_makes_pending(void **state)
     expect_status(&s, "a", "pending");
     CHECK(ws_open_count(s.ws) == 1, "one item should be open, not %zu", ws_open_count(s.ws));
     json_t *stats = ws_queue_stats(s.ws, s.now);
-    json_t *want_stats = J("{\"q1\": {\"pending\": 1, \"scheduled\": 0, \"running\": 0}}");
+    json_t *want_stats =
+        J("{\"q1\": {\"waiting\": 0, \"pending\": 1, \"scheduled\": 0, \"running\": 0}}");
     check_json_equal("the queue stats", want_stats, stats);
     json_decref(stats);
     json_decref(want_stats);
@@ -2216,7 +2217,8 @@ static void check_invariants(Prop *p)
                "'%s' should show as %s", id, shown);
         json_t *q = json_object_get(want_stats, jstr(it, "queue"));
         if (!q) {
-            q = json_pack("{s:i, s:i, s:i}", "pending", 0, "scheduled", 0, "running", 0);
+            q = json_pack("{s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
+                          "running", 0);
             json_object_set_new(want_stats, jstr(it, "queue"), q);
         }
         json_object_set_new(q, shown, json_integer(jint(q, shown) + 1));

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "event.h"
 #include "hmap.h"
 #include "util.h"
@@ -162,6 +163,17 @@ static inline char *event_diff(const Event *a, const Event *b)
 #define EVD_STR(f)                                                                                 \
     if (!str_eq(a->f, b->f))                                                                       \
     sbuf_printf(&m, " %s: '%s' != '%s';", #f, a->f ? a->f : "(null)", b->f ? b->f : "(null)")
+#define EVD_JSON_VALUES(f, x, y)                                                                   \
+    do {                                                                                           \
+        if (!json_eq_null(x, y)) {                                                                 \
+            char *tx = jtext(x), *ty = jtext(y);                                                   \
+            sbuf_printf(&m, " %s: %s != %s;", #f, tx, ty);                                         \
+            free(tx);                                                                              \
+            free(ty);                                                                              \
+        }                                                                                          \
+        json_decref(x);                                                                            \
+        json_decref(y);                                                                            \
+    } while (0)
 #define EVD_JSON(f)                                                                                \
     if (!json_eq_null(a->f, b->f)) {                                                               \
         char *x = jtext(a->f), *y = jtext(b->f);                                                   \
@@ -196,6 +208,32 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(limits.rate_limit);
     EVD_INT(limits.rate_period_ms);
     EVD_JSON(detail);
+    EVD_INT(run_anyway);
+    EVD_INT(waiting);
+    EVD_STR(batch);
+    EVD_STR(name);
+    EVD_INT(tick);
+    EVD_STR(fired);
+    EVD_INT(missed);
+    EVD_INT(counts[0]);
+    EVD_INT(counts[1]);
+    EVD_INT(counts[2]);
+    {
+        size_t na = a->after ? strv_len(a->after) : 0, nb = b->after ? strv_len(b->after) : 0;
+        bool same = (a->after == NULL) == (b->after == NULL) && na == nb;
+        for (size_t i = 0; same && i < na; i++)
+            same = !strcmp(a->after[i], b->after[i]);
+        if (!same)
+            sbuf_printf(&m, " after: %zu parents != %zu;", na, nb);
+    }
+    {
+        json_t *x = a->sched ? schedspec_json(a->sched) : NULL;
+        json_t *y = b->sched ? schedspec_json(b->sched) : NULL;
+        EVD_JSON_VALUES(sched, x, y);
+        x = a->callback ? template_json(a->callback) : NULL;
+        y = b->callback ? template_json(b->callback) : NULL;
+        EVD_JSON_VALUES(callback, x, y);
+    }
     EVD_INT(limits.n_weights);
     for (size_t i = 0; i < a->limits.n_weights && i < b->limits.n_weights; i++) {
         EVD_STR(limits.weights[i].key);
@@ -204,6 +242,7 @@ static inline char *event_diff(const Event *a, const Event *b)
 #undef EVD_INT
 #undef EVD_STR
 #undef EVD_JSON
+#undef EVD_JSON_VALUES
     if (m.len == 0) {
         sbuf_free(&m);
         return NULL;
@@ -303,19 +342,31 @@ static inline size_t proj_restore(const Proj *p, WorkState *ws)
     void *v;
     for (size_t i = 0; hmap_next(&p->rows, &i, &k, &v);) {
         ProjRow *r = v;
-        if (!strcmp(r->status, "pending") || !strcmp(r->status, "running"))
+        if (!strcmp(r->status, "pending") || !strcmp(r->status, "running") ||
+            !strcmp(r->status, "waiting"))
             open[n++] = r;
     }
     qsort(open, n, sizeof *open, proj_by_seq);
     for (size_t i = 0; i < n; i++) {
         const ProjRow *r = open[i];
         bool running = !strcmp(r->status, "running");
+        char **after = NULL;
+        if (r->after) {
+            after = xcalloc(json_array_size(r->after) + 1, sizeof *after);
+            for (size_t j = 0; j < json_array_size(r->after); j++)
+                after[j] = (char *)json_string_value(json_array_get(r->after, j));
+        }
         WorkItem it = {
             .id = r->id,
             .queue = r->queue,
             .priority = r->priority,
             .payload = r->payload,
-            .status = running ? WORK_RUNNING : WORK_PENDING,
+            .status = running                         ? WORK_RUNNING
+                      : !strcmp(r->status, "waiting") ? WORK_WAITING
+                                                      : WORK_PENDING,
+            .after = after,
+            .run_anyway = r->after_policy && !strcmp(r->after_policy, "run"),
+            .batch = r->batch,
             .attempt = r->attempts,
             .max_attempts = r->max_attempts,
             .timeout_ms = r->timeout_ms,
@@ -328,8 +379,10 @@ static inline size_t proj_restore(const Proj *p, WorkState *ws)
             .last_error = r->last_error,
         };
         ws_restore(ws, &it);
+        free(after);
     }
     free(open);
+    ws_restore_links(ws);
     return n;
 }
 
@@ -367,20 +420,33 @@ static inline void sim_free(Sim *s)
 /* Stamps the decided events with seq, term and now, applies them and moves
  * them to the log, as manager.c emit() does. Returns the log index of the
  * first one. */
+static inline void sim_emit_one(Sim *s, Event *e)
+{
+    EventList more;
+    eventlist_init(&more);
+    e->seq = ++s->seq;
+    e->term = s->term;
+    e->at = s->now;
+    ws_decide_followups(s->ws, e, s->now, &more);
+    ws_apply(s->ws, e);
+    proj_apply(&s->proj, e);
+    Event *dst = eventlist_push(&s->log);
+    *dst = *e;
+    memset(e, 0, sizeof *e);
+    for (size_t i = 0; i < more.len; i++) {
+        if (ws_followup_stale(s->ws, &more.items[i]))
+            event_clear(&more.items[i]);
+        else
+            sim_emit_one(s, &more.items[i]);
+    }
+    eventlist_free(&more);
+}
+
 static inline size_t sim_emit(Sim *s)
 {
     size_t first = s->log.len;
-    for (size_t i = 0; i < s->out.len; i++) {
-        Event *e = &s->out.items[i];
-        e->seq = ++s->seq;
-        e->term = s->term;
-        e->at = s->now;
-        ws_apply(s->ws, e);
-        proj_apply(&s->proj, e);
-        Event *dst = eventlist_push(&s->log);
-        *dst = *e;
-        memset(e, 0, sizeof *e);
-    }
+    for (size_t i = 0; i < s->out.len; i++)
+        sim_emit_one(s, &s->out.items[i]);
     s->out.len = 0;
     return first;
 }
@@ -461,6 +527,8 @@ static inline void items_clear(SubmitItem *items, size_t n)
         free(items[i].queue);
         free(items[i].key);
         json_decref(items[i].payload);
+        strv_free(items[i].after);
+        free(items[i].batch);
         memset(&items[i], 0, sizeof items[i]);
     }
 }

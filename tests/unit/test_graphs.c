@@ -1,0 +1,368 @@
+/* Tests of the WorkState's dependencies, batches and schedules (pure): a
+ * child waits until every parent has completed and is released by the event
+ * right after the last one; a dead or cancelled parent cancels its
+ * descendants, naming it, unless they run anyway; a batch finishes once,
+ * after its last member, with its callback; a schedule fires each tick once
+ * and catches up on missed ticks by its policy. Each state replays from its
+ * log and recovers from its projection. */
+#include "ws_testlib.h"
+
+static const WsConfig CFG = {
+    .max_open = 1000,
+    .lease_grace_ms = 5000,
+    .backoff_base_ms = 1000,
+    .backoff_max_ms = 60000,
+    .worker_timeout_ms = 10000,
+};
+
+/* ---- helpers ---- */
+
+static void replayable(Sim *s)
+{
+    WorkState *ws = sim_replay(s);
+    char *d = state_diff("the state replayed from the log", s, ws);
+    ws_free(ws);
+    CHECK(!d, "%s", d);
+    ws = sim_recover(s);
+    d = state_diff("the state recovered from the projection", s, ws);
+    ws_free(ws);
+    CHECK(!d, "%s", d);
+}
+
+static void status_is(Sim *s, const char *id, const char *want)
+{
+    const WorkItem *it = ws_get(s->ws, id);
+    const char *got = it ? ws_item_status(it, s->now) : "finished";
+    CHECK(!strcmp(got, want), "'%s' should be %s, not %s", id, want, got);
+}
+
+/* Submits items "id" or "id<-p1,p2" (parents), each in the queue of its id;
+ * run_anyway for ids starting with '!'. Returns the submission's rc. */
+static int submit_graph(Sim *s, const char *const *specs, size_t n, const BatchOpen *bo,
+                        const KnownWork *known, size_t n_known, Err *err)
+{
+    SubmitItem *items = xcalloc(n, sizeof *items);
+    SubmitResult *res = xcalloc(n, sizeof *res);
+    for (size_t i = 0; i < n; i++) {
+        char buf[200];
+        snprintf(buf, sizeof buf, "%s", specs[i]);
+        char *arrow = strstr(buf, "<-");
+        if (arrow)
+            *arrow = 0;
+        const char *id = buf[0] == '!' ? buf + 1 : buf;
+        item_set(&items[i], id, id, 0, "1", 0, 1000, 1);
+        items[i].run_anyway = buf[0] == '!';
+        if (bo)
+            items[i].batch = xstrdup(bo->id);
+        if (arrow) {
+            items[i].after = xcalloc(8, sizeof *items[i].after);
+            size_t k = 0;
+            for (char *p = strtok(arrow + 2, ","); p && k < 7; p = strtok(NULL, ","))
+                items[i].after[k++] = xstrdup(p);
+        }
+    }
+    int rc = ws_decide_submit_in(s->ws, items, n, known, n_known, bo, s->now, &s->out, res, err);
+    items_clear(items, n);
+    free(items);
+    free(res);
+    sim_emit(s);
+    return rc;
+}
+
+/* Starts work id (the only work of its queue) and ends its attempt. */
+static void finish(Sim *s, const char *id, bool ok)
+{
+    char *const queues[] = {(char *)id, NULL};
+    ws_worker_seen(s->ws, "w", "i", 10, NULL, NULL, s->now, &s->out);
+    CHECK(ws_decide_start(s->ws, "w", queues, s->now, &s->out), "'%s' should be ready", id);
+    sim_emit(s);
+    Report r = {.work_id = id,
+                .attempt = 1,
+                .worker_id = "w",
+                .instance = "i",
+                .completed = ok,
+                .result = json_null(),
+                .error = "boom",
+                .retry = false};
+    ReportResult rr;
+    ws_decide_report(s->ws, &r, NULL, s->now, &s->out, &rr);
+    CHECK(rr.accepted, "the report of '%s' should be accepted", id);
+    sim_emit(s);
+}
+
+/* The type and work id of log events from index `from`, as "type:id ...". */
+static char *log_text(const Sim *s, size_t from)
+{
+    SBuf b;
+    sbuf_init(&b);
+    for (size_t i = from; i < s->log.len; i++) {
+        const Event *e = &s->log.items[i];
+        sbuf_printf(&b, "%s%s:%s", i > from ? " " : "", event_type_name(e->type),
+                    e->work_id ? e->work_id
+                    : e->name  ? e->name
+                               : "-");
+    }
+    return sbuf_steal(&b);
+}
+
+static void log_is(const Sim *s, size_t from, const char *want)
+{
+    char *got = log_text(s, from);
+    CHECK(!strcmp(got, want), "the log should be\n  %s\nbut is\n  %s", want, got);
+    free(got);
+}
+
+/* ---- dependencies ---- */
+
+static void test_child_waits_for_every_parent(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    const char *const g[] = {"p1", "p2", "c<-p1,p2", "d<-c"};
+    CHECK(submit_graph(&s, g, 4, NULL, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    status_is(&s, "c", "waiting");
+    status_is(&s, "d", "waiting");
+    CHECK(ws_next_deadline(s.ws) == INT64_MAX, "waiting work sets no timer");
+    replayable(&s);
+    finish(&s, "p1", true);
+    status_is(&s, "c", "waiting");
+    size_t mark = s.log.len;
+    finish(&s, "p2", true);
+    log_is(&s, mark, "started:p2 completed:p2 released:c");
+    status_is(&s, "c", "pending");
+    status_is(&s, "d", "waiting");
+    const ProjRow *row = proj_get(&s.proj, "c");
+    CHECK(row && !strcmp(row->status, "pending"), "the projection shows c pending");
+    replayable(&s);
+    finish(&s, "c", true);
+    status_is(&s, "d", "pending");
+    replayable(&s);
+    sim_free(&s);
+}
+
+static void test_dead_parent_cancels_descendants(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    const char *const g[] = {"a", "b<-a", "c<-b", "!d<-a", "e<-a,c"};
+    CHECK(submit_graph(&s, g, 5, NULL, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    size_t mark = s.log.len;
+    finish(&s, "a", false);
+    log_is(&s, mark, "started:a failed:a dead:a cancelled:b cancelled:c cancelled:e released:d");
+    for (size_t i = mark; i < s.log.len; i++) {
+        const Event *e = &s.log.items[i];
+        if (e->type == EV_CANCELLED && !strcmp(e->work_id, "c"))
+            CHECK(e->error && !strcmp(e->error, "parent b is cancelled"), "c's reason: %s",
+                  e->error);
+        if (e->type == EV_CANCELLED && !strcmp(e->work_id, "b"))
+            CHECK(e->error && !strcmp(e->error, "parent a is dead"), "b's reason: %s", e->error);
+    }
+    status_is(&s, "d", "pending");
+    replayable(&s);
+    sim_free(&s);
+}
+
+static void test_parents_must_exist(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    const char *const later[] = {"c<-p", "p"};
+    CHECK(submit_graph(&s, later, 2, NULL, NULL, 0, &err) != 0 && err.status == 404 &&
+              !strcmp(err.type, "parent-not-found"),
+          "a parent must come before its child");
+    CHECK(s.log.len == 0, "a refused submission appends nothing");
+    const char *const self[] = {"x<-x"};
+    CHECK(submit_graph(&s, self, 1, NULL, NULL, 0, &err) != 0 && err.status == 400,
+          "work cannot wait for itself");
+    /* Finished parents, as the database knows them. */
+    KnownWork known[] = {{.id = "done", .status = "completed", .payload = json_null()},
+                         {.id = "gone", .status = "dead", .payload = json_null()}};
+    const char *const kids[] = {"k1<-done", "k2<-gone", "!k3<-gone", "k4<-k2"};
+    CHECK(submit_graph(&s, kids, 4, NULL, known, 2, &err) == 0, "refused: %s", err.msg);
+    log_is(&s, 0, "accepted:k1 accepted:k2 accepted:k3 accepted:k4 cancelled:k2 cancelled:k4");
+    status_is(&s, "k1", "pending");
+    status_is(&s, "k3", "pending");
+    status_is(&s, "k4", "finished");
+    replayable(&s);
+    sim_free(&s);
+}
+
+/* ---- batches ---- */
+
+static void test_batch_finishes_once_after_its_last_member(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    WorkTemplate cb = {
+        .queue = "cb", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1};
+    BatchOpen bo = {.id = "b1", .callback = &cb};
+    const char *const g[] = {"m1", "m2", "m3<-m1"};
+    CHECK(submit_graph(&s, g, 3, &bo, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    log_is(&s, 0, "batch_opened:b1 accepted:m1 accepted:m2 accepted:m3");
+    CHECK(ws_batch(s.ws, "b1") && ws_batch(s.ws, "b1")->open == 3, "three members open");
+    finish(&s, "m2", true);
+    size_t mark = s.log.len;
+    CHECK(ws_decide_cancel(s.ws, "m1", s.now, &s.out, &err) == 0, "cancel: %s", err.msg);
+    sim_emit(&s);
+    log_is(&s, mark, "cancelled:m1 cancelled:m3 batch:b1 accepted:b1:callback");
+    const Event *b = &s.log.items[s.log.len - 2];
+    CHECK(b->counts[0] == 1 && b->counts[1] == 0 && b->counts[2] == 2,
+          "counts: %d completed, %d dead, %d cancelled", b->counts[0], b->counts[1], b->counts[2]);
+    CHECK(b->fired && !strcmp(b->fired, "b1:callback"), "the batch names its callback");
+    CHECK(!ws_batch(s.ws, "b1"), "a finished batch is not open");
+    status_is(&s, "b1:callback", "pending");
+    /* Joining it now is refused; opening it again with new work is a new batch. */
+    const char *const late[] = {"m4"};
+    BatchOpen join = {.id = "b1"};
+    SubmitItem it = {0};
+    item_set(&it, "m5", "q", 0, "1", 0, 1000, 1);
+    it.batch = xstrdup("b1");
+    SubmitResult res;
+    CHECK(ws_decide_submit(s.ws, &it, 1, NULL, 0, s.now, &s.out, &res, &err) != 0 &&
+              !strcmp(err.type, "batch-not-found"),
+          "joining a finished batch is refused");
+    items_clear(&it, 1);
+    CHECK(submit_graph(&s, late, 1, &join, NULL, 0, &err) == 0, "reopening: %s", err.msg);
+    replayable(&s);
+    sim_free(&s);
+}
+
+/* ---- schedules ---- */
+
+static ScheduleSpec every_second(CatchUp cu, int max, bool skip_overlap)
+{
+    ScheduleSpec s = {
+        .cron_text = "* * * * * *",
+        .tz = "UTC",
+        .work = {.queue = "ticks", .payload = json_null(), .timeout_ms = 1000, .max_attempts = 1},
+        .skip_overlap = skip_overlap,
+        .catch_up = cu,
+        .catch_up_max = max};
+    Err err = {0};
+    CHECK(cron_parse(s.cron_text, &s.cron, &err) == 0, "cron: %s", err.msg);
+    s.zone = tz_get("UTC", &err);
+    return s;
+}
+
+static size_t count(const Sim *s, size_t from, EventType t, bool fired)
+{
+    size_t n = 0;
+    for (size_t i = from; i < s->log.len; i++)
+        if (s->log.items[i].type == t && (t != EV_TICK || !!s->log.items[i].fired == fired))
+            n++;
+    return n;
+}
+
+static void test_ticks_fire_once(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    ScheduleSpec spec = every_second(CATCHUP_ALL, 100, false);
+    ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(ws_next_deadline(s.ws) == T0 + 1000, "the next tick is the next second");
+    s.now = T0 + 3500;
+    ws_decide_ticks(s.ws, s.now, &s.out);
+    sim_emit(&s);
+    log_is(&s, 1,
+           "accepted:sec@2026-01-01T00:00:01Z tick:sec accepted:sec@2026-01-01T00:00:02Z tick:sec "
+           "accepted:sec@2026-01-01T00:00:03Z tick:sec");
+    size_t mark = s.log.len;
+    ws_decide_ticks(s.ws, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(s.log.len == mark, "a tick is never fired twice");
+    /* A replayed log goes on from the same tick. */
+    WorkState *ws = sim_replay(&s);
+    CHECK(ws_schedule(ws, "sec")->last_tick == T0 + 3000, "the replay's last tick");
+    ws_free(ws);
+    replayable(&s);
+    sim_free(&s);
+}
+
+static void test_missed_ticks_follow_the_catch_up_policy(void **state)
+{
+    (void)state;
+    static const struct {
+        CatchUp cu;
+        int max;
+        size_t fired, skip_events;
+    } cases[] = {{CATCHUP_NONE, 100, 10, 1},
+                 {CATCHUP_LAST, 100, 11, 1},
+                 {CATCHUP_ALL, 5, 15, 1},
+                 {CATCHUP_ALL, 100, 60, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Sim s;
+        sim_init(&s, &CFG, T0);
+        ScheduleSpec spec = every_second(cases[c].cu, cases[c].max, false);
+        ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
+        sim_emit(&s);
+        /* No leader for a minute: 60 ticks are due, 50 more than 10 s late. */
+        s.now = T0 + 60500;
+        ws_decide_ticks(s.ws, s.now, &s.out);
+        sim_emit(&s);
+        CHECK(count(&s, 0, EV_TICK, true) == cases[c].fired &&
+                  count(&s, 0, EV_TICK, false) == cases[c].skip_events,
+              "case %zu: %zu fired and %zu skip events, not %zu and %zu", c,
+              count(&s, 0, EV_TICK, true), count(&s, 0, EV_TICK, false), cases[c].fired,
+              cases[c].skip_events);
+        CHECK(ws_schedule(s.ws, "sec")->last_tick == T0 + 60000, "case %zu: caught up", c);
+        sim_free(&s);
+    }
+}
+
+static void test_overlap_skips_while_the_last_run_is_open(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    ScheduleSpec spec = every_second(CATCHUP_ALL, 100, true);
+    ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
+    sim_emit(&s);
+    s.now = T0 + 2000;
+    ws_decide_ticks(s.ws, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(count(&s, 0, EV_TICK, true) == 1 && count(&s, 0, EV_TICK, false) == 1,
+          "the second tick is skipped while the first run is open");
+    CHECK(!strcmp(s.log.items[s.log.len - 1].error, "overlap"), "skipped for overlap");
+    spec.paused = true;
+    ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(ws_next_deadline(s.ws) == INT64_MAX, "a paused schedule sets no timer");
+    s.now = T0 + 9000;
+    spec.paused = false;
+    ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
+    sim_emit(&s);
+    CHECK(ws_schedule(s.ws, "sec")->last_tick == T0 + 9000, "resumed: ticks from now on");
+    Err err = {0};
+    CHECK(ws_decide_schedule_delete(s.ws, "sec", s.now, &s.out, &err) == 0, "delete");
+    sim_emit(&s);
+    CHECK(!ws_schedule(s.ws, "sec") &&
+              ws_decide_schedule_delete(s.ws, "sec", s.now, &s.out, &err) != 0 && err.status == 404,
+          "a deleted schedule is gone");
+    sim_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_child_waits_for_every_parent),
+        cmocka_unit_test(test_dead_parent_cancels_descendants),
+        cmocka_unit_test(test_parents_must_exist),
+        cmocka_unit_test(test_batch_finishes_once_after_its_last_member),
+        cmocka_unit_test(test_ticks_fire_once),
+        cmocka_unit_test(test_missed_ticks_follow_the_catch_up_policy),
+        cmocka_unit_test(test_overlap_skips_while_the_last_run_is_open),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tz_cache_free();
+    return rc;
+}

@@ -2,10 +2,10 @@
 // single work items, plus submit/cancel/retry. Plain modern JavaScript (no
 // framework, no bundler): workd-server embeds this file as it is and serves it
 // at /dashboard/app.js. It talks to the public API of the node that served it:
-//   GET /cluster (admin), GET /queues, GET /activity, GET /queues/{q}/keys,
-//   GET /schedules, GET /work, GET /work/{id}[/events], GET /batches/{id},
-//   GET /results (EventSource), POST /work, DELETE /work/{id}, POST /work/{id}/retry,
-//   and (admin) PUT /queues/{q}, POST /queues/{q}/pause|resume.
+//   GET /cluster (admin), GET /subscriptions (admin), GET /queues, GET /activity,
+//   GET /queues/{q}/keys, GET /schedules, GET /work, GET /work/{id}[/events],
+//   GET /batches/{id}, GET /results (EventSource), POST /work, DELETE /work/{id},
+//   POST /work/{id}/retry, and (admin) PUT /queues/{q}, POST /queues/{q}/pause|resume.
 // Everything user-supplied (payloads, results, errors, ids) is put into the page
 // as text nodes, never as HTML.
 
@@ -308,6 +308,48 @@ async function loadCluster() {
           h('tbody', {}, workerRows)))
       : h('p', {class: 'muted', id: 'workers'},
           'No worker is registered. Start one: workd-worker --server URL --demo'));
+}
+
+// ----------------------------------------------------------------- webhooks
+
+/** GET /subscriptions: each one's target, cursor, lag, failures and last error. */
+async function loadWebhooks() {
+  const box = $('webhooks');
+  let r;
+  try {
+    r = await api('GET', '/subscriptions');
+  } catch (e) {
+    fill(box, errorBox(e, 'admin'));
+    $('webhooks-summary').textContent = '';
+    return;
+  }
+  const subs = r.subscriptions || [];
+  const failing = subs.filter((x) => x.failures > 0 || x.paused).length;
+  $('webhooks-summary').textContent = subs.length
+    ? `${subs.length} subscription${subs.length === 1 ? '' : 's'}${failing ? ` · ${failing} failing or paused` : ''}`
+    : '';
+  if (!subs.length) {
+    fill(box, h('p', {class: 'muted', id: 'webhooks-none'},
+      'No webhook subscription. PUT /subscriptions/NAME with a url and a secret (docs/webhooks.md).'));
+    return;
+  }
+  const state = (x) => (x.paused ? badge('paused') : x.failures ? badge('failing') : badge('delivering'));
+  const rows = subs.map((x) => h('tr', {'data-subscription': x.name},
+    h('td', {}, h('strong', {}, x.name), ' ', state(x)),
+    h('td', {class: 'mono'}, x.url),
+    h('td', {}, `${x.queues ? x.queues.join(', ') : 'all queues'}: ${x.kinds.join(', ')}`),
+    h('td', {class: 'num', title: `recorded cursor ${x.cursor}`}, `${x.delivered_upto}`),
+    h('td', {class: 'num', 'data-lag': x.lag}, `${x.lag}`),
+    h('td', {class: 'num'}, `${x.delivered}`),
+    h('td', {class: 'error-text', 'data-error': x.last_error ? 'yes' : 'no'},
+      x.paused_reason || x.last_error
+        ? `${x.paused_reason || x.last_error}${x.failures ? ` (${x.failures} in a row)` : ''}`
+        : h('span', {class: 'muted'}, 'none'))));
+  fill(box, h('div', {class: 'scroll'}, h('table', {id: 'webhooks-table'},
+    h('thead', {}, h('tr', {}, h('th', {}, 'Subscription'), h('th', {}, 'URL'), h('th', {}, 'Wants'),
+                               h('th', {class: 'num'}, 'Delivered up to'), h('th', {class: 'num'}, 'Lag'),
+                               h('th', {class: 'num'}, 'Delivered'), h('th', {}, 'Last error'))),
+    h('tbody', {}, rows))));
 }
 
 /** Bytes as B, kB, MB, GB (powers of 1024). */
@@ -1087,10 +1129,12 @@ const workPage = {
 const overview = {
   cluster: null,
   queues: null,
+  webhooks: null,
   schedules: null,
   init() {
     this.cluster = poller(loadCluster, POLL_MS);
     this.queues = poller(loadQueues, POLL_MS);
+    this.webhooks = poller(loadWebhooks, POLL_MS);
     this.schedules = poller(loadSchedules, LIST_POLL_MS);
   },
 };
@@ -1112,6 +1156,7 @@ const views = {
     }
     overview.cluster[view === 'overview' ? 'start' : 'stop']();
     overview.queues[view === 'overview' ? 'start' : 'stop']();
+    overview.webhooks[view === 'overview' ? 'start' : 'stop']();
     overview.schedules[view === 'overview' ? 'start' : 'stop']();
     if (view !== 'work-list') workList.poll.stop();
     if (view !== 'work') workPage.poll.stop();
@@ -1129,6 +1174,7 @@ const views = {
   refresh() {
     overview.cluster.now();
     overview.queues.now();
+    overview.webhooks.now();
     overview.schedules.now();
     workList.poll.now();
     if (this.current === 'work') workPage.poll.start();

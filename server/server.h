@@ -41,6 +41,10 @@ typedef struct ServerConfig {
     int64_t default_timeout_ms;
     int64_t default_max_attempts;
     int64_t db_pool_size;
+    int64_t progress_rate;      /* progress updates per second per attempt */
+    int64_t progress_max_bytes; /* progress messages and output per attempt */
+    int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
+    int64_t webhook_pause_after_ms;
     char *tokens;         /* "scopes:token ..." (WORKD_TOKENS) */
     char *tokens_file;    /* one "scopes:token" per line */
     char *cluster_secret; /* shared by the nodes: proves a forwarded request ("": none) */

@@ -402,7 +402,7 @@ char *exec_utf8_clean(const char *s, size_t n)
 
 /* Between fork and exec only async-signal-safe calls: the parent has threads. */
 static void child_exec(char *const argv[], char *const envp[], int in_fd, int out_fd, int err_fd,
-                       pid_t parent, const sigset_t *no_signals)
+                       int prog_fd, int prog_num, pid_t parent, const sigset_t *no_signals)
 {
     /* Die with the worker. The check closes the race where it died before prctl. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -411,11 +411,19 @@ static void child_exec(char *const argv[], char *const envp[], int in_fd, int ou
     setpgid(0, 0);
     /* First move the pipe ends above 2, so that none is overwritten by a dup2
      * below when the worker was started with stdin/out/err closed. */
-    int a = fcntl(in_fd, F_DUPFD, 3), b = fcntl(out_fd, F_DUPFD, 3), c = fcntl(err_fd, F_DUPFD, 3);
+    int low = prog_num > 2 ? prog_num + 1 : 3; /* above every descriptor we place */
+    int a = fcntl(in_fd, F_DUPFD, low), b = fcntl(out_fd, F_DUPFD, low),
+        c = fcntl(err_fd, F_DUPFD, low), d = prog_fd >= 0 ? fcntl(prog_fd, F_DUPFD, low) : -1;
     if (a < 0 || b < 0 || c < 0 || dup2(a, 0) < 0 || dup2(b, 1) < 0 || dup2(c, 2) < 0)
         _exit(127);
-    if (close_range(3, ~0U, 0) != 0)
-        for (int fd = 3; fd < 65536; fd++)
+    if (prog_fd >= 0 && (d < 0 || dup2(d, prog_num) < 0)) /* dup2 clears close-on-exec */
+        _exit(127);
+    unsigned first = prog_fd >= 0 ? (unsigned)prog_num + 1 : 3;
+    if (prog_fd >= 0)
+        for (int fd = 3; fd < prog_num; fd++)
+            close(fd);
+    if (close_range(first, ~0U, 0) != 0)
+        for (int fd = (int)first; fd < 65536; fd++)
             close(fd);
     /* Ignored signals stay ignored across exec, and the mask is inherited. */
     struct sigaction dfl;
@@ -525,7 +533,50 @@ typedef struct Child {
     int64_t start, timeout_at, kill_at, eof_deadline;
     SBuf out, err;
     bool err_cut;
+    int prog_fd; /* our end of the progress pipe, -1: none */
+    SBuf prog;   /* a progress line not yet ended */
+    int64_t next_tick;
 } Child;
+
+/* Passes on every whole line in ch->prog (and, at the end, the rest). */
+static void progress_lines(Child *ch, bool end)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < ch->prog.len; i++)
+        if (ch->prog.data[i] == '\n') {
+            ch->spec->progress(ch->spec->progress_ud, ch->prog.data + start, i - start);
+            start = i + 1;
+        }
+    size_t rest = ch->prog.len - start;
+    if (rest && (end || rest >= EXEC_PROGRESS_LINE)) {
+        ch->spec->progress(ch->spec->progress_ud, ch->prog.data + start, rest);
+        start = ch->prog.len;
+    }
+    if (start) {
+        memmove(ch->prog.data, ch->prog.data + start, ch->prog.len - start);
+        ch->prog.len -= start;
+        if (ch->prog.data)
+            ch->prog.data[ch->prog.len] = '\0';
+    }
+}
+
+static void progress_read(Child *ch)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t n = read(ch->prog_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            close_fd(&ch->prog_fd);
+            break;
+        }
+        sbuf_append(&ch->prog, buf, (size_t)n);
+        progress_lines(ch, false);
+    }
+}
 
 static void child_signal(Child *ch, int sig, int64_t now)
 {
@@ -680,6 +731,8 @@ static int poll_timeout(const Child *ch, int64_t now)
         if (t < 0 || d_ < t)                                                                       \
             t = d_;                                                                                \
     } while (0)
+    if (ch->prog_fd >= 0 && ch->spec->tick_ms > 0)
+        AT_MOST(ch->next_tick);
     if (!ch->exited) {
         if (ch->timeout_at >= 0 && !ch->term_sent && !ch->kill_sent)
             AT_MOST(ch->timeout_at);
@@ -707,16 +760,19 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
                 .pidfd = -1,
                 .timeout_at = -1,
                 .kill_at = -1,
-                .eof_deadline = -1};
+                .eof_deadline = -1,
+                .prog_fd = -1};
     sbuf_init(&ch.out);
     sbuf_init(&ch.err);
+    sbuf_init(&ch.prog);
     ch.start = mono_ms();
     int ret = 0;
     Err e;
     err_clear(&e);
     if (spec->timeout_ms > 0)
         ch.timeout_at = ch.start + spec->timeout_ms;
-    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, prog_p[2] = {-1, -1};
+    bool with_progress = spec->progress_fd > 2 && spec->progress;
     char *argv[] = {"sh", "-c", (char *)spec->cmd, NULL};
     char *const *envp = spec->env ? spec->env : environ;
     sigset_t no_signals, pipe_set, saved_mask;
@@ -727,7 +783,7 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     pthread_sigmask(SIG_BLOCK, &pipe_set, &saved_mask);
 
     if (pipe2(in_p, O_CLOEXEC) != 0 || pipe2(out_p, O_CLOEXEC) != 0 ||
-        pipe2(err_p, O_CLOEXEC) != 0) {
+        pipe2(err_p, O_CLOEXEC) != 0 || (with_progress && pipe2(prog_p, O_CLOEXEC) != 0)) {
         err_set(&e, 500, "exec", "cannot run the job: pipe: %s", strerror(errno));
         ret = -1;
         goto cleanup;
@@ -745,7 +801,8 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     pthread_mutex_lock(&owned_lock);
     pid_t pid = fork();
     if (pid == 0)
-        child_exec(argv, envp, in_p[0], out_p[1], err_p[1], parent, &no_signals);
+        child_exec(argv, envp, in_p[0], out_p[1], err_p[1], prog_p[1], spec->progress_fd, parent,
+                   &no_signals);
     int fork_errno = errno;
     if (pid > 0)
         owned_add_locked(pid);
@@ -767,6 +824,12 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     close_fd(&in_p[0]);
     close_fd(&out_p[1]);
     close_fd(&err_p[1]);
+    close_fd(&prog_p[1]);
+    ch.prog_fd = prog_p[0];
+    prog_p[0] = -1;
+    if (ch.prog_fd >= 0)
+        (void)set_nonblock(ch.prog_fd);
+    ch.next_tick = ch.start + spec->tick_ms;
     ch.in_fd = in_p[1];
     ch.out_fd = out_p[0];
     ch.err_fd = err_p[0];
@@ -797,16 +860,23 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
             if (ch.term_sent && !ch.kill_sent && now >= ch.kill_at)
                 child_signal(&ch, SIGKILL, now);
         }
-        if (ch.exited && ((ch.out_fd < 0 && ch.err_fd < 0) || now >= ch.eof_deadline))
+        if (ch.prog_fd >= 0 && spec->tick_ms > 0 && now >= ch.next_tick) {
+            spec->progress(spec->progress_ud, NULL, 0);
+            now = mono_ms();
+            ch.next_tick = now + spec->tick_ms;
+        }
+        if (ch.exited &&
+            ((ch.out_fd < 0 && ch.err_fd < 0 && ch.prog_fd < 0) || now >= ch.eof_deadline))
             break;
 
-        struct pollfd pfd[5];
+        struct pollfd pfd[6];
         int n = 0;
         int i_in = watch(pfd, &n, ch.in_fd, POLLOUT);
         int i_out = watch(pfd, &n, ch.out_fd, POLLIN);
         int i_err = watch(pfd, &n, ch.err_fd, POLLIN);
         int i_pid = watch(pfd, &n, ch.pidfd, POLLIN);
         int i_wake = watch(pfd, &n, ctl && !ch.exited && !ch.kill_sent ? ctl->wake_rd : -1, POLLIN);
+        int i_prog = watch(pfd, &n, ch.prog_fd, POLLIN);
         int rc = poll(pfd, (nfds_t)n, poll_timeout(&ch, now));
         if (rc < 0 && errno != EINTR) {
             /* cannot watch it any more: end it rather than leave it unsupervised */
@@ -839,10 +909,16 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
             child_read(&ch, &ch.out_fd, true, now);
         if (i_err >= 0 && pfd[i_err].revents)
             child_read(&ch, &ch.err_fd, false, now);
+        if (i_prog >= 0 && pfd[i_prog].revents)
+            progress_read(&ch);
         if ((i_pid >= 0 && pfd[i_pid].revents) || (ch.pidfd < 0 && !ch.exited))
             child_try_reap(&ch, now);
     }
     out->elapsed_ms = mono_ms() - ch.start;
+    if (ch.prog_fd >= 0)
+        progress_read(&ch); /* what is left in the pipe */
+    if (with_progress)
+        progress_lines(&ch, true);
     if (ch.killed_by_ctl)
         out->stopped = true;
     child_outcome(&ch, out);
@@ -857,11 +933,14 @@ cleanup:
     close_fd(&ch.out_fd);
     close_fd(&ch.err_fd);
     close_fd(&ch.pidfd);
+    close_fd(&ch.prog_fd);
     for (int i = 0; i < 2; i++) {
         close_fd(&in_p[i]);
         close_fd(&out_p[i]);
         close_fd(&err_p[i]);
+        close_fd(&prog_p[i]);
     }
+    sbuf_free(&ch.prog);
     sbuf_free(&ch.out);
     sbuf_free(&ch.err);
     if (ch.got_epipe) {

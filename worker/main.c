@@ -29,7 +29,7 @@
 
 typedef struct Options {
     char *server, *queues, *id, *exec, *token, *log_level, *log_format;
-    int64_t concurrency, max_output;
+    int64_t concurrency, max_output, progress_interval;
     int64_t demo_delay, poll_wait, grace, kill_grace;
     bool demo, noop;
 } Options;
@@ -90,6 +90,7 @@ WARN_UNUSED static int check(Options *o, WorkerConfig *cfg, char ***queues, char
         .grace_ms = o->grace,
         .kill_grace_ms = o->kill_grace,
         .max_output = (size_t)o->max_output,
+        .progress_interval_ms = o->progress_interval,
     };
     return 0;
 }
@@ -183,6 +184,9 @@ int main(int argc, char **argv)
          "how long a job that must end has between SIGTERM and SIGKILL", 0, HOUR_MS},
         {"max-output", OPT_INT, &o.max_output, "1048576",
          "bytes a job may write to stdout; more fails the attempt", 1, 1LL << 30},
+        {"progress-interval", OPT_DURATION, &o.progress_interval, "200ms",
+         "an --exec job's progress (lines on descriptor 3) is sent at most this often, merged", 10,
+         HOUR_MS},
         {"token", OPT_STRING, &o.token, NULL, "bearer token for the server (optional)", 0, 0},
         {"log-level", OPT_STRING, &o.log_level, "info", "debug, info, warn or error", 0, 0},
         {"log-format", OPT_STRING, &o.log_format, "text", "text or json", 0, 0},

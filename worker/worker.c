@@ -22,6 +22,7 @@
 #include "httpc.h"
 #include "link.h"
 #include "log.h"
+#include "progress.h"
 #include "reports.h"
 #include "servers.h"
 #include "util.h"
@@ -55,6 +56,7 @@ typedef struct Slot {
     bool quit;           /* w->lock */
     ExecCtl ctl;
     bool ctl_ready;
+    ProgressSender *progress; /* WORK_EXEC: the job's progress (this slot's thread only) */
 } Slot;
 
 struct Worker {
@@ -495,7 +497,7 @@ static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
     char attempt[32];
     snprintf(attempt, sizeof attempt, "%lld", (long long)j->attempt);
     char *add[] = {env_entry("WORKD_WORK_ID", j->id), env_entry("WORKD_ATTEMPT", attempt),
-                   env_entry("WORKD_QUEUE", j->queue), NULL};
+                   env_entry("WORKD_QUEUE", j->queue), env_entry("WORKD_PROGRESS_FD", "3"), NULL};
     char **env = exec_env_merge(w->env_base, add);
     ExecSpec spec = {.cmd = w->exec_cmd,
                      .input = in.data,
@@ -503,11 +505,17 @@ static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
                      .env = env,
                      .timeout_ms = j->timeout_ms,
                      .kill_grace_ms = w->cfg.kill_grace_ms,
-                     .max_output = w->cfg.max_output};
+                     .max_output = w->cfg.max_output,
+                     .progress_fd = 3,
+                     .progress = psend_line,
+                     .progress_ud = s->progress,
+                     .tick_ms = w->cfg.progress_interval_ms};
     Err err;
     err_clear(&err);
+    psend_begin(s->progress, j->id, j->attempt);
     if (exec_run(&spec, &s->ctl, o, &err) != 0)
         log_error("job %s attempt %lld: %s", j->id, (long long)j->attempt, err.msg);
+    psend_end(s->progress); /* before the result is reported */
     strv_free(env);
     for (char **e = add; *e; e++)
         free(*e);
@@ -810,6 +818,9 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     for (int i = 0; i < w->nslots; i++) {
         w->slots[i].w = w;
         pthread_cond_init(&w->slots[i].cond, NULL);
+        if (cfg->kind == WORK_EXEC)
+            w->slots[i].progress =
+                psend_new(&w->link, w->token, w->id, w->instance, cfg->progress_interval_ms);
     }
     for (int i = 0; i < w->nslots; i++) {
         if (exec_ctl_init(&w->slots[i].ctl, err) != 0)
@@ -882,6 +893,7 @@ void worker_free(Worker *w)
         exec_guard_stop();
     for (int i = 0; i < w->nslots; i++) {
         job_free(w->slots[i].job);
+        psend_free(w->slots[i].progress);
         pthread_cond_destroy(&w->slots[i].cond);
         if (w->slots[i].ctl_ready)
             exec_ctl_destroy(&w->slots[i].ctl);

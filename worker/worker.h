@@ -27,10 +27,11 @@ typedef struct WorkerConfig {
     WorkKind kind;
     const char *exec_cmd; /* WORK_EXEC only */
     int64_t demo_delay_ms;
-    int64_t poll_wait_ms;  /* long-poll wait asked for (sent in whole seconds, rounded up) */
-    int64_t grace_ms;      /* graceful stop: how long running jobs may still take */
-    int64_t kill_grace_ms; /* SIGTERM -> SIGKILL for jobs that overrun or must stop */
-    size_t max_output;     /* bytes of stdout a job may write */
+    int64_t poll_wait_ms;         /* long-poll wait asked for (sent in whole seconds, rounded up) */
+    int64_t grace_ms;             /* graceful stop: how long running jobs may still take */
+    int64_t kill_grace_ms;        /* SIGTERM -> SIGKILL for jobs that overrun or must stop */
+    size_t max_output;            /* bytes of stdout a job may write */
+    int64_t progress_interval_ms; /* WORK_EXEC: a job's progress is sent at most this often */
 } WorkerConfig;
 
 typedef struct Worker Worker;

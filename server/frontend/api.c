@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "parse.h"
+#include "parse_hooks.h"
 #include "proxy.h"
 #include "hub.h"
 #include "static.h"
@@ -263,7 +264,12 @@ static void cmd_reply(Req *r)
         req_finish_json(r, c->status, queue_limits_json(c->queue, &c->limits));
         return;
     case MC_SCHEDULE_SET: /* not typed yet */
-    case MC_QUEUE_FLOW:   /* not typed yet (asked by /metrics itself) */
+    case MC_PROGRESS:
+    case MC_SUBSCRIPTION_SET:
+    case MC_SUBSCRIPTION_GET:
+    case MC_SUB_CURSOR:
+    case MC_SUB_PAUSE:
+    case MC_QUEUE_FLOW: /* asked by /metrics itself */
         req_finish_json(r, c->status, json_incref(c->reply));
         return;
     case MC_BULK_CANCEL:
@@ -1010,10 +1016,11 @@ static ssize_t no_stream(void *cls, uint64_t pos, char *buf, size_t max)
     return MHD_CONTENT_READER_END_OF_STREAM;
 }
 
-static void h_results(Req *r, char *const *p)
+/* A results stream: /results (per_work NULL) or /work/{id}/stream. */
+static void results_stream(Req *r, const char *per_work)
 {
     Err err = {0};
-    int64_t after = -1;
+    int64_t after = per_work ? 0 : -1; /* a work's stream starts with its history */
     const char *last = req_header(r, "Last-Event-ID");
     const char *q_after = req_query(r, "after");
     const char *from = last && *last ? last : q_after;
@@ -1021,7 +1028,15 @@ static void h_results(Req *r, char *const *p)
         req_finish_problem(r, &err);
         return;
     }
-    const char *work_id = req_query(r, "work_id"), *queue = req_query(r, "queue");
+    const char *work_id = per_work ? per_work : req_query(r, "work_id");
+    const char *queue = per_work ? NULL : req_query(r, "queue");
+    const char *progress = per_work ? "true" : req_query(r, "progress");
+    if (progress && strcmp(progress, "true") != 0 && strcmp(progress, "false") != 0) {
+        problem(r, 400, "invalid-parameter", "'progress' must be true or false");
+        return;
+    }
+    if (per_work && !check_id(r, per_work, "work id"))
+        return;
     if (work_id && !id_valid(work_id)) {
         problem(r, 400, "invalid-parameter", "'work_id' is not a valid work id");
         return;
@@ -1047,13 +1062,90 @@ static void h_results(Req *r, char *const *p)
         r->answered = true;
         return;
     }
-    r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue, &err);
+    r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue,
+                              progress && !strcmp(progress, "true"), &err);
     if (!r->stream) {
         req_finish_problem(r, &err);
         return;
     }
     r->status = 200;
     r->answered = true;
+}
+
+static void h_results(Req *r, char *const *p)
+{
+    results_stream(r, NULL);
+}
+
+static void h_work_stream(Req *r, char *const *p)
+{
+    results_stream(r, p[0]);
+}
+
+/* ---- progress (workers) ---- */
+
+WARN_UNUSED static int parse_progress_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
+{
+    if (parse_progress(body, p[1], &c->attempt, &c->worker_id, &c->instance, &c->detail, err) != 0)
+        return -1;
+    c->work_id = xstrdup(p[0]);
+    return 0;
+}
+
+static void h_progress(Req *r, char *const *p)
+{
+    worker_cmd(r, p, "work id", MC_PROGRESS, parse_progress_cmd);
+}
+
+/* ---- webhook subscriptions (admin; the leader answers) ---- */
+
+static bool check_subscription(Req *r, const char *name)
+{
+    if (queue_name_valid(name))
+        return true;
+    problem(r, 400, "invalid-path",
+            "the subscription name in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
+    return false;
+}
+
+static void h_subscription_put(Req *r, char *const *p)
+{
+    if (!check_subscription(r, p[0]))
+        return;
+    Err err = {0};
+    json_t *body = body_json(r, &err);
+    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
+    if (!body || parse_subscription(body, p[0], &c->detail, &err) != 0) {
+        json_decref(body);
+        mgrcmd_free(c);
+        req_finish_problem(r, &err);
+        return;
+    }
+    json_decref(body);
+    to_leader(r, c, NULL);
+}
+
+static void h_subscription_delete(Req *r, char *const *p)
+{
+    if (!check_subscription(r, p[0]))
+        return;
+    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
+    c->detail = json_pack("{s:s, s:b}", "name", p[0], "deleted", 1);
+    to_leader(r, c, NULL);
+}
+
+static void h_subscription_get(Req *r, char *const *p)
+{
+    if (!check_subscription(r, p[0]))
+        return;
+    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_GET);
+    c->queue = xstrdup(p[0]);
+    to_leader(r, c, NULL);
+}
+
+static void h_subscriptions(Req *r, char *const *p)
+{
+    to_leader(r, mgrcmd_new(MC_SUBSCRIPTION_GET), NULL);
 }
 
 /* ---- workers ---- */
@@ -1241,8 +1333,17 @@ const Route api_routes[] = {
     {"POST", "/work/:id/attempts/:n/complete", h_complete, "attempt_complete", true, SCOPE_WORKER,
      ""},
     {"POST", "/work/:id/attempts/:n/fail", h_fail, "attempt_fail", true, SCOPE_WORKER, ""},
+    {"POST", "/work/:id/attempts/:n/progress", h_progress, "attempt_progress", true, SCOPE_WORKER,
+     ""},
+    {"GET", "/work/:id/stream", h_work_stream, "work_stream", false, SCOPE_CLIENT,
+     "after access_token"},
     {"GET", "/results", h_results, "results", false, SCOPE_CLIENT,
-     "after work_id queue access_token"},
+     "after work_id queue progress access_token"},
+    {"GET", "/subscriptions", h_subscriptions, "subscriptions", false, SCOPE_ADMIN, ""},
+    {"PUT", "/subscriptions/:name", h_subscription_put, "subscription_put", true, SCOPE_ADMIN, ""},
+    {"GET", "/subscriptions/:name", h_subscription_get, "subscription_get", false, SCOPE_ADMIN, ""},
+    {"DELETE", "/subscriptions/:name", h_subscription_delete, "subscription_delete", false,
+     SCOPE_ADMIN, ""},
     {"PUT", "/workers/:id", h_heartbeat, "worker_heartbeat", true, SCOPE_WORKER, ""},
     {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER, "instance"},
     {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER, ""},

@@ -17,6 +17,7 @@
 
 typedef struct Entry {
     int64_t seq;
+    bool progress; /* a progress event (only subscribers that asked get it) */
     char *work_id;
     char *queue;
     char *frame;
@@ -27,6 +28,7 @@ typedef struct Sub {
     Hub *hub;
     struct MHD_Connection *conn;
     char *work_id, *queue; /* filters, NULL: any */
+    bool progress;         /* wants progress events too */
     int64_t cursor;        /* everything up to here was sent or skipped */
     SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
@@ -114,6 +116,7 @@ typedef struct Fire {
 } Fire;
 
 typedef enum {
+    TAKE_NONE,     /* nothing */
     TAKE_ALL,      /* shutting down */
     TAKE_FINISHED, /* work_id has a finished event at seq v */
     TAKE_DUE,      /* the time is v */
@@ -195,9 +198,16 @@ void hub_free(Hub *h)
 
 /* ---- frames ---- */
 
-static bool wants(const Sub *s, const char *work_id, const char *queue)
+static bool wants(const Sub *s, const char *work_id, const char *queue, bool progress)
 {
-    return (!s->work_id || !strcmp(s->work_id, work_id)) && (!s->queue || !strcmp(s->queue, queue));
+    return (!progress || s->progress) && (!s->work_id || !strcmp(s->work_id, work_id)) &&
+           (!s->queue || !strcmp(s->queue, queue));
+}
+
+static bool is_progress(json_t *ev)
+{
+    const char *st = json_string_value(json_object_get(ev, "status"));
+    return st && !strcmp(st, "progress");
 }
 
 static char *frame_of(json_t *ev, size_t *len)
@@ -287,6 +297,7 @@ void hub_publish(Hub *h, json_t *ev)
     }
     Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
     e->seq = seq;
+    e->progress = is_progress(ev);
     e->work_id = xstrdup(work_id);
     e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
     e->frame = frame;
@@ -295,17 +306,18 @@ void hub_publish(Hub *h, json_t *ev)
     h->len++;
     h->scanned_upto = seq;
     const char *status = json_string_value(json_object_get(ev, "status"));
-    if (strcmp(status, "batch") != 0) /* a batch's end is not a job's */
+    if (!e->progress && status && strcmp(status, "batch") != 0) /* a batch's end is not a job's */
         count_rate(h, e->queue, status, wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
     for (Sub *s = h->subs; s; s = s->next)
-        if (s->suspended && !s->catching_up && wants(s, e->work_id, e->queue)) {
+        if (s->suspended && !s->catching_up && wants(s, e->work_id, e->queue, e->progress)) {
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    unlock_then_wake(h, wake, n, TAKE_FINISHED, work_id, seq);
+    /* A progress event ends no wait: only the work's finish does. */
+    unlock_then_wake(h, wake, n, e->progress ? TAKE_NONE : TAKE_FINISHED, work_id, seq);
 }
 
 void hub_publish_committed(Hub *h, const EventList *events)
@@ -422,7 +434,7 @@ static bool fill(Hub *h, Sub *s, int64_t now)
     size_t budget = (size_t)h->buffer_bytes, i = ring_after(h, s->cursor);
     for (; i < h->len; i++) {
         const Entry *e = &h->ring[(h->head + i) % RING_CAP];
-        if (wants(s, e->work_id, e->queue)) {
+        if (wants(s, e->work_id, e->queue, e->progress)) {
             if (s->out.len && s->out.len + e->len > budget)
                 break; /* the rest when this is sent */
             sbuf_append(&s->out, e->frame, e->len);
@@ -493,8 +505,10 @@ static void catch_up(PGconn *conn, void *arg)
     json_t *rows = json_array();
     Err err = {0};
     bool at_end = false;
-    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, rows,
-                                          &at_end, &err)
+    /* work_id and progress are the subscriber's own, never changed after it
+     * was made: read without the lock. */
+    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
+                                          s->work_id, rows, &at_end, &err)
                  : -1;
     pthread_mutex_lock(&h->lock);
     if (n < 0) {
@@ -508,7 +522,7 @@ static void catch_up(PGconn *conn, void *arg)
         {
             int64_t seq = json_integer_value(json_object_get(ev, "seq"));
             if (wants(s, json_string_value(json_object_get(ev, "id")),
-                      json_string_value(json_object_get(ev, "queue")))) {
+                      json_string_value(json_object_get(ev, "queue")), is_progress(ev))) {
                 size_t len;
                 char *f = frame_of(ev, &len);
                 sbuf_append(&s->out, f, len);
@@ -552,7 +566,7 @@ static void sub_free(void *cls)
 }
 
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, Err *err)
+                                   const char *work_id, const char *queue, bool progress, Err *err)
 {
     pthread_mutex_lock(&h->lock);
     if (h->nsubs >= h->max_subs || h->stopping) {
@@ -567,6 +581,7 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->conn = conn;
     s->work_id = xstrdup(work_id);
     s->queue = xstrdup(queue);
+    s->progress = progress;
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it
@@ -603,7 +618,8 @@ void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_m
     pthread_mutex_lock(&h->lock);
     bool now = h->stopping;
     for (size_t i = ring_after(h, after_seq); i < h->len && !now; i++)
-        now = !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
+        now = !h->ring[(h->head + i) % RING_CAP].progress &&
+              !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
     if (!now) {
         Waiter *w = xcalloc(1, sizeof *w);
         w->work_id = xstrdup(work_id);

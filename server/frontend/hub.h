@@ -32,7 +32,8 @@ void hub_shutdown(Hub *h);
 void hub_free(Hub *h);
 
 /* ---- feeding (the listener thread) ---- */
-/* ev: {seq, id, queue, status, ...} from journal_finished_after; borrowed. */
+/* ev: {seq, id, queue, status, ...} from journal_finished_after (status
+ * "progress" for progress events); borrowed. */
 void hub_publish(Hub *h, json_t *ev);
 /* The leader's own commits, straight from its manager: published at once when
  * they continue what the hub has (else the listener brings them). */
@@ -58,9 +59,11 @@ int64_t hub_next_deadline(Hub *h);
 
 /* ---- subscribing (HTTP threads) ---- */
 /* A text/event-stream response for events after `after` (-1: from now on),
- * optionally filtered. NULL with err (503) when the subscriber limit is reached. */
+ * optionally filtered, with progress events if progress. NULL with err (503)
+ * when the subscriber limit is reached. */
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, Err *err) WARN_UNUSED;
+                                   const char *work_id, const char *queue, bool progress,
+                                   Err *err) WARN_UNUSED;
 
 /* ---- throughput ---- */
 #define HUB_RATE_BUCKETS 60      /* ... of */

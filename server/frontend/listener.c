@@ -67,7 +67,7 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
         Err err = {0};
         bool at_end = false;
         int n = journal_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE,
-                                       l->cfg.page_bytes, rows, &at_end, &err);
+                                       l->cfg.page_bytes, true, NULL, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
             drop(l, err.msg);

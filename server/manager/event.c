@@ -18,6 +18,9 @@ static const char *type_names[] = {
     [EV_CANCELLED] = "cancelled",
     [EV_RETRIED] = "retried",
     [EV_QUEUE_SET] = "queue_set",
+    [EV_PROGRESS] = "progress",
+    [EV_SUBSCRIPTION] = "subscription",
+    [EV_SUB_CURSOR] = "subscription_cursor",
     [EV_RELEASED] = "released",
     [EV_SCHEDULE_SET] = "schedule_set",
     [EV_SCHEDULE_DELETED] = "schedule_deleted",
@@ -55,7 +58,7 @@ bool event_is_final(EventType t)
 
 bool event_is_published(EventType t)
 {
-    return event_is_final(t) || t == EV_BATCH;
+    return event_is_final(t) || t == EV_PROGRESS || t == EV_BATCH;
 }
 
 /* ---- templates and schedules ---- */
@@ -165,7 +168,8 @@ void schedspec_free(ScheduleSpec *s)
 static bool event_needs_work(EventType t)
 {
     return t != EV_TERM && t != EV_QUEUE_SET && t != EV_SCHEDULE_SET && t != EV_SCHEDULE_DELETED &&
-           t != EV_TICK && t != EV_BATCH_OPENED && t != EV_BATCH;
+           t != EV_TICK && t != EV_BATCH_OPENED && t != EV_BATCH && t != EV_SUBSCRIPTION &&
+           t != EV_SUB_CURSOR;
 }
 
 static void set_time(json_t *o, const char *key, int64_t ms)
@@ -287,6 +291,17 @@ json_t *event_data_encode(const Event *e)
                                     json_integer(e->limits.weights[i].weight));
             json_object_set_new(o, "key_weights", w);
         }
+        break;
+    case EV_PROGRESS:
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
+        if (e->detail)
+            json_object_update(o, e->detail);
+        break;
+    case EV_SUBSCRIPTION:
+    case EV_SUB_CURSOR:
+        if (e->detail)
+            json_object_update(o, e->detail);
         break;
     }
     /* Since schema 4 the events that finish work name its queue, so that the
@@ -504,6 +519,39 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
         }
         break;
     }
+    case EV_PROGRESS: {
+        if (get_int(data, "attempt", &v, 1, err))
+            goto cleanup;
+        out->attempt = (int)v;
+        out->queue = get_str(data, "queue");
+        out->detail = json_object();
+        static const char *keys[] = {"fraction", "message", "output"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+            json_t *f = json_object_get(data, keys[i]);
+            if (f)
+                json_object_set(out->detail, keys[i], f);
+        }
+        break;
+    }
+    case EV_SUBSCRIPTION:
+    case EV_SUB_CURSOR: {
+        if (!json_is_string(json_object_get(data, "name"))) {
+            err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
+            goto cleanup;
+        }
+        /* The fields this version knows (a later one may add others). */
+        static const char *sub_keys[] = {"name",  "url",    "secret",  "queues",
+                                         "kinds", "paused", "deleted", "paused_reason",
+                                         "start", "cursor", NULL};
+        static const char *cursor_keys[] = {"name", "cursor", NULL};
+        out->detail = json_object();
+        for (const char **k = out->type == EV_SUB_CURSOR ? cursor_keys : sub_keys; *k; k++) {
+            json_t *f = json_object_get(data, *k);
+            if (f)
+                json_object_set_new(out->detail, *k, json_deep_copy(f));
+        }
+        break;
+    }
     }
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
@@ -535,6 +583,14 @@ json_t *event_result_json(const Event *e)
     } else if (e->type == EV_DEAD) {
         json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
         json_object_set_new(o, "attempts", json_integer(e->attempt));
+    } else if (e->type == EV_PROGRESS) {
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+        json_t *d = e->detail;
+        json_t *f = json_object_get(d, "fraction"), *m = json_object_get(d, "message");
+        json_object_set(o, "fraction", f ? f : json_null());
+        json_object_set(o, "message", m ? m : json_null());
+        if (json_object_get(d, "output"))
+            json_object_set(o, "output", json_object_get(d, "output"));
     } else if (e->type == EV_CANCELLED && e->error) {
         json_object_set_new(o, "reason", json_string(e->error));
     }
@@ -597,6 +653,7 @@ void event_clear(Event *e)
     json_decref(e->result);
     free(e->error);
     free(e->leader_url);
+    json_decref(e->detail);
     strv_free(e->after);
     free(e->batch);
     free(e->name);
@@ -621,6 +678,7 @@ void event_copy(Event *dst, const Event *src)
     dst->result = json_incref(src->result);
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
+    dst->detail = json_incref(src->detail);
     dst->after = strv_copy(src->after);
     dst->batch = xstrdup(src->batch);
     dst->name = xstrdup(src->name);

@@ -27,6 +27,11 @@ typedef enum {
     EV_RETRIED,      /* dead work reopened by an operator: everything to rebuild it, one
                         more attempt (max_attempts) */
     EV_QUEUE_SET,    /* an operator set a queue's flow control: all of it (QueueLimits) */
+    EV_PROGRESS,     /* the running attempt's worker sent progress: detail {fraction, message,
+                        output} (published on /results, changes no state) */
+    EV_SUBSCRIPTION, /* an operator set, paused or deleted a webhook subscription: all of it
+                        in detail (webhooks.h); no work id */
+    EV_SUB_CURSOR,   /* a subscription's deliveries reached detail.cursor; no work id */
     EV_RELEASED,     /* waiting work whose parents have all finished became pending */
     EV_SCHEDULE_SET, /* an operator created or changed a schedule: all of it */
     EV_SCHEDULE_DELETED, /* an operator deleted a schedule */
@@ -119,6 +124,8 @@ typedef struct Event {
     char *leader_url;
     /* EV_QUEUE_SET (and queue) */
     QueueLimits limits;
+    /* EV_PROGRESS (and attempt, queue), EV_SUBSCRIPTION, EV_SUB_CURSOR: a JSON object */
+    json_t *detail;
     /* EV_ACCEPTED: dependencies and batches */
     char **after;    /* parents named (NULL-terminated), NULL: none */
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
@@ -145,7 +152,7 @@ const char *event_type_name(EventType t);
 int event_type_parse(const char *name, EventType *out) WARN_UNUSED;
 /* True for the events that finish work (and are published on /results). */
 bool event_is_final(EventType t);
-/* True for the events published on /results: the final ones and EV_BATCH. */
+/* True for the events published on /results: the final ones, progress and EV_BATCH. */
 bool event_is_published(EventType t);
 
 /* ---- encoding ---- */
@@ -157,7 +164,9 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
                  const char *work_id, json_t *data, Event *out, Err *err) WARN_UNUSED;
 
 /* A finished work's event as /results publishes it: {seq, id, queue, status,
- * at, result and attempt | error and attempts} (a new reference). e->queue must
+ * at, result and attempt | error and attempts}, or a progress event's {seq,
+ * id, queue, status: "progress", at, attempt, fraction, message[, output]}
+ * (a new reference). e->queue must
  * be set (final events do not carry it in the table; callers fill it in). */
 json_t *event_result_json(const Event *e);
 

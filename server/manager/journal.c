@@ -989,6 +989,19 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
+    /* The last progress (the (work_id, seq) index, newest first): a progress
+     * event carries the attempt's latest fraction and message. */
+    PGresult *pr = r && PQntuples(r) ? db_exec(c,
+                                               "SELECT seq, workd_epoch_ms(at), data::text"
+                                               "  FROM workd_events"
+                                               " WHERE work_id = $1 AND type = 'progress'"
+                                               " ORDER BY seq DESC LIMIT 1",
+                                               1, params, "reading progress", err)
+                                     : NULL;
+    if (r && PQntuples(r) && !pr) {
+        PQclear(r);
+        return NULL;
+    }
     if (!r)
         return NULL;
     if (PQntuples(r) == 0) {
@@ -1028,6 +1041,19 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *batch = db_str(r, 0, 20);
     json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
     PQclear(r);
+    json_t *progress = json_null();
+    if (PQntuples(pr)) {
+        json_t *d = json_col(pr, 0, 2);
+        progress = json_pack(
+            "{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
+            json_object_get(d, "attempt") ? json_object_get(d, "attempt") : json_null(), "fraction",
+            json_object_get(d, "fraction") ? json_object_get(d, "fraction") : json_null(),
+            "message", json_object_get(d, "message") ? json_object_get(d, "message") : json_null());
+        set_time_field(progress, "at", pr, 0, 1);
+        json_decref(d);
+    }
+    PQclear(pr);
+    json_object_set_new(o, "progress", progress);
     /* Its children: work that names it in after, open or kept (GIN indexes). */
     json_t *probe = json_pack("[s]", id);
     char *probe_text = json_dumps(probe, JSON_COMPACT);
@@ -1217,44 +1243,50 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
 }
 
 /* Planned once per session (db_exec_cached): planning it over every part of
- * two partitioned tables took 2.6 ms, six times its execution. */
-static const char finished_after_sql[] =
-    "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"
-    "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"
-    "                    - octet_length(c.data) AS before"
-    "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"
-    "                       e.work_id, e.data::text AS data, p.n_page,"
-    "                       coalesce(e.data->>'queue',"
-    "                                (SELECT queue FROM workd_done WHERE id = e.work_id"
-    "                                 UNION ALL"
-    "                                 SELECT queue FROM workd_open WHERE id = e.work_id"
-    "                                 LIMIT 1), '') AS queue,"
-    "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"
-    "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"
-    "                       END AS attempts"
-    "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"
-    "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"
-    "                                 AS before"
-    "                          FROM (SELECT e.seq,"
-    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"
-    "                                         AS stored"
-    "                                  FROM workd_events e"
-    "                                 WHERE e.seq > $1::bigint"
-    "                                   AND e.type IN ('completed', 'dead', 'cancelled',"
-    "                                                  'batch')"
-    "                                 ORDER BY e.seq LIMIT $2::int) p0) p"
-    "                  JOIN workd_events e ON e.seq = p.seq"
-    "                 WHERE p.before < $3::bigint) c) q"
-    " WHERE before < $3::bigint ORDER BY seq";
+ * two partitioned tables took 2.6 ms, six times its execution. Two forms: the
+ * log's tail (result streams, the listener, webhooks), and one work item's
+ * events through the (work_id, seq) index (its stream reads from its start). */
+#define FINISHED_AFTER_SQL(where)                                                                  \
+    "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"               \
+    "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"                          \
+    "                    - octet_length(c.data) AS before"                                         \
+    "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"      \
+    "                       e.work_id, e.data::text AS data, p.n_page,"                            \
+    "                       coalesce(e.data->>'queue',"                                            \
+    "                                (SELECT queue FROM workd_done WHERE id = e.work_id"           \
+    "                                 UNION ALL"                                                   \
+    "                                 SELECT queue FROM workd_open WHERE id = e.work_id"           \
+    "                                 LIMIT 1), '') AS queue,"                                     \
+    "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"                 \
+    "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"      \
+    "                       END AS attempts"                                                       \
+    "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"                           \
+    "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"             \
+    "                                 AS before"                                                   \
+    "                          FROM (SELECT e.seq,"                                                \
+    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"        \
+    "                                         AS stored"                                           \
+    "                                  FROM workd_events e"                                        \
+    "                                 WHERE " where                                                \
+    "                                   AND (e.type IN ('completed', 'dead', 'cancelled', "        \
+    "'batch')"                                                                                     \
+    "                                        OR ($4::boolean AND e.type = 'progress'))"            \
+    "                                 ORDER BY e.seq LIMIT $2::int) p0) p"                         \
+    "                  JOIN workd_events e ON e.seq = p.seq"                                       \
+    "                 WHERE p.before < $3::bigint) c) q"                                           \
+    " WHERE before < $3::bigint ORDER BY seq"
+static const char finished_after_sql[] = FINISHED_AFTER_SQL("e.seq > $1::bigint");
+static const char finished_after_work_sql[] =
+    FINISHED_AFTER_SQL("e.work_id = $5::text AND e.seq > $1::bigint");
 
-int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
-                           bool *at_end, Err *err)
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
+                           const char *work_id, json_t *out, bool *at_end, Err *err)
 {
     char a[24], l[16], b[24];
     snprintf(a, sizeof a, "%lld", (long long)after);
     snprintf(l, sizeof l, "%d", limit);
     snprintf(b, sizeof b, "%lld", (long long)max_bytes);
-    const char *params[] = {a, l, b};
+    const char *params[] = {a, l, b, progress ? "t" : "f", work_id};
     /* Final events carry their queue and attempt since schema 4; older ones
      * take them from the work's row while it is kept.
      * The page is cut by bytes over at most `limit` events: an event is read
@@ -1266,8 +1298,10 @@ int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_byte
      * which compression can make far smaller than the text: large results
      * that compress well then cost conversions the page does not use. n_page
      * says how many events the count limit alone would have read. */
-    PGresult *r = db_exec_cached(c, "workd_finished_after", finished_after_sql, 3, params,
-                                 "reading finished work", err);
+    PGresult *r = work_id ? db_exec_cached(c, "workd_finished_after_work", finished_after_work_sql,
+                                           5, params, "reading a work item's events", err)
+                          : db_exec_cached(c, "workd_finished_after", finished_after_sql, 4, params,
+                                           "reading finished work", err);
     if (!r)
         return -1;
     int n = PQntuples(r);
@@ -1542,4 +1576,28 @@ json_t *journal_finished_counts(PGconn *c, Err *err)
     }
     PQclear(r);
     return o;
+}
+
+json_t *journal_subscriptions(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(c,
+                          "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
+                          "       paused, paused_reason, cursor"
+                          "  FROM workd_subscriptions ORDER BY name",
+                          0, NULL, "reading webhook subscriptions", err);
+    if (!r)
+        return NULL;
+    json_t *out = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *reason = db_str(r, i, 6);
+        json_array_append_new(out,
+                              json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name",
+                                        db_str(r, i, 0), "url", db_str(r, i, 1), "secret",
+                                        db_str(r, i, 2), "queues", json_col(r, i, 3), "kinds",
+                                        json_col(r, i, 4), "paused", !strcmp(db_str(r, i, 5), "t"),
+                                        "paused_reason", reason ? json_string(reason) : json_null(),
+                                        "cursor", (json_int_t)db_int(r, i, 7)));
+    }
+    PQclear(r);
+    return out;
 }

@@ -110,14 +110,21 @@ json_t *journal_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN
 json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
                             Err *err) WARN_UNUSED;
 
-/* Events after seq that finish work (completed, dead, cancelled), oldest first,
- * at most limit and about max_bytes of event data (at least one event, so a
+/* Events after seq that finish work (completed, dead, cancelled) and, with
+ * progress, progress events, of work_id only if not NULL, oldest first, at
+ * most limit and about max_bytes of event data (at least one event, so a
  * large result still gets through), as SSE-ready objects {seq, id, queue,
  * status, ...}, appended to out (a JSON array). Sets *at_end when no such
  * event is left after the ones appended (as of the read). Returns the number
  * appended, or -1. */
-int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, json_t *out,
-                           bool *at_end, Err *err) WARN_UNUSED;
+int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
+                           const char *work_id, json_t *out, bool *at_end, Err *err) WARN_UNUSED;
+
+/* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
+/* Every subscription as its events left it: [{name, url, secret, queues
+ * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
+ * reference), or NULL with err. */
+json_t *journal_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
 
 /* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
  * are told apart by run_at) and queue (NULL: any), before accepted seq

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "util.h"
 #include "wake.h"
+#include "webhooks.h"
 
 #define HEALTH_CHECK_MS 1000
 
@@ -31,6 +32,7 @@ struct Manager {
     atomic_llong term;
     ManagerStats stats;
     Retention *retention;
+    Webhooks *webhooks;  /* deliveries while leading (its own thread; webhooks.h) */
     atomic_int cur_part; /* the part the leader appends into; -1 while not leading */
     /* mailbox */
     pthread_mutex_t lock;
@@ -55,6 +57,7 @@ struct Manager {
     size_t n_inbox_ack, cap_inbox_ack;
     HMap finished; /* work id -> KnownWork: work this round finished (owned copies), so that
                       the round decides from its own decisions, not only from the database */
+    ProgressBook *progress; /* budgets of the attempts that sent progress */
 };
 
 /* ---- commands ---- */
@@ -106,6 +109,7 @@ void mgrcmd_free(MgrCmd *c)
     ws_running_free(c->stale);
     cluster_view_free(c->cluster);
     json_decref(c->reply);
+    json_decref(c->detail);
     queue_limits_clear(&c->limits);
     if (c->bulk) {
         journal_known_free(c->bulk);
@@ -153,6 +157,9 @@ static void flush_done(Manager *m)
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
+        if (c->type == MC_SUBSCRIPTION_SET && c->status == 200 && !c->reply)
+            c->reply =
+                webhooks_json(m->webhooks, json_string_value(json_object_get(c->detail, "name")));
         c->done(c, c->ud);
         c = next;
     }
@@ -314,6 +321,10 @@ static void step_down(Manager *m, const char *why)
     proj_reset(m);
     finished_reset(m);
     m->n_inbox_ack = 0;
+    if (m->ws)
+        webhooks_unlead(m->webhooks);
+    progress_free(m->progress);
+    m->progress = progress_new(&m->cfg.progress);
     ws_free(m->ws);
     m->ws = NULL;
     PQfinish(m->conn);
@@ -346,7 +357,10 @@ static void emit_one(Manager *m, Event *e, int64_t now, EventList *more)
     }
     ws_decide_followups(m->ws, e, now, more);
     ws_apply(m->ws, e);
-    if (e->work_id) {
+    if (e->work_id && (e->type == EV_STARTED || e->type == EV_FAILED || e->type == EV_TIMED_OUT ||
+                       event_is_final(e->type)))
+        progress_forget(m->progress, e->work_id); /* the attempt ended */
+    if (e->work_id && e->type != EV_PROGRESS) {   /* progress changes no row */
         ProjRow *row = hmap_get(&m->proj, e->work_id);
         if (!row) {
             row = xmalloc(sizeof *row);
@@ -476,6 +490,7 @@ WARN_UNUSED static int commit_batch(Manager *m)
     long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
     if (m->cfg.on_commit)
         m->cfg.on_commit(COMMIT_DONE, &m->batch, m->cfg.on_commit_ud);
+    webhooks_committed(m->webhooks, &m->batch);
     histogram_observe(&m->stats.commit_us, us);
     histogram_observe(&m->stats.commit_events, (int64_t)m->batch.len);
     for (size_t i = 0; i < m->batch.len; i++) {
@@ -529,6 +544,13 @@ static void campaign(Manager *m)
     if (commit_batch(m) != 0)
         return;
     ws_adopt_running_workers(m->ws, now);
+    json_t *subs = journal_subscriptions(m->conn, &err);
+    if (!subs) {
+        log_error("won the lock but could not read the webhook subscriptions: %s", err.msg);
+        step_down(m, "recovery failed");
+        return;
+    }
+    webhooks_lead(m->webhooks, subs, m->last_seq);
     atomic_store(&m->leader, true);
     atomic_fetch_add(&m->stats.elections_won, 1);
     log_info("elected leader: term %lld, %zu open work items recovered in %lld ms, "
@@ -887,6 +909,104 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
     eventlist_free(&tmp);
 }
 
+/* ---- progress ---- */
+
+static void handle_progress(Manager *m, MgrCmd *c, int64_t now)
+{
+    json_t *f = json_object_get(c->detail, "fraction");
+    ProgressMsg pm = {.work_id = c->work_id,
+                      .attempt = c->attempt,
+                      .worker_id = c->worker_id,
+                      .instance = c->instance,
+                      .claim = c->claim,
+                      .has_fraction = json_is_number(f),
+                      .fraction = json_number_value(f),
+                      .message = json_string_value(json_object_get(c->detail, "message")),
+                      .output = json_string_value(json_object_get(c->detail, "output"))};
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (progress_decide(m->progress, m->ws, &pm, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        emit(m, &tmp, now);
+        const Event *e = &m->batch.items[m->batch.len - 1];
+        cmd_ok_json(c, 200,
+                    json_pack("{s:s, s:i, s:I}", "id", c->work_id, "attempt", c->attempt, "seq",
+                              (json_int_t)e->seq));
+    }
+    eventlist_free(&tmp);
+}
+
+/* ---- webhook subscriptions ---- */
+
+static void emit_subscription(Manager *m, EventType type, json_t *detail, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    Event *e = eventlist_push(&tmp);
+    e->type = type;
+    e->detail = detail; /* stolen */
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+}
+
+static void handle_subscription(Manager *m, MgrCmd *c, int64_t now)
+{
+    const char *name = json_string_value(json_object_get(c->detail, "name"));
+    json_t *old = webhooks_settings(m->webhooks, name);
+    switch (c->type) {
+    case MC_SUBSCRIPTION_SET: {
+        bool del = json_is_true(json_object_get(c->detail, "deleted"));
+        if (!old && del) {
+            cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
+            break;
+        }
+        if (!old && webhooks_count(m->webhooks) >= WEBHOOKS_MAX) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "there are %d webhook subscriptions, the limit",
+                     WEBHOOKS_MAX);
+            cmd_fail(c, 409, "too-many-subscriptions", msg);
+            break;
+        }
+        json_t *view = del ? webhooks_json(m->webhooks, name) : NULL;
+        json_t *d = json_deep_copy(c->detail);
+        /* A new subscription starts at the log's end unless it names a cursor. */
+        json_object_set_new(d, "start", json_integer(m->last_seq));
+        emit_subscription(m, EV_SUBSCRIPTION, d, now);
+        if (del) {
+            json_object_set_new(view, "deleted", json_true());
+            cmd_ok_json(c, 200, view);
+        } else {
+            cmd_ok_json(c, 200, NULL); /* the view is taken after the commit (flush_done) */
+        }
+        log_info("webhook subscription %s %s by an operator", name,
+                 del   ? "deleted"
+                 : old ? "changed"
+                       : "created");
+        break;
+    }
+    case MC_SUB_CURSOR:
+        if (old)
+            emit_subscription(m, EV_SUB_CURSOR, json_incref(c->detail), now);
+        cmd_ok_json(c, 204, NULL);
+        break;
+    case MC_SUB_PAUSE:
+        if (old && !json_is_true(json_object_get(old, "paused"))) {
+            json_t *d = json_deep_copy(old);
+            json_object_set_new(d, "paused", json_true());
+            json_object_set(d, "paused_reason", json_object_get(c->detail, "paused_reason"));
+            json_object_set_new(d, "start", json_integer(m->last_seq)); /* unused: it exists */
+            emit_subscription(m, EV_SUBSCRIPTION, d, now);
+        }
+        cmd_ok_json(c, 204, NULL);
+        break;
+    default:
+        break;
+    }
+    json_decref(old);
+}
+
 /* ---- bulk actions (an operator's filter) ---- */
 
 /* Cancels the open work that matches, at most c->max per command so that a
@@ -1119,6 +1239,21 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
         break;
     case MC_BULK_RETRY:
         handle_bulk_retry(m, c, now);
+        break;
+    case MC_PROGRESS:
+        handle_progress(m, c, now);
+        break;
+    case MC_SUBSCRIPTION_SET:
+    case MC_SUB_CURSOR:
+    case MC_SUB_PAUSE:
+        handle_subscription(m, c, now);
+        break;
+    case MC_SUBSCRIPTION_GET:
+        c->reply = webhooks_json(m->webhooks, c->queue);
+        if (c->reply)
+            c->status = 200;
+        else
+            cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
         break;
     case MC_SCHEDULE_SET:
         handle_schedule_set(m, c, now);
@@ -1372,6 +1507,30 @@ static void *manager_main(void *arg)
     return NULL;
 }
 
+/* The webhooks thread's requests: commands like any other, freed when done. */
+static void own_cmd_done(MgrCmd *c, void *ud)
+{
+    if (c->status >= 400 && strcmp(c->err.type, "not-leader") != 0)
+        log_warn("webhooks: %s", c->err.msg);
+    mgrcmd_free(c);
+}
+
+static void webhooks_cursor(void *ud, const char *name, int64_t cursor)
+{
+    MgrCmd *c = mgrcmd_new(MC_SUB_CURSOR);
+    c->detail = json_pack("{s:s, s:I}", "name", name, "cursor", (json_int_t)cursor);
+    c->done = own_cmd_done;
+    manager_send(ud, c);
+}
+
+static void webhooks_pause(void *ud, const char *name, const char *reason)
+{
+    MgrCmd *c = mgrcmd_new(MC_SUB_PAUSE);
+    c->detail = json_pack("{s:s, s:s}", "name", name, "paused_reason", reason);
+    c->done = own_cmd_done;
+    manager_send(ud, c);
+}
+
 Manager *manager_start(const ManagerConfig *cfg, Err *err)
 {
     Manager *m = xcalloc(1, sizeof *m);
@@ -1398,6 +1557,17 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                           .ud = m};
     if (!(m->retention = retention_start(&rc, err)))
         goto cleanup;
+    m->progress = progress_new(&cfg->progress);
+    WebhooksConfig wc = {.database_url = cfg->database_url,
+                         .pause_after_ms = cfg->webhook_pause_after_ms,
+                         .timeout_ms = cfg->webhook_timeout_ms,
+                         .backoff_base_ms = cfg->webhook_backoff_base_ms,
+                         .backoff_max_ms = cfg->webhook_backoff_max_ms,
+                         .cursor = webhooks_cursor,
+                         .pause = webhooks_pause,
+                         .ud = m};
+    if (!(m->webhooks = webhooks_start(&wc, err)))
+        goto cleanup;
     if (pthread_create(&m->thread, NULL, manager_main, m) != 0) {
         err_set(err, 500, "internal", "cannot start the manager thread");
         goto cleanup;
@@ -1405,6 +1575,8 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     return m;
 cleanup:
     retention_stop(m->retention);
+    webhooks_stop(m->webhooks);
+    progress_free(m->progress);
     free(m->parts);
     wake_close(m->efd);
     free((char *)m->cfg.database_url);
@@ -1429,6 +1601,8 @@ void manager_stop(Manager *m)
     pthread_mutex_unlock(&m->lock);
     reject_all(m, late, "the server is shutting down");
     flush_done(m);
+    webhooks_stop(m->webhooks);
+    m->webhooks = NULL;
 }
 
 void manager_free(Manager *m)
@@ -1438,6 +1612,7 @@ void manager_free(Manager *m)
     wake_close(m->efd);
     free(m->parts);
     free(m->inbox_ack);
+    progress_free(m->progress);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

@@ -13,6 +13,7 @@
 
 #include "err.h"
 #include "histogram.h"
+#include "progress.h"
 #include "retention.h"
 #include "workstate.h"
 
@@ -31,6 +32,11 @@ typedef struct ManagerConfig {
     /* For work submitted in SQL without them (workd.submit). */
     int64_t default_timeout_ms;
     int default_max_attempts;
+    ProgressLimits progress; /* per attempt (progress.h) */
+    /* Webhook deliveries (webhooks.h): one delivery's time limit, the retries'
+     * backoff, and how long a failing subscription is retried before it is paused. */
+    int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
+    int64_t webhook_pause_after_ms;
     /* Called on the manager thread around each commit of events (in seq
      * order; final events carry their queue): COMMIT_BEGIN before it is sent,
      * then COMMIT_DONE or COMMIT_FAILED (written or not, unknown). The
@@ -53,7 +59,14 @@ typedef enum {
     MC_BULK_CANCEL,  /* filter (queue, key, status), max -> n_done, more */
     MC_BULK_RETRY,   /* filter (queue, key), max -> n_done, more (dead work) */
     MC_SCHEDULE_SET, /* name, schedule (or pause: 1 pause, 0 resume) -> reply: the schedule */
-    MC_SCHEDULE_DELETE, /* name -> (204) */
+    MC_SCHEDULE_DELETE,  /* name -> (204) */
+    MC_PROGRESS,         /* work_id, attempt, worker_id, instance, claim, detail {fraction, message,
+                            output} -> reply {id, attempt, seq} */
+    MC_SUBSCRIPTION_SET, /* detail: the whole subscription (webhooks.h), or {name, deleted:
+                            true} -> reply: the subscription as GET shows it */
+    MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> reply: webhooks_json */
+    MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
+    MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
     MC_QUEUE_FLOW, /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
 } MgrCmdType;
 
@@ -129,6 +142,8 @@ typedef struct MgrCmd {
     int pause;                    /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
+    int attempt;    /* MC_PROGRESS */
+    json_t *detail; /* MC_PROGRESS, MC_SUBSCRIPTION_SET, MC_SUB_* */
     /* reply: typed, written as JSON by the HTTP layer (api.c) */
     int status;              /* HTTP status: 200, 202, 204, or the error's */
     Err err;                 /* when status >= 400 */
@@ -138,8 +153,8 @@ typedef struct MgrCmd {
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
     RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
     ClusterView *cluster; /* MC_CLUSTER */
-    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET): JSON made
-     * on the manager thread, sent as it is. */
+    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET, MC_PROGRESS,
+     * the subscriptions): JSON made on the manager thread, sent as it is. */
     json_t *reply;
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */

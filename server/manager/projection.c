@@ -121,6 +121,9 @@ void projrow_fold(ProjRow *r, const Event *e)
         return;
     case EV_TERM:
     case EV_QUEUE_SET:
+    case EV_PROGRESS: /* the manager folds no progress (it changes no row) */
+    case EV_SUBSCRIPTION:
+    case EV_SUB_CURSOR:
     case EV_SCHEDULE_SET:
     case EV_SCHEDULE_DELETED:
     case EV_TICK:

@@ -1062,6 +1062,9 @@ void ws_apply(WorkState *ws, const Event *e)
     WorkItem *it = e->work_id ? hmap_get(&ws->items, e->work_id) : NULL;
     switch (e->type) {
     case EV_TERM:
+    case EV_PROGRESS:     /* published, changes no state */
+    case EV_SUBSCRIPTION: /* webhooks are not work (webhooks.c) */
+    case EV_SUB_CURSOR:
         return;
     case EV_SCHEDULE_SET:
     case EV_SCHEDULE_DELETED:

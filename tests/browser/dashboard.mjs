@@ -3,7 +3,7 @@
 // and a demo worker); installed by scripts/install-browser-test.
 //
 //   node dashboard.mjs --url http://127.0.0.1:PORT --worker ID --screenshot FILE.png
-//                      [--token ADMIN_TOKEN] [--chromium /usr/bin/chromium]
+//                      [--token ADMIN_TOKEN] [--subscription NAME] [--chromium /usr/bin/chromium]
 //
 // Without --token the server is open: submit from the form, see the result in
 // the live feed, open the work page, cancel, retry, page through the list.
@@ -31,6 +31,7 @@ const {values: opt} = parseArgs({
     screenshot: {type: 'string'},
     token: {type: 'string'},
     rendezvous: {type: 'boolean', default: false},
+    subscription: {type: 'string'},
     chromium: {type: 'string', default: '/usr/bin/chromium'},
   },
 });
@@ -136,6 +137,17 @@ async function open() {
   const id = await submit('6');
   log(`  accepted ${id}`);
   await feedItem(id, 'completed').filter({hasText: '6 * 6 = 36'}).waitFor();
+
+  if (opt.subscription) {
+    begin('the webhooks panel shows the subscription failing, with its error');
+    const row = page.locator(`#webhooks-table tr[data-subscription="${opt.subscription}"]`);
+    await row.locator('td[data-error="yes"]').waitFor();
+    const text = await row.textContent();
+    check(/failing|paused/.test(text) && /seq \d+/.test(text), `the subscription's state and error: ${text}`);
+  } else {
+    await page.locator('#webhooks-none').waitFor();
+  }
+
 
   begin('work that dies (a payload the demo refuses) and work scheduled for later');
   const dead = await submit('"boom"', {'max-attempts': 1});

@@ -9,6 +9,7 @@ Needs /usr/bin/chromium (scripts/install-deps) and tests/browser/node_modules
 (scripts/install-browser-test, run from here): when either cannot be had, the
 test fails, it does not skip."""
 
+import base64
 import json
 import os
 import queue
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
-from harness import REPO_ROOT, http, run_tests, wait_leader, wait_until  # noqa: E402
+from harness import REPO_ROOT, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import JSON, expect, submit, wait_status  # noqa: E402
 
 BROWSER_DIR = REPO_ROOT / "tests" / "browser"
@@ -137,9 +138,14 @@ def test_dashboard_in_chromium(cluster):
         cluster.restart_server(page_node)
         return json.dumps({"ids": ids})
 
+    # A webhook subscription whose receiver is not there: the panel shows it failing.
+    expect(http("PUT", lead.url + "/subscriptions/hooks-down",
+                {"url": f"http://127.0.0.1:{free_port()}/", "after": 0,
+                 "secret": "whsec_" + base64.b64encode(os.urandom(32)).decode()},
+                {"Content-Type": "application/json"}), 200, "PUT a subscription")
     shot = artifacts() / "dashboard.png"
     run_browser(["--url", page_node.url, "--worker", "w1", "--screenshot", str(shot),
-                 "--rendezvous"], on_line=restart_page_node)
+                 "--rendezvous", "--subscription", "hooks-down"], on_line=restart_page_node)
     assert shot.stat().st_size > 10000, f"{shot} looks empty"
     print(f"screenshots: {shot}, {shot.with_name('dashboard-work.png')}")
 

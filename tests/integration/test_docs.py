@@ -13,8 +13,8 @@ open server nodes on the block's ports 8080 and 8081, with N demo workers
 either run here or says why not.
 
 The block runs from a scratch directory that looks like a built clone
-(scripts/, build/bin/), with 8080 and 8081 replaced by free ports and nothing
-else changed. Commands run in order, as typed in terminals: one that finishes
+(scripts/, build/bin/), with 8080, 8081 and 8082 (a port for a program of the
+block's own) replaced by free ports and nothing else changed. Commands run in order, as typed in terminals: one that finishes
 must exit 0 and print no problem+json error; one that stays up (a server, a
 worker, a demo client, `curl -N`) is left running, as in its own terminal, and
 must still be up at the end. Variables set by a command carry over to the next
@@ -223,6 +223,15 @@ def check_curl_worker(t, urls):
     assert r.json()["result"] == "3 * 3 = 9", r.json()
 
 
+def check_webhook_receiver(t, urls):
+    """The receiver of docs/webhooks.md verifies the delivery of its job."""
+    wait_until(lambda: "verified work.completed hooked-6" in t.output("the block"), 30,
+               what="the receiver to print a verified delivery")
+    sub = http("GET", urls[0] + "/subscriptions/my-app").json()
+    wait_until(lambda: http("GET", urls[0] + "/subscriptions/my-app").json()["lag"] == 0, 20,
+               what=f"the subscription to catch up: {sub}")
+
+
 # ---- running one block ----
 
 def run_block(name, line, note, text):
@@ -234,6 +243,7 @@ def run_block(name, line, note, text):
     ports = [free_port(), free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     text = text.replace("8080", str(ports[0])).replace("8081", str(ports[1]))
+    text = text.replace("8082", str(free_port()))
     words = note.split()
     opts = dict(w.split("=", 1) for w in words if "=" in w)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKD_")}

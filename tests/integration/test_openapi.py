@@ -60,7 +60,9 @@ INFEASIBLE = {("GET", "/work", "500"), ("GET", "/work/{id}", "500"),
               # Past --max-workers, and a reply over --max-reply-bytes:
               # test_budgets.py provokes them.
               ("PUT", "/workers/{worker_id}", "429"), ("POST", "/workers/{worker_id}/pull", "429"),
-              ("GET", "/cluster", "502")}
+              ("GET", "/cluster", "502"),
+              # 64 subscriptions: test_webhooks.py has no need to make that many.
+              ("PUT", "/subscriptions/{name}", "409")}
 # Tokens of the node started with authentication on (WORKD_TOKENS).
 TOKENS = {"client": "client-token-0123456789", "worker": "worker-token-0123456789",
           "admin": "admin-token-0123456789ab"}
@@ -522,7 +524,7 @@ def test_answers_match_the_spec(cluster):
     leader_args = ["--max-body", str(MAX_BODY), "--max-batch", str(MAX_BATCH),
                    "--max-open", str(MAX_OPEN), "--lease-grace", "0", "--backoff-base", "50ms",
                    "--backoff-max", "100ms", "--sse-keepalive", "300ms", "--get-wait-max", "5s",
-                   "--pull-wait-max", "5s"]
+                   "--pull-wait-max", "5s", "--progress-rate", "3", "--progress-max-bytes", "2048"]
     s1 = cluster.start_server("s1", extra_args=leader_args)
     wait_leader(s1.url)
     s2 = cluster.start_server("s2", extra_args=["--max-body", str(MAX_BODY),
@@ -539,6 +541,7 @@ def test_answers_match_the_spec(cluster):
     worker_api(L, F)
     listing_and_queues(L, F)
     results_stream(L, F)
+    progress_and_webhooks(L, F)
     schedules_graphs_batches(L, F)
     limits_and_operations(L, F)
     authentication(cluster)
@@ -603,6 +606,10 @@ def routing_and_transport(L, F):
                    ("POST", "/queues/probe/pause", None), ("POST", "/queues/probe/resume", None),
                    ("POST", "/bulk/cancel", {"queue": "probe"}),
                    ("POST", "/bulk/retry", {"queue": "probe"}),
+                   ("POST", "/work/probe/attempts/1/progress", {"message": "x"}),
+                   ("GET", "/subscriptions", None), ("GET", "/subscriptions/probe", None),
+                   ("PUT", "/subscriptions/probe", {"url": "http://x/", "secret": "whsec_" + "A" * 32}),
+                   ("DELETE", "/subscriptions/probe", None),
                    ("PUT", "/schedules/probe", {"cron": "* * * * *", "work": {"payload": 1}}),
                    ("DELETE", "/schedules/probe", None), ("POST", "/schedules/probe/pause", None),
                    ("POST", "/schedules/probe/resume", None)]
@@ -1061,6 +1068,81 @@ def results_stream(L, F):
                           ("/results?after=99999999999999999999", None),
                           ("/results?work_id=a%20b", None), ("/results?queue=" + "q" * 65, None)):
         problem(Stream(L, path, headers).refused(), "invalid-parameter")
+
+
+def progress_and_webhooks(L, F):
+    """Progress reports and their streams; webhook subscriptions."""
+    api("POST", L, "/work", {"id": "pg1", "payload": 1, "queue": "q-prog"}, JSON, expect=202)
+    api("PUT", L, "/workers/w-prog", {"instance": "i1", "capacity": 1, "queues": ["q-prog"],
+                                      "running": []}, JSON, expect=200)
+    job = pull(L, "w-prog", "q-prog", n=1)[0]
+    path = f"/work/pg1/attempts/{job['attempt']}/progress"
+    who = {"worker_id": "w-prog", "instance": "i1"}
+    r = api("POST", F, path, {**who, "fraction": 0.25, "message": "a quarter"}, JSON,
+            expect=200).json()
+    assert r["id"] == "pg1" and r["seq"] >= 1, r
+    api("POST", L, path, {**who, "output": "partial"}, JSON, expect=200)
+    got = api("GET", F, "/work/pg1", expect=200).json()["progress"]
+    assert got["fraction"] == 0.25 and got["message"] == "a quarter", got
+    for body, kind in (({**who, "fraction": 2}, "invalid-field"), ({**who}, "invalid-body"),
+                       ({**who, "message": 5}, "invalid-field"), ({**who, "colour": 1}, "unknown-field")):
+        problem(api("POST", L, path, body, JSON, expect=400), kind)
+    problem(api("POST", L, "/work/pg1/attempts/0/progress", {**who, "message": "x"}, JSON,
+                expect=400), "invalid-path")
+    problem(api("POST", L, "/work/nope/attempts/1/progress", {**who, "message": "x"}, JSON,
+                expect=404), "not-found")
+    problem(api("POST", L, "/work/pg1/attempts/9/progress", {**who, "message": "x"}, JSON,
+                expect=409), "attempt-superseded")
+    problem(api("POST", L, path, {"worker_id": "w-other", "message": "x"}, JSON, expect=409),
+            "attempt-not-held")
+    time.sleep(1.1)  # a full bucket: --progress-rate 3
+    api("POST", L, path, {**who, "output": "x" * 1500}, JSON, expect=200)
+    problem(api("POST", L, path, {**who, "output": "y" * 1000}, JSON, expect=413),
+            "progress-too-large")
+    codes = [api("POST", L, path, {**who, "message": f"m{i}"}, JSON).status for i in range(6)]
+    assert 429 in codes, f"--progress-rate 3 must refuse a burst: {codes}"
+    api("POST", L, f"/work/pg1/attempts/{job['attempt']}/complete", {**who, "result": 1}, JSON,
+        expect=200)
+    # The work's stream: its history from the start, progress and all.
+    s = Stream(F, "/work/pg1/stream")
+    assert s.check_open() is None
+    s.read_until(lambda: any(m.get("event") == "completed" for m in s.messages),
+                 what="the completion on the work's stream")
+    data = check_messages(s)
+    assert [d["status"] for d in data][-1] == "completed" and \
+        [d["status"] for d in data][:2] == ["progress", "progress"], data
+    problem(Stream(F, "/work/pg1/stream").refused(), "too-many-subscribers")
+    s.close()
+    problem(Stream(L, "/work/pg1/stream?after=x").refused(), "invalid-parameter")
+    p = Stream(L, f"/results?progress=true&work_id=pg1&after={data[0]['seq'] - 1}")
+    assert p.check_open() is None
+    p.drain()
+    assert [d["seq"] for d in check_messages(p)] == [d["seq"] for d in data]
+    p.close()
+    problem(Stream(L, "/results?progress=yes").refused(), "invalid-parameter")
+
+    # Webhook subscriptions (nothing listens at the URL: it only fails).
+    secret = "whsec_" + "QUJD" * 8
+    sub = api("PUT", F, "/subscriptions/hook-1", {"url": "http://127.0.0.1:9/hook",
+                                                  "secret": secret, "queues": ["q-prog"],
+                                                  "kinds": ["completed"], "paused": True},
+              JSON, expect=200).json()
+    assert sub["name"] == "hook-1" and sub["paused"] is True and "secret" not in sub, sub
+    assert api("GET", F, "/subscriptions", expect=200).json()["subscriptions"][0]["name"] == "hook-1"
+    assert api("GET", L, "/subscriptions/hook-1", expect=200).json()["kinds"] == ["completed"]
+    for body in ({"url": "x", "secret": secret}, {"url": "http://x/", "secret": "nope"},
+                 {"url": "http://x/", "secret": secret, "kinds": []},
+                 {"url": "http://x/", "secret": secret, "queues": ["bad queue"]}):
+        problem(api("PUT", L, "/subscriptions/hook-2", body, JSON, expect=400), "invalid-field")
+    problem(api("PUT", L, "/subscriptions/bad%20name", {"url": "http://x/", "secret": secret},
+                JSON, expect=400), "invalid-path")
+    problem(api("GET", L, "/subscriptions/bad%20name", expect=400), "invalid-path")
+    problem(api("DELETE", L, "/subscriptions/bad%20name", expect=400), "invalid-path")
+    problem(api("GET", L, "/subscriptions/hook-2", expect=404), "not-found")
+    problem(api("DELETE", F, "/subscriptions/hook-2", expect=404), "not-found")
+    gone = api("DELETE", F, "/subscriptions/hook-1", expect=200).json()
+    assert gone["deleted"] is True and gone["name"] == "hook-1", gone
+    assert api("GET", L, "/subscriptions", expect=200).json()["subscriptions"] == []
 
 
 def queue_flow(L, F):

@@ -4,6 +4,8 @@
  * servers write it, still replays into the open work it implies. */
 #include "ws_testlib.h"
 
+#include "progress.h"
+
 #include <libgen.h>
 
 /* Types are numbered from EV_TERM up to the last one event_type_name knows:
@@ -125,6 +127,33 @@ static void fill_examples(EventList *l)
     e->max_attempts = 4;
 
     e = eventlist_push(l);
+    e->type = EV_PROGRESS;
+    e->attempt = 2;
+    e->queue = xstrdup("images");
+    e->detail = J("{\"fraction\": 0.25, \"message\": \"a quarter\", \"output\": \"line 1\\n\"}");
+
+    e = eventlist_push(l);
+    e->type = EV_PROGRESS; /* no fraction or message yet, no output */
+    e->attempt = 1;
+    e->queue = xstrdup("mail");
+    e->detail = J("{\"fraction\": null, \"message\": null}");
+
+    e = eventlist_push(l);
+    e->type = EV_SUBSCRIPTION;
+    e->detail = J("{\"name\": \"billing\", \"url\": \"https://example.com/hooks\", "
+                  "\"secret\": \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"queues\": [\"mail\"], "
+                  "\"kinds\": [\"completed\"], \"paused\": false, \"paused_reason\": null, "
+                  "\"deleted\": false, \"start\": 99}");
+
+    e = eventlist_push(l);
+    e->type = EV_SUBSCRIPTION;
+    e->detail = J("{\"name\": \"billing\", \"deleted\": true, \"start\": 120}");
+
+    e = eventlist_push(l);
+    e->type = EV_SUB_CURSOR;
+    e->detail = J("{\"name\": \"billing\", \"cursor\": 118}");
+
+    e = eventlist_push(l);
     e->type = EV_ACCEPTED; /* a child of two parents, in a batch */
     e->queue = xstrdup("default");
     e->payload = json_null();
@@ -212,7 +241,8 @@ static void fill_examples(EventList *l)
         e->seq = 100 + (int64_t)i;
         e->term = 3;
         e->at = T0 + (int64_t)i;
-        if (e->type != EV_TERM && e->type != EV_QUEUE_SET && e->type != EV_SCHEDULE_SET &&
+        if (e->type != EV_TERM && e->type != EV_QUEUE_SET && e->type != EV_SUBSCRIPTION &&
+            e->type != EV_SUB_CURSOR && e->type != EV_SCHEDULE_SET &&
             e->type != EV_SCHEDULE_DELETED && e->type != EV_TICK && e->type != EV_BATCH_OPENED &&
             e->type != EV_BATCH)
             e->work_id = xstrdup("job-1");
@@ -283,6 +313,22 @@ static void test_decided_events_round_trip(void **state)
         CHECK(ws_decide_start(s.ws, "w1", NULL, s.now, &s.out), "start %d found nothing", i);
         sim_emit(&s);
     }
+    /* Progress of the running "slow", as the manager decides it (progress.c). */
+    ProgressBook *pb = progress_new(&(ProgressLimits){.rate = 10, .max_bytes = 1000});
+    ProgressMsg pm = {.work_id = "slow",
+                      .attempt = 2,
+                      .worker_id = "w1",
+                      .instance = "i1",
+                      .has_fraction = true,
+                      .fraction = 0.5,
+                      .output = "half"};
+    const WorkItem *slow = ws_get(s.ws, "slow");
+    CHECK(slow && slow->status == WORK_RUNNING, "'slow' should be running");
+    pm.attempt = slow->attempt;
+    CHECK(progress_decide(pb, s.ws, &pm, s.now, &s.out, &err) == 0, "progress refused: %s",
+          err.msg);
+    progress_free(pb);
+    sim_emit(&s);
     json_t *result = J("{\"sq\": 49}");
     Report done = {.work_id = "ok",
                    .attempt = 1,
@@ -373,6 +419,9 @@ static void test_decided_events_round_trip(void **state)
     sim_emit(&s);
 
     bool seen[MAX_TYPES] = {0};
+    /* Subscription events are not decided from the work state: the manager
+     * writes the operator's request (fill_examples round-trips them). */
+    seen[EV_SUBSCRIPTION] = seen[EV_SUB_CURSOR] = true;
     for (size_t i = 0; i < s.log.len; i++) {
         char what[64];
         snprintf(what, sizeof what, "the decided event at seq %lld", (long long)s.log.items[i].seq);
@@ -482,7 +531,8 @@ static void test_copy_is_deep(void **state)
         char *d = event_diff(&l.items[i], &copy);
         CHECK(!d, "the copy of a %s event differs:%s", event_type_name(copy.type), d);
         event_clear(&l.items[i]); /* the copy must not share what this frees */
-        CHECK(copy.type == EV_TERM || copy.type == EV_QUEUE_SET || copy.name ||
+        CHECK(copy.type == EV_TERM || copy.type == EV_QUEUE_SET || copy.type == EV_SUBSCRIPTION ||
+                  copy.type == EV_SUB_CURSOR || copy.name ||
                   (copy.work_id && !strcmp(copy.work_id, "job-1")),
               "the copy lost its work id when the original was cleared");
         event_clear(&copy);

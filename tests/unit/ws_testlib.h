@@ -277,6 +277,7 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(limits.max_running_per_key);
     EVD_INT(limits.rate_limit);
     EVD_INT(limits.rate_period_ms);
+    EVD_JSON(detail);
     EVD_INT(run_anyway);
     EVD_INT(waiting);
     EVD_STR(batch);

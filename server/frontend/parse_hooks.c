@@ -1,0 +1,186 @@
+/* parse_hooks: see parse_hooks.h. */
+#include "parse_hooks.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+#include "util.h"
+#include "webhooks.h"
+
+WARN_UNUSED static int only_fields(json_t *o, const char *const *known, const char *where, Err *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; known[i] && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        if (!ok) {
+            char list[256] = "";
+            for (size_t i = 0; known[i]; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                         known[i]);
+            return err_set(err, 400, "unknown-field", "%s has an unknown field (known: %s)", where,
+                           list);
+        }
+    }
+    return 0;
+}
+
+int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **worker_id,
+                   char **instance, json_t **detail, Err *err)
+{
+    *worker_id = *instance = NULL;
+    *detail = NULL;
+    static const char *const known[] = {"worker_id", "instance", "fraction",
+                                        "message",   "output",   NULL};
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the body must be a JSON object");
+    if (only_fields(body, known, "the progress report", err) != 0)
+        return -1;
+    int64_t n;
+    if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
+        return err_set(err, 400, "invalid-path",
+                       "the attempt in the path must be a positive integer");
+    json_t *w = json_object_get(body, "worker_id"), *inst = json_object_get(body, "instance");
+    if (w && (!json_is_string(w) || !id_valid(json_string_value(w))))
+        return err_set(err, 400, "invalid-field", "'worker_id' must be a worker id");
+    if (inst && (!json_is_string(inst) || !id_valid(json_string_value(inst))))
+        return err_set(err, 400, "invalid-field",
+                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..");
+    json_t *f = json_object_get(body, "fraction"), *m = json_object_get(body, "message"),
+           *o = json_object_get(body, "output");
+    if (f && (!json_is_number(f) || !(json_number_value(f) >= 0.0 && json_number_value(f) <= 1.0)))
+        return err_set(err, 400, "invalid-field", "'fraction' must be a number from 0 to 1");
+    if (m && (!json_is_string(m) || json_string_length(m) > PROGRESS_MESSAGE_MAX ||
+              memchr(json_string_value(m), 0, json_string_length(m))))
+        return err_set(err, 400, "invalid-field",
+                       "'message' must be a string of at most %d bytes (no NUL)",
+                       PROGRESS_MESSAGE_MAX);
+    if (o && (!json_is_string(o) || memchr(json_string_value(o), 0, json_string_length(o))))
+        return err_set(err, 400, "invalid-field",
+                       "'output' must be a string (a chunk of partial output, no NUL)");
+    if (!f && !m && !o)
+        return err_set(err, 400, "invalid-body",
+                       "a progress report needs at least one of 'fraction', 'message', 'output'");
+    *detail = json_object();
+    if (f)
+        json_object_set_new(*detail, "fraction", json_real(json_number_value(f)));
+    if (m)
+        json_object_set(*detail, "message", m);
+    if (o)
+        json_object_set(*detail, "output", o);
+    *attempt_out = (int)n;
+    *worker_id = xstrdup(w ? json_string_value(w) : "anonymous");
+    *instance = inst ? xstrdup(json_string_value(inst)) : NULL;
+    return 0;
+}
+
+static bool url_ok(const char *u)
+{
+    size_t n = strlen(u);
+    if (n > SUBSCRIPTION_URL_MAX)
+        return false;
+    size_t p = !strncmp(u, "http://", 7) ? 7 : !strncmp(u, "https://", 8) ? 8 : 0;
+    if (!p || n == p)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)u[i] <= 0x20 || (unsigned char)u[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err)
+{
+    *detail = NULL;
+    static const char *const known[] = {"url",    "secret", "queues", "kinds",
+                                        "paused", "after",  NULL};
+    static const char *const kinds[] = {"completed", "dead", "cancelled"};
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the body must be a JSON object");
+    if (only_fields(body, known, "the subscription", err) != 0)
+        return -1;
+    const char *url = json_string_value(json_object_get(body, "url"));
+    if (!url || !url_ok(url))
+        return err_set(err, 400, "invalid-field",
+                       "'url' must be an http:// or https:// URL of at most %d printable ASCII "
+                       "characters",
+                       SUBSCRIPTION_URL_MAX);
+    const char *secret = json_string_value(json_object_get(body, "secret"));
+    unsigned char key[WEBHOOKS_KEY_MAX];
+    size_t keylen;
+    if (!secret || webhooks_secret_key(secret, key, &keylen) != 0)
+        return err_set(err, 400, "invalid-field",
+                       "'secret' must be 'whsec_' and the base64 of 24 to %d random bytes (for "
+                       "example: echo whsec_$(openssl rand -base64 32))",
+                       WEBHOOKS_KEY_MAX);
+    json_t *q = json_object_get(body, "queues");
+    if (q && !json_is_null(q)) {
+        if (!json_is_array(q) || json_array_size(q) == 0 || json_array_size(q) > 64)
+            return err_set(err, 400, "invalid-field",
+                           "'queues' must be a list of 1 to 64 queue names, or null for every "
+                           "queue");
+        size_t i;
+        json_t *v;
+        json_array_foreach(q, i, v)
+        {
+            if (!json_is_string(v) || !queue_name_valid(json_string_value(v)))
+                return err_set(err, 400, "invalid-field",
+                               "'queues' item %zu is not a queue name (1-64 characters of A-Z "
+                               "a-z 0-9 _ . -)",
+                               i + 1);
+        }
+    }
+    json_t *k = json_object_get(body, "kinds");
+    json_t *kout = json_array();
+    if (k) {
+        bool ok = json_is_array(k) && json_array_size(k) > 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(k, i, v)
+        {
+            const char *s = json_string_value(v);
+            bool known_kind = false;
+            for (size_t j = 0; s && j < 3; j++)
+                known_kind = known_kind || !strcmp(s, kinds[j]);
+            ok = ok && known_kind;
+        }
+        if (!ok) {
+            json_decref(kout);
+            return err_set(err, 400, "invalid-field",
+                           "'kinds' must be a non-empty list of completed, dead, cancelled");
+        }
+        for (size_t j = 0; j < 3; j++) /* in a fixed order, each once */
+            json_array_foreach(k, i, v)
+            {
+                if (!strcmp(json_string_value(v), kinds[j])) {
+                    json_array_append_new(kout, json_string(kinds[j]));
+                    break;
+                }
+            }
+    } else {
+        for (size_t j = 0; j < 3; j++)
+            json_array_append_new(kout, json_string(kinds[j]));
+    }
+    json_t *paused = json_object_get(body, "paused");
+    if (paused && !json_is_boolean(paused)) {
+        json_decref(kout);
+        return err_set(err, 400, "invalid-field", "'paused' must be true or false");
+    }
+    json_t *after = json_object_get(body, "after");
+    if (after && (!json_is_integer(after) || json_integer_value(after) < 0)) {
+        json_decref(kout);
+        return err_set(err, 400, "invalid-field",
+                       "'after' must be an event seq (0: from the start of the kept history)");
+    }
+    *detail =
+        json_pack("{s:s, s:s, s:s, s:O, s:o, s:b, s:n, s:b}", "name", name, "url", url, "secret",
+                  secret, "queues", q && !json_is_null(q) ? q : json_null(), "kinds", kout,
+                  "paused", paused && json_is_true(paused), "paused_reason", "deleted", 0);
+    if (after)
+        json_object_set(*detail, "cursor", after);
+    return 0;
+}

@@ -1,0 +1,731 @@
+/* webhooks: see webhooks.h. w->lock guards the subscription list and every
+ * field of a Sub; curl handles are touched by the webhooks thread only. A Sub
+ * that leaves the list (deleted, or leadership lost) while a delivery is in
+ * flight goes to the graveyard, which the thread empties. */
+#include "webhooks.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "journal.h"
+#include "log.h"
+#include "util.h"
+
+#define READ_PAGE 200        /* events per read from the table */
+#define READ_BYTES (1 << 20) /* ... and about this many bytes */
+#define IDLE_POLL_MS 1000    /* the thread wakes at least this often */
+#define CURSOR_SKIPPED 10000 /* a cursor moved by this many skipped events only: recorded */
+#define RESPONSE_MAX 4096    /* bytes of a receiver's answer kept (for last_error) */
+
+enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
+
+typedef struct Sub {
+    char *name;
+    json_t *settings; /* as recorded, secret included */
+    char *url;
+    unsigned char key[WEBHOOKS_KEY_MAX];
+    size_t keylen;
+    json_t *queues; /* array, or NULL: any */
+    int kinds;
+    bool paused, dead;
+    unsigned gen;      /* bumped when the cursor is reset: older reads are dropped */
+    int64_t cursor;    /* recorded */
+    int64_t done;      /* every event up to here was delivered or skipped */
+    int64_t read_upto; /* every event up to here is in pending or was skipped */
+    json_t *pending;   /* matching events after done, oldest first */
+    int64_t flushed, flushed_ms;
+    bool delivered_since_flush;
+    /* the delivery in flight (thread only) */
+    CURL *easy;
+    struct curl_slist *hdrs;
+    char *body;
+    SBuf resp;
+    int64_t fly_seq;
+    /* failures */
+    int failures;
+    int64_t failing_since; /* wall ms of the first failure in a row, 0: none */
+    int64_t next_try;      /* mono ms */
+    char last_error[300];
+    int64_t last_error_at, last_delivered_at, delivered;
+    bool pause_asked;
+    struct Sub *next;
+} Sub;
+
+struct Webhooks {
+    WebhooksConfig cfg;
+    pthread_t thread;
+    atomic_bool stopping;
+    CURLM *multi;
+    pthread_mutex_t lock;
+    bool leading;
+    int64_t last_seq;
+    Sub *subs;
+    Sub *graveyard;
+    PGconn *conn; /* thread only; closed while not leading */
+    bool db_down_logged;
+};
+
+/* ---- signing ---- */
+
+int webhooks_secret_key(const char *secret, unsigned char *key, size_t *keylen)
+{
+    if (!secret || strncmp(secret, "whsec_", 6) != 0)
+        return -1;
+    const char *b64 = secret + 6;
+    size_t n = strlen(b64);
+    if (n == 0 || n % 4 != 0 || n > 4 * ((WEBHOOKS_KEY_MAX + 2) / 3))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char c = b64[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '+' || c == '/' || (c == '=' && i >= n - 2);
+        if (!ok || (c != '=' && i > 0 && b64[i - 1] == '='))
+            return -1;
+    }
+    unsigned char buf[4 * ((WEBHOOKS_KEY_MAX + 2) / 3)];
+    int len = EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)n);
+    if (len < 0)
+        return -1;
+    /* EVP_DecodeBlock counts the padding as zero bytes. */
+    len -= (b64[n - 1] == '=') + (b64[n - 2] == '=');
+    if (len < 24 || len > WEBHOOKS_KEY_MAX)
+        return -1;
+    memcpy(key, buf, (size_t)len);
+    *keylen = (size_t)len;
+    return 0;
+}
+
+int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64_t timestamp,
+                  const char *body, size_t len, char *out)
+{
+    SBuf msg;
+    sbuf_init(&msg);
+    sbuf_printf(&msg, "%s.%lld.", id, (long long)timestamp);
+    sbuf_append(&msg, body, len);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int maclen = 0;
+    unsigned char *ok = HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg.data,
+                             msg.len, mac, &maclen);
+    sbuf_free(&msg);
+    if (!ok || maclen != 32)
+        return -1;
+    memcpy(out, "v1,", 3);
+    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)maclen); /* 44 chars and a NUL */
+    return 0;
+}
+
+/* ---- subscriptions (w->lock held) ---- */
+
+static int kinds_of(json_t *arr)
+{
+    int k = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        const char *s = json_string_value(v);
+        if (!s)
+            continue;
+        k |= !strcmp(s, "completed")   ? K_COMPLETED
+             : !strcmp(s, "dead")      ? K_DEAD
+             : !strcmp(s, "cancelled") ? K_CANCELLED
+                                       : 0;
+    }
+    return k;
+}
+
+/* Takes the settings of set (a subscription event's detail or a table row). */
+static void sub_configure(Sub *s, json_t *set)
+{
+    json_t *keep = json_deep_copy(set);
+    json_object_del(keep, "cursor");
+    json_object_del(keep, "start");
+    json_object_del(keep, "deleted");
+    json_decref(s->settings);
+    s->settings = keep;
+    free(s->url);
+    s->url = xstrdup(json_string_value(json_object_get(set, "url")));
+    if (webhooks_secret_key(json_string_value(json_object_get(set, "secret")), s->key,
+                            &s->keylen) != 0)
+        s->keylen = 0; /* the API checks secrets: a bad one here is a bug; deliveries fail */
+    json_decref(s->queues);
+    json_t *q = json_object_get(set, "queues");
+    s->queues = json_is_array(q) ? json_incref(q) : NULL;
+    s->kinds = kinds_of(json_object_get(set, "kinds"));
+    s->paused = json_is_true(json_object_get(set, "paused"));
+}
+
+static void sub_reset_cursor(Sub *s, int64_t cursor)
+{
+    s->gen++;
+    s->cursor = s->done = s->read_upto = s->flushed = cursor;
+    json_array_clear(s->pending);
+}
+
+static Sub *sub_new(json_t *set, int64_t cursor)
+{
+    Sub *s = xcalloc(1, sizeof *s);
+    s->name = xstrdup(json_string_value(json_object_get(set, "name")));
+    s->pending = json_array();
+    sbuf_init(&s->resp);
+    sub_configure(s, set);
+    sub_reset_cursor(s, cursor);
+    s->flushed_ms = mono_ms();
+    return s;
+}
+
+/* Frees s; its curl handle, if any, must be out of the multi handle already. */
+static void sub_free(Sub *s)
+{
+    if (s->easy)
+        curl_easy_cleanup(s->easy);
+    curl_slist_free_all(s->hdrs);
+    free(s->body);
+    sbuf_free(&s->resp);
+    free(s->name);
+    free(s->url);
+    json_decref(s->settings);
+    json_decref(s->queues);
+    json_decref(s->pending);
+    free(s);
+}
+
+static Sub *sub_find(Webhooks *w, const char *name)
+{
+    for (Sub *s = w->subs; s; s = s->next)
+        if (!strcmp(s->name, name))
+            return s;
+    return NULL;
+}
+
+/* Unlinks s: freed now, or by the thread once its delivery is out of flight. */
+static void sub_bury(Webhooks *w, Sub *s)
+{
+    for (Sub **p = &w->subs; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    if (s->easy) {
+        s->dead = true;
+        s->next = w->graveyard;
+        w->graveyard = s;
+    } else {
+        sub_free(s);
+    }
+}
+
+static void bury_all(Webhooks *w)
+{
+    while (w->subs)
+        sub_bury(w, w->subs);
+}
+
+static void sub_add(Webhooks *w, Sub *s)
+{
+    Sub **p = &w->subs;
+    while (*p && strcmp((*p)->name, s->name) < 0)
+        p = &(*p)->next;
+    s->next = *p;
+    *p = s;
+}
+
+/* ---- the manager thread ---- */
+
+void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq)
+{
+    pthread_mutex_lock(&w->lock);
+    bury_all(w);
+    w->leading = true;
+    w->last_seq = last_seq;
+    size_t i;
+    json_t *row;
+    json_array_foreach(subs, i, row)
+    {
+        sub_add(w, sub_new(row, json_integer_value(json_object_get(row, "cursor"))));
+    }
+    pthread_mutex_unlock(&w->lock);
+    json_decref(subs);
+    curl_multi_wakeup(w->multi);
+}
+
+void webhooks_unlead(Webhooks *w)
+{
+    pthread_mutex_lock(&w->lock);
+    w->leading = false;
+    bury_all(w);
+    pthread_mutex_unlock(&w->lock);
+    curl_multi_wakeup(w->multi);
+}
+
+void webhooks_committed(Webhooks *w, const EventList *events)
+{
+    if (!events->len)
+        return;
+    bool wake = false;
+    pthread_mutex_lock(&w->lock);
+    w->last_seq = events->items[events->len - 1].seq;
+    for (size_t i = 0; i < events->len; i++) {
+        const Event *e = &events->items[i];
+        if (event_is_final(e->type)) {
+            wake = true;
+            continue;
+        }
+        if (e->type != EV_SUBSCRIPTION && e->type != EV_SUB_CURSOR)
+            continue;
+        const char *name = json_string_value(json_object_get(e->detail, "name"));
+        Sub *s = name ? sub_find(w, name) : NULL;
+        if (e->type == EV_SUB_CURSOR) {
+            int64_t c = json_integer_value(json_object_get(e->detail, "cursor"));
+            if (s && c > s->cursor)
+                s->cursor = c;
+            continue;
+        }
+        wake = true;
+        if (json_is_true(json_object_get(e->detail, "deleted"))) {
+            if (s)
+                sub_bury(w, s);
+            continue;
+        }
+        json_t *cursor = json_object_get(e->detail, "cursor");
+        if (!s) {
+            sub_add(w, sub_new(e->detail,
+                               json_is_integer(cursor)
+                                   ? json_integer_value(cursor)
+                                   : json_integer_value(json_object_get(e->detail, "start"))));
+            continue;
+        }
+        sub_configure(s, e->detail);
+        if (json_is_integer(cursor))
+            sub_reset_cursor(s, json_integer_value(cursor));
+        if (json_is_null(json_object_get(e->detail, "paused_reason"))) {
+            /* An operator's change: a fresh start for the retries. */
+            s->failures = 0;
+            s->failing_since = 0;
+            s->next_try = 0;
+            s->pause_asked = false;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (wake)
+        curl_multi_wakeup(w->multi);
+}
+
+json_t *webhooks_settings(Webhooks *w, const char *name)
+{
+    pthread_mutex_lock(&w->lock);
+    Sub *s = sub_find(w, name);
+    json_t *o = s ? json_deep_copy(s->settings) : NULL;
+    pthread_mutex_unlock(&w->lock);
+    return o;
+}
+
+size_t webhooks_count(Webhooks *w)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    for (Sub *s = w->subs; s; s = s->next)
+        n++;
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+/* ---- the API ---- */
+
+static json_t *time_or_null(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+static json_t *sub_json(const Webhooks *w, const Sub *s)
+{
+    json_t *o = json_deep_copy(s->settings);
+    json_object_del(o, "secret");
+    json_object_set_new(o, "cursor", json_integer(s->cursor));
+    json_object_set_new(o, "delivered_upto", json_integer(s->done));
+    json_object_set_new(o, "lag", json_integer(w->last_seq > s->done ? w->last_seq - s->done : 0));
+    json_object_set_new(o, "delivered", json_integer(s->delivered));
+    json_object_set_new(o, "last_delivered_at", time_or_null(s->last_delivered_at));
+    json_object_set_new(o, "failures", json_integer(s->failures));
+    json_object_set_new(o, "failing_since", time_or_null(s->failing_since));
+    json_object_set_new(o, "last_error",
+                        s->last_error[0] ? json_string(s->last_error) : json_null());
+    json_object_set_new(o, "last_error_at", time_or_null(s->last_error_at));
+    int64_t wait = s->failures && !s->paused ? s->next_try - mono_ms() : 0;
+    json_object_set_new(o, "next_attempt_at",
+                        wait > 0 ? time_or_null(wall_ms() + wait) : json_null());
+    return o;
+}
+
+json_t *webhooks_json(Webhooks *w, const char *name)
+{
+    pthread_mutex_lock(&w->lock);
+    json_t *o = NULL;
+    if (name) {
+        Sub *s = sub_find(w, name);
+        o = s ? sub_json(w, s) : NULL;
+    } else {
+        json_t *arr = json_array();
+        for (Sub *s = w->subs; s; s = s->next)
+            json_array_append_new(arr, sub_json(w, s));
+        o = json_pack("{s:o, s:I}", "subscriptions", arr, "last_seq", (json_int_t)w->last_seq);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return o;
+}
+
+/* ---- the thread ---- */
+
+static size_t on_body(char *data, size_t size, size_t n, void *ud)
+{
+    Sub *s = ud;
+    size_t len = size * n;
+    if (s->resp.len < RESPONSE_MAX)
+        sbuf_append(&s->resp, data,
+                    len < RESPONSE_MAX - s->resp.len ? len : RESPONSE_MAX - s->resp.len);
+    return len;
+}
+
+static bool wants(const Sub *s, json_t *ev)
+{
+    const char *status = json_string_value(json_object_get(ev, "status"));
+    int k = !strcmp(status, "completed")   ? K_COMPLETED
+            : !strcmp(status, "dead")      ? K_DEAD
+            : !strcmp(status, "cancelled") ? K_CANCELLED
+                                           : 0;
+    if (!(s->kinds & k))
+        return false;
+    if (!s->queues)
+        return true;
+    const char *q = json_string_value(json_object_get(ev, "queue"));
+    size_t i;
+    json_t *v;
+    json_array_foreach(s->queues, i, v)
+    {
+        if (q && !strcmp(q, json_string_value(v)))
+            return true;
+    }
+    return false;
+}
+
+/* Reads the next page of events for every subscription that has delivered
+ * all it read, on the thread's session (w->lock not held during reads). */
+static void read_pages(Webhooks *w)
+{
+    typedef struct Want {
+        char *name;
+        unsigned gen;
+        int64_t after;
+    } Want;
+    Want want[WEBHOOKS_MAX];
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    int64_t snap = w->last_seq;
+    int64_t now = mono_ms();
+    bool leading = w->leading;
+    for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
+        if (!s->paused && json_array_size(s->pending) == 0 && s->read_upto < snap &&
+            now >= s->next_try)
+            want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
+    pthread_mutex_unlock(&w->lock);
+    if (!leading && w->conn) { /* a standby holds no session for this */
+        PQfinish(w->conn);
+        w->conn = NULL;
+    }
+    if (!n)
+        return;
+    if (!w->conn || PQstatus(w->conn) != CONNECTION_OK) {
+        PQfinish(w->conn);
+        Err err = {0};
+        w->conn = db_connect(w->cfg.database_url, "webhooks", &err);
+        if (!w->conn && !w->db_down_logged)
+            log_warn("webhooks cannot reach the database, retrying: %s", err.msg);
+        w->db_down_logged = !w->conn;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *rows = json_array();
+        bool at_end = false;
+        Err err = {0};
+        int got = w->conn ? journal_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
+                                                   false, NULL, rows, &at_end, &err)
+                          : -1;
+        if (got < 0 && w->conn)
+            log_warn("webhooks: reading results after seq %lld: %s", (long long)want[i].after,
+                     err.msg);
+        pthread_mutex_lock(&w->lock);
+        Sub *s = sub_find(w, want[i].name);
+        if (got >= 0 && s && s->gen == want[i].gen && s->read_upto == want[i].after) {
+            size_t j;
+            json_t *ev;
+            json_array_foreach(rows, j, ev)
+            {
+                if (wants(s, ev))
+                    json_array_append(s->pending, ev);
+                s->read_upto = json_integer_value(json_object_get(ev, "seq"));
+            }
+            if (at_end && s->read_upto < snap)
+                s->read_upto = snap;
+            if (json_array_size(s->pending) == 0)
+                s->done = s->read_upto;
+        } else if (got < 0 && s) {
+            s->next_try = mono_ms() + 1000;
+        }
+        pthread_mutex_unlock(&w->lock);
+        json_decref(rows);
+        free(want[i].name);
+    }
+}
+
+static const char *kind_type(const char *status)
+{
+    return !strcmp(status, "completed") ? "work.completed"
+           : !strcmp(status, "dead")    ? "work.dead"
+                                        : "work.cancelled";
+}
+
+/* Starts the delivery of s's oldest pending event (w->lock held). */
+static void start_delivery(Webhooks *w, Sub *s)
+{
+    json_t *ev = json_array_get(s->pending, 0);
+    int64_t seq = json_integer_value(json_object_get(ev, "seq"));
+    json_t *msg = json_pack("{s:s, s:O, s:O}", "type",
+                            kind_type(json_string_value(json_object_get(ev, "status"))),
+                            "timestamp", json_object_get(ev, "at"), "data", ev);
+    free(s->body);
+    s->body = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    char id[40], ts[24], sig[WEBHOOKS_SIG_LEN], line[WEBHOOKS_SIG_LEN + 32];
+    snprintf(id, sizeof id, "msg_%lld", (long long)seq);
+    int64_t t = wall_ms() / 1000;
+    snprintf(ts, sizeof ts, "%lld", (long long)t);
+    if (webhooks_sign(s->key, s->keylen, id, t, s->body, strlen(s->body), sig) != 0)
+        snprintf(sig, sizeof sig, "v1,");
+    curl_slist_free_all(s->hdrs);
+    s->hdrs = NULL;
+    s->hdrs = curl_slist_append(s->hdrs, "Content-Type: application/json");
+    snprintf(line, sizeof line, "webhook-id: %s", id);
+    s->hdrs = curl_slist_append(s->hdrs, line);
+    snprintf(line, sizeof line, "webhook-timestamp: %s", ts);
+    s->hdrs = curl_slist_append(s->hdrs, line);
+    snprintf(line, sizeof line, "webhook-signature: %s", sig);
+    s->hdrs = curl_slist_append(s->hdrs, line);
+    s->hdrs = curl_slist_append(s->hdrs, "Expect:");
+    sbuf_reset(&s->resp);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, s->url);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, s->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(s->body));
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, s->hdrs);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, "workd-webhooks");
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)w->cfg.timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)w->cfg.timeout_ms);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, s);
+    s->easy = e;
+    s->fly_seq = seq;
+    curl_multi_add_handle(w->multi, e);
+}
+
+typedef struct Action {
+    char *name;
+    int64_t cursor;
+    char *reason; /* a pause */
+} Action;
+
+/* A delivery ended (w->lock held). Appends a pause to act when the
+ * subscription has failed for --webhook-pause-after. */
+static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nacts)
+{
+    long status = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(w->multi, s->easy);
+    curl_easy_cleanup(s->easy);
+    s->easy = NULL;
+    if (s->dead)
+        return;
+    json_t *head = json_array_get(s->pending, 0);
+    bool same = head && json_integer_value(json_object_get(head, "seq")) == s->fly_seq;
+    if (rc == CURLE_OK && status >= 200 && status < 300) {
+        if (same)
+            json_array_remove(s->pending, 0);
+        s->done =
+            json_array_size(s->pending)
+                ? json_integer_value(json_object_get(json_array_get(s->pending, 0), "seq")) - 1
+                : s->read_upto;
+        s->delivered++;
+        s->last_delivered_at = wall_ms();
+        s->delivered_since_flush = true;
+        s->failures = 0;
+        s->failing_since = 0;
+        s->next_try = 0;
+        return;
+    }
+    int64_t now = wall_ms();
+    if (rc != CURLE_OK)
+        snprintf(s->last_error, sizeof s->last_error, "seq %lld: %s", (long long)s->fly_seq,
+                 curl_easy_strerror(rc));
+    else
+        snprintf(s->last_error, sizeof s->last_error, "seq %lld: HTTP %ld%s%.200s",
+                 (long long)s->fly_seq, status, s->resp.len ? ": " : "",
+                 s->resp.data ? s->resp.data : "");
+    s->last_error_at = now;
+    if (!s->failing_since)
+        s->failing_since = now;
+    s->failures++;
+    int64_t d = w->cfg.backoff_base_ms;
+    for (int i = 1; i < s->failures && d < w->cfg.backoff_max_ms; i++)
+        d *= 2;
+    if (d > w->cfg.backoff_max_ms)
+        d = w->cfg.backoff_max_ms;
+    d = d / 2 + (int64_t)(rand_unit() * (double)(d / 2)); /* jitter: [d/2, d] */
+    s->next_try = mono_ms() + d;
+    if (now - s->failing_since >= w->cfg.pause_after_ms && !s->pause_asked) {
+        s->pause_asked = true;
+        char reason[400];
+        snprintf(reason, sizeof reason, "failing since %lld ms ago (%d attempts); last error: %s",
+                 (long long)(now - s->failing_since), s->failures, s->last_error);
+        acts[*nacts] = (Action){xstrdup(s->name), 0, xstrdup(reason)};
+        (*nacts)++;
+    }
+}
+
+static void *webhooks_main(void *arg)
+{
+    Webhooks *w = arg;
+    while (!atomic_load(&w->stopping)) {
+        read_pages(w);
+        Action acts[2 * WEBHOOKS_MAX];
+        size_t nacts = 0;
+        int64_t now = mono_ms(), wake = now + IDLE_POLL_MS;
+        pthread_mutex_lock(&w->lock);
+        /* The graveyard: deliveries of subscriptions that are gone. */
+        while (w->graveyard) {
+            Sub *s = w->graveyard;
+            w->graveyard = s->next;
+            curl_multi_remove_handle(w->multi, s->easy);
+            sub_free(s);
+        }
+        for (Sub *s = w->subs; s; s = s->next) {
+            if (s->paused || s->easy)
+                continue;
+            if (json_array_size(s->pending) && now >= s->next_try)
+                start_delivery(w, s);
+            else if (s->next_try > now && s->next_try < wake)
+                wake = s->next_try;
+            /* Record the cursor soon after deliveries, after skips only when
+             * they are many: re-reading skipped events after a failover costs
+             * a read, and recording a cursor is itself an event to skip. */
+            if (s->done > s->flushed && nacts < WEBHOOKS_MAX &&
+                ((s->delivered_since_flush && now - s->flushed_ms >= WEBHOOKS_CURSOR_MS) ||
+                 s->done - s->flushed >= CURSOR_SKIPPED)) {
+                acts[nacts++] = (Action){xstrdup(s->name), s->done, NULL};
+                s->flushed = s->done;
+                s->flushed_ms = now;
+                s->delivered_since_flush = false;
+            }
+            if (s->delivered_since_flush && s->flushed_ms + WEBHOOKS_CURSOR_MS < wake)
+                wake = s->flushed_ms + WEBHOOKS_CURSOR_MS;
+        }
+        pthread_mutex_unlock(&w->lock);
+        int running = 0;
+        curl_multi_perform(w->multi, &running);
+        CURLMsg *msg;
+        int left;
+        pthread_mutex_lock(&w->lock);
+        while ((msg = curl_multi_info_read(w->multi, &left)))
+            if (msg->msg == CURLMSG_DONE) {
+                Sub *s = NULL;
+                curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+                on_done(w, s, msg->data.result, acts, &nacts);
+                if (s->dead) {
+                    for (Sub **p = &w->graveyard; *p; p = &(*p)->next)
+                        if (*p == s) {
+                            *p = s->next;
+                            break;
+                        }
+                    sub_free(s);
+                }
+                wake = mono_ms(); /* the next one at once */
+            }
+        pthread_mutex_unlock(&w->lock);
+        for (size_t i = 0; i < nacts; i++) {
+            if (acts[i].reason) {
+                log_warn("webhook subscription %s paused: %s", acts[i].name, acts[i].reason);
+                w->cfg.pause(w->cfg.ud, acts[i].name, acts[i].reason);
+            } else {
+                w->cfg.cursor(w->cfg.ud, acts[i].name, acts[i].cursor);
+            }
+            free(acts[i].name);
+            free(acts[i].reason);
+        }
+        int timeout = (int)(wake - mono_ms());
+        if (timeout < 0)
+            timeout = 0;
+        if (timeout > IDLE_POLL_MS)
+            timeout = IDLE_POLL_MS;
+        curl_multi_poll(w->multi, NULL, 0, timeout, NULL);
+    }
+    return NULL;
+}
+
+/* ---- lifetime ---- */
+
+Webhooks *webhooks_start(const WebhooksConfig *cfg, Err *err)
+{
+    Webhooks *w = xcalloc(1, sizeof *w);
+    w->cfg = *cfg;
+    w->cfg.database_url = xstrdup(cfg->database_url);
+    pthread_mutex_init(&w->lock, NULL);
+    w->multi = curl_multi_init();
+    if (!w->multi || pthread_create(&w->thread, NULL, webhooks_main, w) != 0) {
+        if (w->multi)
+            curl_multi_cleanup(w->multi);
+        pthread_mutex_destroy(&w->lock);
+        free((char *)w->cfg.database_url);
+        free(w);
+        err_set(err, 500, "internal", "cannot start the webhooks thread");
+        return NULL;
+    }
+    return w;
+}
+
+void webhooks_stop(Webhooks *w)
+{
+    if (!w)
+        return;
+    atomic_store(&w->stopping, true);
+    curl_multi_wakeup(w->multi);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_lock(&w->lock);
+    bury_all(w);
+    while (w->graveyard) {
+        Sub *s = w->graveyard;
+        w->graveyard = s->next;
+        curl_multi_remove_handle(w->multi, s->easy);
+        sub_free(s);
+    }
+    pthread_mutex_unlock(&w->lock);
+    curl_multi_cleanup(w->multi);
+    PQfinish(w->conn);
+    pthread_mutex_destroy(&w->lock);
+    free((char *)w->cfg.database_url);
+    free(w);
+}

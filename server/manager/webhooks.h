@@ -1,0 +1,80 @@
+/* webhooks: the leader's deliveries of results to webhook subscriptions. Each
+ * matching finished event is POSTed to the subscription's URL, signed the
+ * Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature:
+ * HMAC-SHA256 with OpenSSL's libcrypto), one at a time per subscription in
+ * seq order, retried with exponential backoff until it is acknowledged (2xx).
+ *
+ * A subscription's settings and cursor are events (subscription,
+ * subscription_cursor; folded into workd_subscriptions by migration 0013), so
+ * a new leader resumes from the last recorded cursor: deliveries are at least
+ * once, and a failover repeats at most the last second's, with the same
+ * webhook-id. One thread drives a curl multi handle and reads events on its
+ * own session; the manager thread tells it what was committed and never waits
+ * for a delivery. */
+#ifndef WORKD_WEBHOOKS_H
+#define WORKD_WEBHOOKS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "event.h"
+
+#define WEBHOOKS_MAX 64         /* subscriptions at most */
+#define WEBHOOKS_KEY_MAX 64     /* bytes of a secret's key, at most (24 at least) */
+#define WEBHOOKS_SIG_LEN 64     /* "v1," + base64 of 32 bytes + NUL fit */
+#define WEBHOOKS_CURSOR_MS 1000 /* a cursor that moved is recorded at most this often */
+
+typedef struct WebhooksConfig {
+    const char *database_url; /* for the thread's own session (copied) */
+    int64_t pause_after_ms;   /* a subscription failing this long is paused */
+    int64_t timeout_ms;       /* one delivery, whole exchange */
+    int64_t backoff_base_ms, backoff_max_ms;
+    /* Called from the webhooks thread, never under its lock: record that the
+     * subscription's deliveries reached cursor, or pause it with a reason.
+     * The manager turns them into events. */
+    void (*cursor)(void *ud, const char *name, int64_t cursor);
+    void (*pause)(void *ud, const char *name, const char *reason);
+    void *ud;
+} WebhooksConfig;
+
+typedef struct Webhooks Webhooks;
+
+/* ---- lifetime ---- */
+/* Starts the delivery thread (idle until webhooks_lead). */
+Webhooks *webhooks_start(const WebhooksConfig *cfg, Err *err) WARN_UNUSED;
+/* Stops and joins the thread (deliveries in flight are abandoned), frees. */
+void webhooks_stop(Webhooks *w);
+
+/* ---- the manager thread ---- */
+/* This node leads from now on: subs (stolen) is journal_subscriptions' list,
+ * last_seq the log's end. Replaces whatever was there. */
+void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq);
+/* No longer leading: deliveries stop (those in flight are abandoned). */
+void webhooks_unlead(Webhooks *w);
+/* A commit's events, in seq order: subscription changes take effect, new
+ * results wake the deliveries. */
+void webhooks_committed(Webhooks *w, const EventList *events);
+/* A subscription's settings as recorded, secret included: {name, url,
+ * secret, queues, kinds, paused, paused_reason} (a new reference), or NULL. */
+json_t *webhooks_settings(Webhooks *w, const char *name);
+size_t webhooks_count(Webhooks *w);
+
+/* ---- the API (any thread) ---- */
+/* One subscription (name) or all ({"subscriptions": [...]}) as GET shows
+ * them, without the secret: settings, cursor (recorded), delivered_upto, lag,
+ * last_error... (a new reference); NULL if name is unknown. */
+json_t *webhooks_json(Webhooks *w, const char *name);
+
+/* ---- signing ---- */
+/* The key of a secret "whsec_<base64>" (24 to WEBHOOKS_KEY_MAX bytes) into key
+ * (WEBHOOKS_KEY_MAX bytes). Returns -1 if it is not one. */
+int webhooks_secret_key(const char *secret, unsigned char *key, size_t *keylen) WARN_UNUSED;
+/* "v1,<base64 of HMAC-SHA256(key, id "." timestamp "." body)>" into out
+ * (WEBHOOKS_SIG_LEN bytes). */
+int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64_t timestamp,
+                  const char *body, size_t len, char *out) WARN_UNUSED;
+
+#endif

@@ -1,0 +1,204 @@
+"""Progress and partial output: an --exec job's progress lines reach result
+streams in order, a stream that reconnects with Last-Event-ID resumes without
+a gap or a repeat, GET /work/{id} shows the last progress, and a job that
+floods progress is limited (429, 413) without holding up anyone else."""
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
+from workd import JSON, expect, get_work, heartbeat, pull, submit, wait_status  # noqa: E402
+
+FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--heartbeat-interval", "500ms"]
+
+
+def start_server(cluster, extra=()):
+    s = cluster.start_server("s1", extra_args=FAST + list(extra))
+    wait_leader(s.url)
+    return s
+
+
+def script(cluster, name, body):
+    path = cluster.tmp / name
+    path.write_text("#!/bin/sh\n" + textwrap.dedent(body).lstrip("\n"))
+    path.chmod(0o755)
+    return str(path)
+
+
+def progress(url, job, worker="wk", status=200, **fields):
+    r = http("POST", f"{url}/work/{job['id']}/attempts/{job['attempt']}/progress",
+             {"worker_id": worker, "instance": "i1", **fields}, JSON)
+    return expect(r, status, f"progress of {job['id']} {fields}")
+
+
+def of_work(events, work_id, kind=None):
+    return [e for e in events if e["data"]["id"] == work_id and (kind is None or e["event"] == kind)]
+
+
+def test_exec_job_progress_reaches_streams_in_order(cluster):
+    srv = start_server(cluster)
+    job = script(cluster, "hundred.sh", """
+        i=1
+        while [ $i -le 100 ]; do
+            printf '{"fraction": %s, "message": "line %d", "output": "line %d\\\\n"}\\n' \\
+                "$(awk "BEGIN{print $i/100}")" $i $i >&$WORKD_PROGRESS_FD
+            i=$((i + 1))
+            sleep 0.01
+        done
+        echo done
+    """)
+    results = SSEClient(srv.url + "/results?progress=true")
+    plain = SSEClient(srv.url + "/results")
+    try:
+        w = cluster.start_worker("wk1", srv.url, ["--exec", job, "--progress-interval", "50ms"])
+        submit(srv.url, {"id": "hundred", "payload": 1})
+        done = results.wait_for(lambda e: e["event"] == "completed"
+                                and e["data"]["id"] == "hundred", 60)
+        events = of_work(results.events, "hundred")
+        prog = [e for e in events if e["event"] == "progress"]
+        assert prog, f"no progress event reached /results?progress=true: {events}"
+        text = "".join(e["data"].get("output", "") for e in prog)
+        expected = "".join(f"line {i}\n" for i in range(1, 101))
+        assert text == expected, f"the output chunks, joined, must be the 100 lines in order: {text!r}"
+        seqs = [int(e["id"]) for e in events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"ids must increase: {seqs}"
+        assert events[-1] is done, "the completion must come after every progress event"
+        fractions = [e["data"]["fraction"] for e in prog]
+        assert fractions == sorted(fractions) and fractions[-1] == 1, \
+            f"fractions must grow to 1: {fractions}"
+        assert prog[-1]["data"]["message"] == "line 100", prog[-1]
+        # Without ?progress=true a stream carries results only.
+        plain.wait_for(lambda e: e["data"]["id"] == "hundred", 10)
+        assert not [e for e in plain.events if e["event"] == "progress"], \
+            f"/results without progress=true must not carry progress: {plain.events}"
+        # GET /work/{id} shows the last progress.
+        got = get_work(srv.url, "hundred")
+        assert got["progress"]["fraction"] == 1 and got["progress"]["message"] == "line 100", got
+        assert got["progress"]["seq"] == int(prog[-1]["id"]), got
+        # The work's own stream replays its history from the start, progress included.
+        with SSEClient(srv.url + "/work/hundred/stream") as s:
+            s.wait_for(lambda e: e["event"] == "completed", 20)
+            assert [e["id"] for e in s.events] == [e["id"] for e in events], \
+                "/work/{id}/stream must replay the same events as /results?progress=true"
+        assert w.alive(), w.log_tail()
+    finally:
+        results.close()
+        plain.close()
+
+
+def test_reconnect_resumes_after_last_event_id(cluster):
+    """Progress is events in the log: a client that reconnects with the last id
+    it saw gets every later event once, in order, from any point."""
+    srv = start_server(cluster, ["--progress-rate", "1000"])
+    submit(srv.url, {"id": "r1", "payload": 1})
+    heartbeat(srv.url, "wk", capacity=1)
+    job = pull(srv.url, "wk")[0]
+    first = SSEClient(srv.url + "/work/r1/stream")
+    for i in range(10):
+        progress(srv.url, job, output=f"chunk {i};", fraction=i / 20)
+    first.wait_count(10, 10)
+    first.close()
+    seen = list(first.events)
+    last = seen[-1]["id"]
+    for i in range(10, 20):  # while no client is connected
+        progress(srv.url, job, output=f"chunk {i};", fraction=i / 20)
+    second = SSEClient(srv.url + "/work/r1/stream", last_event_id=last)
+    for i in range(20, 25):
+        progress(srv.url, job, output=f"chunk {i};")
+    expect(http("POST", f"{srv.url}/work/r1/attempts/{job['attempt']}/complete",
+                {"worker_id": "wk", "instance": "i1", "result": "ok"}, JSON), 200, "complete")
+    second.wait_for(lambda e: e["event"] == "completed", 20)
+    second.close()
+    both = seen + second.events
+    text = "".join(e["data"].get("output", "") for e in both if e["event"] == "progress")
+    assert text == "".join(f"chunk {i};" for i in range(25)), \
+        f"a reconnect must resume after Last-Event-ID, no gap and no repeat: {text!r}"
+    ids = [int(e["id"]) for e in both]
+    assert ids == sorted(set(ids)), f"ids must increase across the reconnect: {ids}"
+    # The last progress kept the fraction the attempt sent last, with a later message-less update.
+    assert both[-2]["data"]["fraction"] == 19 / 20, both[-2]
+
+
+def test_progress_is_checked_and_bounded(cluster):
+    srv = start_server(cluster, ["--progress-rate", "5", "--progress-max-bytes", "4096"])
+    submit(srv.url, {"id": "flood", "payload": 1})
+    submit(srv.url, {"id": "calm", "payload": 2})
+    heartbeat(srv.url, "wk", capacity=2)
+    jobs = {j["id"]: j for j in pull(srv.url, "wk", max_jobs=2)}
+    flood, calm = jobs["flood"], jobs["calm"]
+    # Only the holder of the running attempt may report progress.
+    r = progress(srv.url, flood, worker="other", status=409, message="x")
+    assert r.json()["type"].endswith("/attempt-not-held"), r.text
+    r = progress(srv.url, {**flood, "attempt": flood["attempt"] + 1}, status=409, message="x")
+    assert r.json()["type"].endswith("/attempt-superseded"), r.text
+    r = progress(srv.url, {"id": "nope", "attempt": 1}, status=404, message="x")
+    r = progress(srv.url, flood, status=400, fraction=1.5)
+    assert "fraction" in r.json()["detail"], r.text
+    progress(srv.url, flood, status=400)  # nothing to say
+    # Rate: a burst past --progress-rate gets 429, a problem saying why.
+    codes = []
+    for i in range(20):
+        r = http("POST", f"{srv.url}/work/flood/attempts/{flood['attempt']}/progress",
+                 {"worker_id": "wk", "instance": "i1", "message": f"m{i}"}, JSON)
+        codes.append(r.status)
+        if r.status == 429:
+            assert r.headers.get("Content-Type") == "application/problem+json", r.headers
+            assert r.json()["type"].endswith("/progress-rate-limited"), r.text
+            assert r.headers.get("Retry-After"), "a 429 must say when to retry"
+    assert 429 in codes and codes.count(200) <= 6, f"--progress-rate 5 must limit a burst: {codes}"
+    # ... without touching another attempt's budget.
+    progress(srv.url, calm, message="still here")
+    # Size: past --progress-max-bytes of messages and output, 413.
+    time.sleep(1.1)
+    progress(srv.url, calm, output="y" * 3000)
+    r = progress(srv.url, calm, status=413, output="z" * 2000)
+    assert r.json()["type"].endswith("/progress-too-large"), r.text
+    # The results of both still go through.
+    for j in (flood, calm):
+        expect(http("POST", f"{srv.url}/work/{j['id']}/attempts/{j['attempt']}/complete",
+                    {"worker_id": "wk", "instance": "i1", "result": j["id"]}, JSON), 200,
+               f"complete {j['id']}")
+        wait_status(srv.url, j["id"], "completed")
+
+
+def test_exec_job_flooding_progress_does_not_harm_others(cluster):
+    srv = start_server(cluster, ["--progress-rate", "5"])
+    flood = script(cluster, "job.sh", """
+        read n
+        if [ "$n" = 1 ]; then
+            # As fast as it can: the worker merges, the server limits.
+            yes '{"message": "flooding", "output": "x"}' | head -n 200000 >&$WORKD_PROGRESS_FD
+            echo flooded
+        else
+            for i in 1 2 3 4 5; do
+                printf '{"output": "calm %d;"}\\n' $i >&$WORKD_PROGRESS_FD
+                sleep 0.3
+            done
+            echo calm
+        fi
+    """)
+    with SSEClient(srv.url + "/results?progress=true") as results:
+        cluster.start_worker("wk1", srv.url, ["--exec", flood, "--concurrency", "2",
+                                              "--progress-interval", "20ms"])
+        t0 = time.monotonic()
+        submit(srv.url, {"id": "flood", "payload": 1})
+        submit(srv.url, {"id": "calm", "payload": 2})
+        for wid in ("flood", "calm"):
+            results.wait_for(lambda e, w=wid: e["event"] == "completed" and e["data"]["id"] == w, 60)
+        elapsed = time.monotonic() - t0
+        calm = "".join(e["data"].get("output", "") for e in of_work(results.events, "calm", "progress"))
+        assert calm == "calm 1;calm 2;calm 3;calm 4;calm 5;", \
+            f"the calm job's progress must all arrive, in order, beside a flood: {calm!r}"
+        n_flood = len(of_work(results.events, "flood", "progress"))
+        # 5 a second, a burst of 5, and a final flush: the flood cannot pass that.
+        assert 1 <= n_flood <= 5 * elapsed + 8, \
+            f"{n_flood} progress events of the flooding job in {elapsed:.1f}s: not limited"
+        assert get_work(srv.url, "flood")["result"] == "flooded"
+
+
+if __name__ == "__main__":
+    run_tests(globals())

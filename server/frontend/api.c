@@ -77,15 +77,6 @@ static json_t *running_json(const RunningList *l)
     return arr;
 }
 
-static json_t *time_or_null(int64_t ms)
-{
-    char buf[40];
-    if (!ms)
-        return json_null();
-    time_format(ms, buf, sizeof buf);
-    return json_string(buf);
-}
-
 /* GET /cluster as the leader sees it (without "nodes" and "database", which
  * the answering node adds). */
 static json_t *cluster_json(const ClusterView *v)
@@ -115,7 +106,7 @@ static json_t *cluster_json(const ClusterView *v)
         "{s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "retain_s", (double)v->retain_ms / 1000.0,
         "parts", (json_int_t)v->parts, "events_bytes", (json_int_t)v->events_bytes, "done_bytes",
         (json_int_t)v->done_bytes, "open_bytes", (json_int_t)v->open_bytes, "oldest_part_at",
-        time_or_null(v->oldest_part_ms), "retention_last_run_at", time_or_null(v->last_run_ms),
+        time_json(v->oldest_part_ms), "retention_last_run_at", time_json(v->last_run_ms),
         "parts_dropped", (json_int_t)v->parts_dropped);
     return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", v->leader, "term",
                      (json_int_t)v->term, "workers", workers, "open", open, "open_total",

@@ -172,6 +172,15 @@ static bool event_needs_work(EventType t)
            t != EV_SUB_CURSOR;
 }
 
+json_t *time_json(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
 static void set_time(json_t *o, const char *key, int64_t ms)
 {
     json_object_set_new(o, key, ms ? json_integer(ms) : json_null());

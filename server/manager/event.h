@@ -155,6 +155,10 @@ bool event_is_final(EventType t);
 /* True for the events published on /results: the final ones, progress and EV_BATCH. */
 bool event_is_published(EventType t);
 
+/* A time (ms since the epoch) as the API shows it: an RFC 3339 string, or
+ * null for 0 (a new reference). */
+json_t *time_json(int64_t ms);
+
 /* ---- encoding ---- */
 /* The "data" column of e (a new reference). */
 json_t *event_data_encode(const Event *e);

@@ -338,15 +338,6 @@ size_t webhooks_count(Webhooks *w)
 
 /* ---- the API ---- */
 
-static json_t *time_or_null(int64_t ms)
-{
-    char buf[40];
-    if (!ms)
-        return json_null();
-    time_format(ms, buf, sizeof buf);
-    return json_string(buf);
-}
-
 static json_t *sub_json(const Webhooks *w, const Sub *s)
 {
     json_t *o = json_deep_copy(s->settings);
@@ -355,15 +346,14 @@ static json_t *sub_json(const Webhooks *w, const Sub *s)
     json_object_set_new(o, "delivered_upto", json_integer(s->done));
     json_object_set_new(o, "lag", json_integer(w->last_seq > s->done ? w->last_seq - s->done : 0));
     json_object_set_new(o, "delivered", json_integer(s->delivered));
-    json_object_set_new(o, "last_delivered_at", time_or_null(s->last_delivered_at));
+    json_object_set_new(o, "last_delivered_at", time_json(s->last_delivered_at));
     json_object_set_new(o, "failures", json_integer(s->failures));
-    json_object_set_new(o, "failing_since", time_or_null(s->failing_since));
+    json_object_set_new(o, "failing_since", time_json(s->failing_since));
     json_object_set_new(o, "last_error",
                         s->last_error[0] ? json_string(s->last_error) : json_null());
-    json_object_set_new(o, "last_error_at", time_or_null(s->last_error_at));
+    json_object_set_new(o, "last_error_at", time_json(s->last_error_at));
     int64_t wait = s->failures && !s->paused ? s->next_try - mono_ms() : 0;
-    json_object_set_new(o, "next_attempt_at",
-                        wait > 0 ? time_or_null(wall_ms() + wait) : json_null());
+    json_object_set_new(o, "next_attempt_at", wait > 0 ? time_json(wall_ms() + wait) : json_null());
     return o;
 }
 

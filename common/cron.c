@@ -166,16 +166,6 @@ int cron_parse(const char *s, CronExpr *out, Err *err)
 
 /* ---- matching labels ---- */
 
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
 static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     z += 719468;
@@ -214,7 +204,7 @@ static int64_t next_label(const CronExpr *c, int64_t ls, int64_t limit)
         civil_from_days(days, &y, &m, &d);
         int h = (int)(sod / 3600), mi = (int)(sod / 60 % 60), s = (int)(sod % 60);
         if (!(c->mon >> m & 1)) {
-            t = days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * 86400;
+            t = tz_days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * 86400;
             continue;
         }
         if (!day_matches(c, days, d)) {

@@ -12,7 +12,7 @@
 
 /* ---- civil dates ---- */
 
-static int64_t days_from_civil(int64_t y, int m, int d)
+int64_t tz_days_from_civil(int64_t y, int m, int d)
 {
     y -= m <= 2;
     int64_t era = (y >= 0 ? y : y - 399) / 400;
@@ -55,13 +55,13 @@ static int64_t rule_local(const TzDate *d, int64_t y)
 {
     int64_t day;
     if (d->kind == 'J') {
-        day = days_from_civil(y, 1, 1) + d->n - 1;
+        day = tz_days_from_civil(y, 1, 1) + d->n - 1;
         if (leap(y) && d->n >= 60)
             day++;
     } else if (d->kind == 'D') {
-        day = days_from_civil(y, 1, 1) + d->n;
+        day = tz_days_from_civil(y, 1, 1) + d->n;
     } else {
-        int64_t first = days_from_civil(y, d->m, 1);
+        int64_t first = tz_days_from_civil(y, d->m, 1);
         int wd = (int)((first % 7 + 11) % 7); /* 1970-01-01 was a Thursday (4) */
         int64_t dd = first + (d->d - wd + 7) % 7 + 7 * (d->w - 1);
         while (dd >= first + month_days(y, d->m))

@@ -44,6 +44,8 @@ int tz_parse_tzif(const unsigned char *data, size_t len, TzZone *z, Err *err) WA
 int tz_parse_rule(const char *s, TzRule *r, Err *err) WARN_UNUSED;
 /* The offset east of UTC (seconds) in effect at instant t (seconds). */
 int32_t tz_offset(const TzZone *z, int64_t t);
+/* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian). */
+int64_t tz_days_from_civil(int64_t y, int m, int d);
 /* The instants (seconds, ascending, at most 2) at which the zone's wall clock
  * shows local time ls (seconds since the epoch as if the wall clock were
  * UTC): none in a gap (spring forward), two in an overlap (fall back). */

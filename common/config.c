@@ -259,6 +259,17 @@ size_t strv_len(char *const *v)
     return n;
 }
 
+char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **out = xcalloc(n + 1, sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
+}
+
 bool strv_contains(char *const *v, const char *s)
 {
     for (size_t i = 0; v && v[i]; i++)

@@ -60,17 +60,6 @@ int event_is_published(EventType t)
     return event_is_final(t) || t == EV_PROGRESS || t == EV_BATCH;
 }
 
-static char **strv_dup(char *const *v)
-{
-    if (!v)
-        return NULL;
-    size_t n = strv_len(v);
-    char **out = xcalloc(n + 1, sizeof *out);
-    for (size_t i = 0; i < n; i++)
-        out[i] = xstrdup(v[i]);
-    return out;
-}
-
 /* ---- templates and schedules ---- */
 
 json_t *template_json(const WorkTemplate *t)
@@ -689,7 +678,7 @@ void event_copy(Event *dst, const Event *src)
     dst->error = xstrdup(src->error);
     dst->leader_url = xstrdup(src->leader_url);
     dst->detail = json_incref(src->detail);
-    dst->after = strv_dup(src->after);
+    dst->after = strv_copy(src->after);
     dst->batch = xstrdup(src->batch);
     dst->name = xstrdup(src->name);
     dst->sched = src->sched ? schedspec_dup(src->sched) : NULL;

@@ -331,17 +331,6 @@ static void batch_free(Batch *b)
     free(b);
 }
 
-static char **strv_copy(char *const *v)
-{
-    if (!v)
-        return NULL;
-    size_t n = strv_len(v);
-    char **out = xcalloc(n + 1, sizeof *out);
-    for (size_t i = 0; i < n; i++)
-        out[i] = xstrdup(v[i]);
-    return out;
-}
-
 /* ---- lifetime ---- */
 
 WorkState *ws_new(const WsConfig *cfg)

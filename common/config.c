@@ -242,17 +242,6 @@ char **strv_split(const char *s)
     return v;
 }
 
-char **strv_copy(char *const *v)
-{
-    if (!v)
-        return NULL;
-    size_t n = strv_len(v);
-    char **c = xcalloc(n + 1, sizeof *c);
-    for (size_t i = 0; i < n; i++)
-        c[i] = xstrdup(v[i]);
-    return c;
-}
-
 void strv_free(char **v)
 {
     if (!v)
@@ -268,6 +257,17 @@ size_t strv_len(char *const *v)
     while (v && v[n])
         n++;
     return n;
+}
+
+char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strv_len(v);
+    char **out = xcalloc(n + 1, sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
 }
 
 bool strv_contains(char *const *v, const char *s)

@@ -55,7 +55,7 @@ void config_free(const OptSpec *specs, size_t n);
 char **strv_split(const char *s);
 void strv_free(char **v);
 size_t strv_len(char *const *v);
-/* A copy of v (NULL: NULL), freed with strv_free. */
+/* A copy of v (NULL-terminated), each string copied; NULL for NULL. */
 char **strv_copy(char *const *v);
 bool strv_contains(char *const *v, const char *s);
 

@@ -499,13 +499,21 @@ static void h_retry(Req *r, char *const *p)
 
 /* ---- queues: flow control (admin) ---- */
 
+/* A name in the path (a queue, a schedule, a subscription): what says which. */
+static bool check_name(Req *r, const char *name, const char *what)
+{
+    if (queue_name_valid(name))
+        return true;
+    char msg[128];
+    snprintf(msg, sizeof msg, "the %s in the path must be 1-64 characters of A-Z a-z 0-9 _ . -",
+             what);
+    problem(r, 400, "invalid-path", msg);
+    return false;
+}
+
 static bool check_queue(Req *r, const char *q)
 {
-    if (queue_name_valid(q))
-        return true;
-    problem(r, 400, "invalid-path",
-            "the queue in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
-    return false;
+    return check_name(r, q, "queue");
 }
 
 static void queue_set(Req *r, const char *queue, const QueueLimits *l, int set)
@@ -554,11 +562,7 @@ static void h_queue_resume(Req *r, char *const *p)
 
 static bool check_schedule(Req *r, const char *name)
 {
-    if (queue_name_valid(name))
-        return true;
-    problem(r, 400, "invalid-path",
-            "the schedule name in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
-    return false;
+    return check_name(r, name, "schedule name");
 }
 
 static void h_schedule_put(Req *r, char *const *p)
@@ -1092,11 +1096,7 @@ static void h_progress(Req *r, char *const *p)
 
 static bool check_subscription(Req *r, const char *name)
 {
-    if (queue_name_valid(name))
-        return true;
-    problem(r, 400, "invalid-path",
-            "the subscription name in the path must be 1-64 characters of A-Z a-z 0-9 _ . -");
-    return false;
+    return check_name(r, name, "subscription name");
 }
 
 static void h_subscription_put(Req *r, char *const *p)

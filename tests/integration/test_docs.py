@@ -240,10 +240,6 @@ def run_block(name, line, note, text):
     (where / "scripts").symlink_to(REPO_ROOT / "scripts")
     (where / "build").mkdir()
     (where / "build" / "bin").symlink_to(harness.BIN_DIR)
-    ports = [free_port(), free_port()]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    text = text.replace("8080", str(ports[0])).replace("8081", str(ports[1]))
-    text = text.replace("8082", str(free_port()))
     words = note.split()
     opts = dict(w.split("=", 1) for w in words if "=" in w)
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKD_")}
@@ -255,6 +251,12 @@ def run_block(name, line, note, text):
             url = subprocess.run([str(PG_PRIVATE), "start", str(pg)], capture_output=True,
                                  text=True, timeout=180, check=True).stdout.strip()
             env["WORKD_DATABASE_URL"] = url
+        # Chosen once PostgreSQL listens: it takes a free port of its own, which
+        # a port chosen before could be (a fixture's node then cannot listen).
+        ports = [free_port(), free_port()]
+        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        text = text.replace("8080", str(ports[0])).replace("8081", str(ports[1]))
+        text = text.replace("8082", str(free_port()))
         if words[0] == "cluster":
             for i, port in enumerate(ports):
                 fixture.append(subprocess.Popen(

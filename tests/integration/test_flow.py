@@ -201,6 +201,42 @@ def test_cancel_running_work(cluster):
     assert get_work(s.url, "slow")["status"] == "cancelled"
 
 
+def test_cancel_in_flight_across_failover(cluster):
+    """A cancel of running work committed just before the leader is killed
+    (kill -9) still reaches the worker: the new leader, which never saw the
+    cancel happen, answers the worker's next heartbeat with it (the attempt is
+    not open any more), and the job is killed; the work is cancelled once."""
+    hb = ["--heartbeat-interval", "300ms"]
+    a = cluster.start_server("a", extra_args=FAST + hb)
+    wait_leader(a.url)
+    b = cluster.start_server("b", extra_args=FAST + hb)
+    assert leader_of([a.url, b.url]) == a.url
+    marker = "wdmark" + uuid.uuid4().hex
+    sleep = cluster.tmp / f"sleep-{marker}"
+    sleep.symlink_to(shutil.which("sleep"))
+    job = cluster.tmp / "job.sh"
+    job.write_text(f'cat >/dev/null\n"{sleep}" 60\necho \'"ok"\'\n')
+    w = cluster.start_worker("w1", f"{a.url},{b.url}",
+                             ["--exec", f". {job}", "--concurrency", "1", "--kill-grace", "500ms"])
+    submit(a.url, {"id": "slow", "payload": 1})
+    wait_status(a.url, "slow", "running")
+    running = lambda: subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0  # noqa: E731
+    wait_until(running, 10, what="the job to be sleeping")
+    r = http("DELETE", a.url + "/work/slow")
+    assert r.status == 200 and r.json() == {"id": "slow", "status": "cancelled"}, r.text
+    a.kill()
+    a.popen.wait(5)
+    wait_new_leader([b.url], timeout=15)
+    wait_until(lambda: not running(), 20, what="the worker to kill the job cancelled before the failover")
+    assert "cancelled by the server" in w.log_text()
+    assert get_work(b.url, "slow")["status"] == "cancelled"
+    late = report(b.url, "w1", [{"id": "slow", "attempt": 1, "outcome": "completed",
+                                 "result": 1}])[0]
+    assert late["accepted"] is False, late
+    types = [e["type"] for e in events_of(cluster) if e["work_id"] == "slow"]
+    assert types == ["accepted", "started", "cancelled"], types
+
+
 def test_bulk_cancel_and_retry(cluster):
     """An operator cancels or retries work by filter, in bounded chunks ("more"
     says to ask again); each item gets its own event."""

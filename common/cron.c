@@ -166,19 +166,6 @@ int cron_parse(const char *s, CronExpr *out, Err *err)
 
 /* ---- matching labels ---- */
 
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *y = yoe + era * 400 + (*m <= 2);
-}
-
 static int64_t fdiv(int64_t a, int64_t b)
 {
     return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
@@ -201,7 +188,7 @@ static int64_t next_label(const CronExpr *c, int64_t ls, int64_t limit)
         int64_t days = fdiv(t, 86400), y;
         int64_t sod = t - days * 86400;
         int m, d;
-        civil_from_days(days, &y, &m, &d);
+        tz_civil_from_days(days, &y, &m, &d);
         int h = (int)(sod / 3600), mi = (int)(sod / 60 % 60), s = (int)(sod % 60);
         if (!(c->mon >> m & 1)) {
             t = tz_days_from_civil(m == 12 ? y + 1 : y, m == 12 ? 1 : m + 1, 1) * 86400;

@@ -22,7 +22,7 @@ int64_t tz_days_from_civil(int64_t y, int m, int d)
     return era * 146097 + doe - 719468;
 }
 
-static int64_t year_of_days(int64_t z)
+void tz_civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     z += 719468;
     int64_t era = (z >= 0 ? z : z - 146096) / 146097;
@@ -30,8 +30,17 @@ static int64_t year_of_days(int64_t z)
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     int64_t mp = (5 * doy + 2) / 153;
-    int64_t m = mp < 10 ? mp + 3 : mp - 9;
-    return yoe + era * 400 + (m <= 2);
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static int64_t year_of_days(int64_t z)
+{
+    int64_t y;
+    int m, d;
+    tz_civil_from_days(z, &y, &m, &d);
+    return y;
 }
 
 static int64_t floor_div(int64_t a, int64_t b)

@@ -46,6 +46,8 @@ int tz_parse_rule(const char *s, TzRule *r, Err *err) WARN_UNUSED;
 int32_t tz_offset(const TzZone *z, int64_t t);
 /* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian). */
 int64_t tz_days_from_civil(int64_t y, int m, int d);
+/* The civil date (proleptic Gregorian) z days after 1970-01-01. */
+void tz_civil_from_days(int64_t z, int64_t *y, int *m, int *d);
 /* The instants (seconds, ascending, at most 2) at which the zone's wall clock
  * shows local time ls (seconds since the epoch as if the wall clock were
  * UTC): none in a gap (spring forward), two in an overlap (fall back). */

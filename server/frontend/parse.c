@@ -185,10 +185,7 @@ WARN_UNUSED static int seconds_to_ms(json_t *v, const char *where, const char *f
     return 0;
 }
 
-/* Refuses a field of object o that is not in known (NULL-terminated), naming
- * it and listing the known ones, so that a typo is an error, not a default. */
-WARN_UNUSED static int check_fields(json_t *o, const char *const *known, const char *where,
-                                    Err *err)
+int parse_check_fields(json_t *o, const char *const *known, const char *where, Err *err)
 {
     const char *key;
     json_t *v;
@@ -218,7 +215,7 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
     static const char *const known[] = {
         "payload",      "id",    "queue",      "key",   "priority", "run_at", "delay",
         "max_attempts", "after", "run_anyway", "batch", "timeout",  NULL};
-    if (check_fields(o, known, where, err) != 0)
+    if (parse_check_fields(o, known, where, err) != 0)
         return -1;
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s: ", where);
@@ -416,14 +413,14 @@ int parse_submit_batch(json_t *body, const char *idem_key, int64_t now, const Pa
     if (batch && json_is_object(body) && json_object_get(body, "items")) {
         /* {"items": [...], "batch": {...}}: a bulk submission that opens a batch */
         static const char *const known[] = {"items", "batch", NULL};
-        if (check_fields(body, known, "the submission", err) != 0)
+        if (parse_check_fields(body, known, "the submission", err) != 0)
             return -1;
         json_t *list = json_object_get(body, "items"), *b = json_object_get(body, "batch");
         if (!json_is_array(list))
             return err_set(err, 400, "invalid-body", "'items' must be an array of work items");
         if (b && !json_is_null(b)) {
             static const char *const bknown[] = {"id", "callback", NULL};
-            if (!json_is_object(b) || check_fields(b, bknown, "'batch'", err) != 0)
+            if (!json_is_object(b) || parse_check_fields(b, bknown, "'batch'", err) != 0)
                 return err->status ? -1
                                    : err_set(err, 400, "invalid-field",
                                              "'batch' must be an object {id?, callback?}");
@@ -593,7 +590,7 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
     static const char *const known[] = {"instance", "capacity", "queues", "running", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the heartbeat must be a JSON object");
-    if (check_fields(body, known, "the heartbeat", err) != 0 ||
+    if (parse_check_fields(body, known, "the heartbeat", err) != 0 ||
         parse_instance(body, &out->instance, err) != 0)
         return -1;
     json_t *cap = json_object_get(body, "capacity");
@@ -644,7 +641,7 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
     static const char *const known[] = {"instance", "max", "wait", "queues", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the pull must be a JSON object");
-    if (check_fields(body, known, "the pull", err) != 0)
+    if (parse_check_fields(body, known, "the pull", err) != 0)
         return -1;
     json_t *max = json_object_get(body, "max");
     if (max &&
@@ -671,7 +668,7 @@ WARN_UNUSED static int check_report(json_t *r, size_t i, Err *err)
         return err_set(err, 400, "invalid-body", "report %zu must be an object", i);
     char where[32];
     snprintf(where, sizeof where, "report %zu", i);
-    if (check_fields(r, known, where, err) != 0)
+    if (parse_check_fields(r, known, where, err) != 0)
         return -1;
     json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt"),
            *outcome = json_object_get(r, "outcome");
@@ -718,7 +715,7 @@ int parse_reports(json_t *body, size_t max_batch, Report **reports, size_t *n, c
     json_t *arr = json_is_object(body) ? json_object_get(body, "reports") : NULL;
     if (!json_is_array(arr))
         return err_set(err, 400, "invalid-body", "the body must be {\"reports\": [...]}");
-    if (check_fields(body, known, "the body", err) != 0)
+    if (parse_check_fields(body, known, "the body", err) != 0)
         return -1;
     if (json_array_size(arr) > max_batch)
         return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
@@ -752,7 +749,7 @@ int parse_single_report(json_t *body, const char *work_id, const char *attempt, 
     static const char *const known_fail[] = {"worker_id", "instance", "error", "retry", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
-    if (check_fields(body, completed ? known_done : known_fail, "the report", err) != 0)
+    if (parse_check_fields(body, completed ? known_done : known_fail, "the report", err) != 0)
         return -1;
     int64_t att;
     if (parse_seq(attempt, &att, err) != 0 || att < 1 || att > 1000000)
@@ -929,7 +926,7 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
                        "\"rate\": {\"limit\", \"per\"}}");
     static const char *const known[] = {"paused", "max_running", "max_running_per_key",
                                         "rate",   "key_weights", NULL};
-    if (check_fields(body, known, "the queue's limits", err) != 0)
+    if (parse_check_fields(body, known, "the queue's limits", err) != 0)
         return -1;
     json_t *v = json_object_get(body, "paused");
     if (v) {
@@ -1024,7 +1021,7 @@ int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, 
                        with_status ? ", \"status\"" : "");
     static const char *const with[] = {"queue", "key", "status", "limit", NULL};
     static const char *const without[] = {"queue", "key", "limit", NULL};
-    if (check_fields(body, with_status ? with : without, "the filter", err) != 0)
+    if (parse_check_fields(body, with_status ? with : without, "the filter", err) != 0)
         return -1;
     json_t *q = json_object_get(body, "queue"), *k = json_object_get(body, "key"),
            *st = json_object_get(body, "status"), *l = json_object_get(body, "limit");
@@ -1056,7 +1053,7 @@ ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
     }
     static const char *const known[] = {"cron",     "timezone",     "work",   "overlap",
                                         "catch_up", "catch_up_max", "paused", NULL};
-    if (check_fields(body, known, "the schedule", err) != 0)
+    if (parse_check_fields(body, known, "the schedule", err) != 0)
         return NULL;
     ScheduleSpec *s = xcalloc(1, sizeof *s);
     const char *cron = json_string_value(json_object_get(body, "cron"));

@@ -24,6 +24,11 @@ typedef struct ParseLimits {
  * than max_depth. Returns a new reference or NULL with err (400). */
 json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err) WARN_UNUSED;
 
+/* Refuses a field of object o that is not in known (NULL-terminated), naming
+ * it and listing the known ones, so that a typo is an error, not a default. */
+int parse_check_fields(json_t *o, const char *const *known, const char *where,
+                       Err *err) WARN_UNUSED;
+
 /* POST /work: one object or an array of them. idem_key (Idempotency-Key
  * header, may be NULL) becomes the id of a single item. Items without id get a
  * generated one. On success *items (caller frees with submit_items_free) and

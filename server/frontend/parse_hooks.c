@@ -9,27 +9,6 @@
 #include "util.h"
 #include "webhooks.h"
 
-WARN_UNUSED static int only_fields(json_t *o, const char *const *known, const char *where, Err *err)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(o, key, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; known[i] && !ok; i++)
-            ok = !strcmp(key, known[i]);
-        if (!ok) {
-            char list[256] = "";
-            for (size_t i = 0; known[i]; i++)
-                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
-                         known[i]);
-            return err_set(err, 400, "unknown-field", "%s has an unknown field (known: %s)", where,
-                           list);
-        }
-    }
-    return 0;
-}
-
 int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **worker_id,
                    char **instance, json_t **detail, Err *err)
 {
@@ -39,7 +18,7 @@ int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **w
                                         "message",   "output",   NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
-    if (only_fields(body, known, "the progress report", err) != 0)
+    if (parse_check_fields(body, known, "the progress report", err) != 0)
         return -1;
     int64_t n;
     if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
@@ -101,7 +80,7 @@ int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err
     static const char *const kinds[] = {"completed", "dead", "cancelled"};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
-    if (only_fields(body, known, "the subscription", err) != 0)
+    if (parse_check_fields(body, known, "the subscription", err) != 0)
         return -1;
     const char *url = json_string_value(json_object_get(body, "url"));
     if (!url || !url_ok(url))

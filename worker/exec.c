@@ -535,7 +535,6 @@ typedef struct Child {
     bool err_cut;
     int prog_fd; /* our end of the progress pipe, -1: none */
     SBuf prog;   /* a progress line not yet ended */
-    int64_t next_tick;
 } Child;
 
 /* Passes on every whole line in ch->prog (and, at the end, the rest). */
@@ -731,8 +730,6 @@ static int poll_timeout(const Child *ch, int64_t now)
         if (t < 0 || d_ < t)                                                                       \
             t = d_;                                                                                \
     } while (0)
-    if (ch->prog_fd >= 0 && ch->spec->tick_ms > 0)
-        AT_MOST(ch->next_tick);
     if (!ch->exited) {
         if (ch->timeout_at >= 0 && !ch->term_sent && !ch->kill_sent)
             AT_MOST(ch->timeout_at);
@@ -829,7 +826,6 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     prog_p[0] = -1;
     if (ch.prog_fd >= 0)
         (void)set_nonblock(ch.prog_fd);
-    ch.next_tick = ch.start + spec->tick_ms;
     ch.in_fd = in_p[1];
     ch.out_fd = out_p[0];
     ch.err_fd = err_p[0];
@@ -859,11 +855,6 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
             }
             if (ch.term_sent && !ch.kill_sent && now >= ch.kill_at)
                 child_signal(&ch, SIGKILL, now);
-        }
-        if (ch.prog_fd >= 0 && spec->tick_ms > 0 && now >= ch.next_tick) {
-            spec->progress(spec->progress_ud, NULL, 0);
-            now = mono_ms();
-            ch.next_tick = now + spec->tick_ms;
         }
         if (ch.exited &&
             ((ch.out_fd < 0 && ch.err_fd < 0 && ch.prog_fd < 0) || now >= ch.eof_deadline))

@@ -53,12 +53,10 @@ typedef struct ExecSpec {
     /* Progress (0: none): the child gets the write end of a pipe as this
      * descriptor number (3 and up); each line it writes there goes to
      * progress(ud, line, len) (without its newline, cut at EXEC_PROGRESS_LINE
-     * bytes), and progress(ud, NULL, 0) is called about every tick_ms while the
-     * job runs, so the caller can send what it gathered. On the calling thread. */
+     * bytes). On the calling thread. */
     int progress_fd;
     void (*progress)(void *ud, const char *line, size_t len);
     void *progress_ud;
-    int64_t tick_ms;
 } ExecSpec;
 
 /* The longest progress line passed on whole; longer ones come in pieces. */

@@ -56,7 +56,7 @@ typedef struct Slot {
     bool quit;           /* w->lock */
     ExecCtl ctl;
     bool ctl_ready;
-    ProgressSender *progress; /* WORK_EXEC: the job's progress (this slot's thread only) */
+    ProgressSender *progress; /* WORK_EXEC: the job's progress (w->progress sends it) */
 } Slot;
 
 struct Worker {
@@ -71,6 +71,7 @@ struct Worker {
 
     Link link;
     Reporter *reporter;
+    ProgressHub *progress; /* WORK_EXEC: sends what the jobs say */
     Slot *slots;
     int nslots;
 
@@ -508,8 +509,7 @@ static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
                      .max_output = w->cfg.max_output,
                      .progress_fd = 3,
                      .progress = psend_line,
-                     .progress_ud = s->progress,
-                     .tick_ms = w->cfg.progress_interval_ms};
+                     .progress_ud = s->progress};
     Err err;
     err_clear(&err);
     psend_begin(s->progress, j->id, j->attempt);
@@ -708,6 +708,7 @@ static void *stopper_main(void *arg)
     bool registered = w->registered;
     pthread_mutex_unlock(&w->lock);
     join_slots(w);
+    phub_stop(w->progress); /* the slots have sent what their jobs said last */
 
     /* Heartbeats go on meanwhile: they keep the unacknowledged attempts' leases. */
     size_t left = reporter_flush(w->reporter, FLUSH_TIMEOUT_MS);
@@ -805,6 +806,8 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
 
     link_init(&w->link, w->servers);
     w->reporter = reporter_new(w->path_reports, w->token, w->instance, &w->link);
+    if (cfg->kind == WORK_EXEC)
+        w->progress = phub_new(&w->link, w->token, w->id, w->instance, cfg->progress_interval_ms);
     pthread_mutex_init(&w->lock, NULL);
     cond_init_mono(&w->cond);
     cond_init_mono(&w->hb_cond);
@@ -819,8 +822,7 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
         w->slots[i].w = w;
         pthread_cond_init(&w->slots[i].cond, NULL);
         if (cfg->kind == WORK_EXEC)
-            w->slots[i].progress =
-                psend_new(&w->link, w->token, w->id, w->instance, cfg->progress_interval_ms);
+            w->slots[i].progress = psend_new(w->progress);
     }
     for (int i = 0; i < w->nslots; i++) {
         if (exec_ctl_init(&w->slots[i].ctl, err) != 0)
@@ -852,6 +854,10 @@ int worker_start(Worker *w, Err *err)
     const char *what = "";
     if (reporter_start(w->reporter, err) != 0)
         return -1;
+    if (w->progress && phub_start(w->progress, err) != 0) {
+        reporter_stop(w->reporter);
+        return -1;
+    }
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, SLOT_STACK);
@@ -881,6 +887,7 @@ int worker_start(Worker *w, Err *err)
     err_set(err, 500, "internal", "cannot start %s thread: %s", what, strerror(rc));
     join_control(w);
     join_slots(w);
+    phub_stop(w->progress);
     reporter_stop(w->reporter);
     return -1;
 }
@@ -899,6 +906,7 @@ void worker_free(Worker *w)
             exec_ctl_destroy(&w->slots[i].ctl);
     }
     free(w->slots);
+    phub_free(w->progress);
     reporter_free(w->reporter);
     link_destroy(&w->link);
     pthread_cond_destroy(&w->cond);

@@ -176,6 +176,8 @@ static void single_report_reply(Req *r, const Report *rep, const ReportResult *r
     }
 }
 
+static void progress_reply(Req *r, const MgrCmd *c);
+
 /* Runs on the HTTP thread once the manager has answered. */
 static void cmd_reply(Req *r)
 {
@@ -224,8 +226,11 @@ static void cmd_reply(Req *r)
         req_finish_json(r, 200, json_pack("{s:o}", "jobs", jobs));
         return;
     }
+    case MC_PROGRESS:
+        progress_reply(r, c);
+        return;
     case MC_REPORTS:
-        if (r->single_report)
+        if (r->single)
             single_report_reply(r, &c->reports[0], &c->results[0]);
         else
             req_finish_json(r, 200, reports_reply(c));
@@ -255,7 +260,6 @@ static void cmd_reply(Req *r)
         req_finish_json(r, c->status, queue_limits_json(c->queue, &c->limits));
         return;
     case MC_SCHEDULE_SET: /* not typed yet */
-    case MC_PROGRESS:
     case MC_SUBSCRIPTION_SET:
     case MC_SUBSCRIPTION_GET:
     case MC_SUB_CURSOR:
@@ -702,14 +706,14 @@ static void h_bulk_retry(Req *r, char *const *p)
 
 WARN_UNUSED static int parse_complete(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    r->single_report = true;
+    r->single = true;
     return parse_single_report(body, p[0], p[1], true, &c->reports, &c->n_reports, &c->worker_id,
                                &c->instance, err);
 }
 
 WARN_UNUSED static int parse_fail(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    r->single_report = true;
+    r->single = true;
     return parse_single_report(body, p[0], p[1], false, &c->reports, &c->n_reports, &c->worker_id,
                                &c->instance, err);
 }
@@ -1081,15 +1085,62 @@ static void h_work_stream(Req *r, char *const *p)
 
 WARN_UNUSED static int parse_progress_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (parse_progress(body, p[1], &c->attempt, &c->worker_id, &c->instance, &c->detail, err) != 0)
-        return -1;
-    c->work_id = xstrdup(p[0]);
-    return 0;
+    r->single = true;
+    return parse_progress(body, p[0], p[1], &c->updates, &c->n_updates, &c->worker_id, &c->instance,
+                          err);
 }
 
 static void h_progress(Req *r, char *const *p)
 {
     worker_cmd(r, p, "work id", MC_PROGRESS, parse_progress_cmd);
+}
+
+WARN_UNUSED static int parse_progress_batch_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c,
+                                                Err *err)
+{
+    c->worker_id = xstrdup(p[0]);
+    return parse_progress_batch(body, (size_t)r->srv->cfg.max_batch, &c->updates, &c->n_updates,
+                                &c->instance, err);
+}
+
+static void h_worker_progress(Req *r, char *const *p)
+{
+    worker_cmd(r, p, "worker id", MC_PROGRESS, parse_progress_batch_cmd);
+}
+
+/* {"id", "attempt", "accepted", "seq"} or {..., "accepted": false, "status",
+ * "reason", "detail"}: how the manager took one progress update. */
+static json_t *progress_result_json(const ProgressUpdate *u)
+{
+    json_t *o = json_pack("{s:s, s:i, s:b}", "id", u->work_id, "attempt", u->attempt, "accepted",
+                          u->status == 200);
+    if (u->status == 200)
+        json_object_set_new(o, "seq", json_integer(u->seq));
+    else
+        json_object_update_new(o, json_pack("{s:i, s:s, s:s}", "status", u->status, "reason",
+                                            u->err.type, "detail", u->err.msg));
+    return o;
+}
+
+/* POST /work/{id}/attempts/{n}/progress answers {"id", "attempt", "seq"} or
+ * the refusal; POST /workers/{id}/progress {"results": [...]}, one per update. */
+static void progress_reply(Req *r, const MgrCmd *c)
+{
+    if (r->single && c->updates[0].status != 200) {
+        req_finish_problem(r, &c->updates[0].err);
+        return;
+    }
+    if (r->single) {
+        const ProgressUpdate *u = &c->updates[0];
+        req_finish_json(r, 200,
+                        json_pack("{s:s, s:i, s:I}", "id", u->work_id, "attempt", u->attempt, "seq",
+                                  (json_int_t)u->seq));
+        return;
+    }
+    json_t *results = json_array();
+    for (size_t i = 0; i < c->n_updates; i++)
+        json_array_append_new(results, progress_result_json(&c->updates[i]));
+    req_finish_json(r, 200, json_pack("{s:o}", "results", results));
 }
 
 /* ---- webhook subscriptions (admin; the leader answers) ---- */
@@ -1339,6 +1390,7 @@ const Route api_routes[] = {
     {"DELETE", "/workers/:id", h_deregister, "worker_deregister", false, SCOPE_WORKER, "instance"},
     {"POST", "/workers/:id/pull", h_pull, "worker_pull", true, SCOPE_WORKER, ""},
     {"POST", "/workers/:id/reports", h_reports, "worker_reports", true, SCOPE_WORKER, ""},
+    {"POST", "/workers/:id/progress", h_worker_progress, "worker_progress", true, SCOPE_WORKER, ""},
     {"GET", "/schedules", h_schedules, "schedules", false, SCOPE_CLIENT, ""},
     {"GET", "/schedules/:name", h_schedule_get, "schedule_get", false, SCOPE_CLIENT, ""},
     {"PUT", "/schedules/:name", h_schedule_put, "schedule_put", true, SCOPE_ADMIN, ""},

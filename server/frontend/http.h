@@ -49,7 +49,7 @@ struct Req {
     /* A command sent to the local manager, and how to turn its reply into the
      * answer (run on the HTTP thread when the request is resumed). */
     MgrCmd *cmd;
-    bool bulk, single_report;
+    bool bulk, single; /* single: a route of one attempt (answered as one item) */
     void (*on_resume)(Req *r);
 };
 

@@ -571,7 +571,7 @@ WARN_UNUSED static int parse_queues(json_t *v, char ***out, Err *err)
     return 0;
 }
 
-WARN_UNUSED static int parse_instance(json_t *body, char **out, Err *err)
+int parse_instance(json_t *body, char **out, Err *err)
 {
     json_t *v = json_object_get(body, "instance");
     *out = NULL;

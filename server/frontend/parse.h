@@ -28,6 +28,9 @@ json_t *parse_json_body(const char *body, size_t len, size_t max_depth, Err *err
  * it and listing the known ones, so that a typo is an error, not a default. */
 int parse_check_fields(json_t *o, const char *const *known, const char *where,
                        Err *err) WARN_UNUSED;
+/* body's "instance", if any, checked (*out: NULL when absent, else the caller's
+ * to free). */
+int parse_instance(json_t *body, char **out, Err *err) WARN_UNUSED;
 
 /* POST /work: one object or an array of them. idem_key (Idempotency-Key
  * header, may be NULL) becomes the id of a single item. Items without id get a

@@ -9,52 +9,119 @@
 #include "util.h"
 #include "webhooks.h"
 
-int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **worker_id,
-                   char **instance, json_t **detail, Err *err)
+/* The fields of one update in o (fraction, message, output: at least one),
+ * into u; where names it in a refusal. */
+WARN_UNUSED static int update_of(json_t *o, const char *where, ProgressUpdate *u, Err *err)
 {
+    json_t *f = json_object_get(o, "fraction"), *m = json_object_get(o, "message"),
+           *out = json_object_get(o, "output");
+    if (f && (!json_is_number(f) || !(json_number_value(f) >= 0.0 && json_number_value(f) <= 1.0)))
+        return err_set(err, 400, "invalid-field", "%s: 'fraction' must be a number from 0 to 1",
+                       where);
+    if (m && (!json_is_string(m) || json_string_length(m) > PROGRESS_MESSAGE_MAX ||
+              memchr(json_string_value(m), 0, json_string_length(m))))
+        return err_set(err, 400, "invalid-field",
+                       "%s: 'message' must be a string of at most %d bytes (no NUL)", where,
+                       PROGRESS_MESSAGE_MAX);
+    if (out && (!json_is_string(out) || memchr(json_string_value(out), 0, json_string_length(out))))
+        return err_set(err, 400, "invalid-field",
+                       "%s: 'output' must be a string (a chunk of partial output, no NUL)", where);
+    if (!f && !m && !out)
+        return err_set(err, 400, "invalid-body",
+                       "%s needs at least one of 'fraction', 'message', 'output'", where);
+    u->has_fraction = f != NULL;
+    u->fraction = f ? json_number_value(f) : 0.0;
+    u->message = m ? xstrdup(json_string_value(m)) : NULL;
+    u->output = out ? xstrdup(json_string_value(out)) : NULL;
+    return 0;
+}
+
+int parse_progress(json_t *body, const char *work_id, const char *attempt, ProgressUpdate **u,
+                   size_t *n, char **worker_id, char **instance, Err *err)
+{
+    *u = NULL;
+    *n = 0;
     *worker_id = *instance = NULL;
-    *detail = NULL;
     static const char *const known[] = {"worker_id", "instance", "fraction",
                                         "message",   "output",   NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the body must be a JSON object");
     if (parse_check_fields(body, known, "the progress report", err) != 0)
         return -1;
-    int64_t n;
-    if (parse_seq(attempt, &n, err) != 0 || n < 1 || n > 1000000)
+    int64_t att;
+    if (parse_seq(attempt, &att, err) != 0 || att < 1 || att > 1000000)
         return err_set(err, 400, "invalid-path",
                        "the attempt in the path must be a positive integer");
-    json_t *w = json_object_get(body, "worker_id"), *inst = json_object_get(body, "instance");
+    json_t *w = json_object_get(body, "worker_id");
     if (w && (!json_is_string(w) || !id_valid(json_string_value(w))))
         return err_set(err, 400, "invalid-field", "'worker_id' must be a worker id");
-    if (inst && (!json_is_string(inst) || !id_valid(json_string_value(inst))))
-        return err_set(err, 400, "invalid-field",
-                       "'instance' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..");
-    json_t *f = json_object_get(body, "fraction"), *m = json_object_get(body, "message"),
-           *o = json_object_get(body, "output");
-    if (f && (!json_is_number(f) || !(json_number_value(f) >= 0.0 && json_number_value(f) <= 1.0)))
-        return err_set(err, 400, "invalid-field", "'fraction' must be a number from 0 to 1");
-    if (m && (!json_is_string(m) || json_string_length(m) > PROGRESS_MESSAGE_MAX ||
-              memchr(json_string_value(m), 0, json_string_length(m))))
-        return err_set(err, 400, "invalid-field",
-                       "'message' must be a string of at most %d bytes (no NUL)",
-                       PROGRESS_MESSAGE_MAX);
-    if (o && (!json_is_string(o) || memchr(json_string_value(o), 0, json_string_length(o))))
-        return err_set(err, 400, "invalid-field",
-                       "'output' must be a string (a chunk of partial output, no NUL)");
-    if (!f && !m && !o)
-        return err_set(err, 400, "invalid-body",
-                       "a progress report needs at least one of 'fraction', 'message', 'output'");
-    *detail = json_object();
-    if (f)
-        json_object_set_new(*detail, "fraction", json_real(json_number_value(f)));
-    if (m)
-        json_object_set(*detail, "message", m);
-    if (o)
-        json_object_set(*detail, "output", o);
-    *attempt_out = (int)n;
+    ProgressUpdate one = {.work_id = xstrdup(work_id), .attempt = (int)att};
+    if (update_of(body, "the progress report", &one, err) != 0 ||
+        parse_instance(body, instance, err) != 0) {
+        free(one.work_id);
+        free(one.message);
+        free(one.output);
+        return -1;
+    }
+    *u = xcalloc(1, sizeof **u);
+    **u = one;
+    *n = 1;
     *worker_id = xstrdup(w ? json_string_value(w) : "anonymous");
-    *instance = inst ? xstrdup(json_string_value(inst)) : NULL;
+    return 0;
+}
+
+int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, size_t *n,
+                         char **instance, Err *err)
+{
+    *u = NULL;
+    *n = 0;
+    *instance = NULL;
+    static const char *const known[] = {"progress", "instance", NULL};
+    static const char *const known_update[] = {"id",      "attempt", "fraction",
+                                               "message", "output",  NULL};
+    json_t *arr = json_is_object(body) ? json_object_get(body, "progress") : NULL;
+    if (!json_is_array(arr) || !json_array_size(arr))
+        return err_set(err, 400, "invalid-body",
+                       "the body must be {\"progress\": [...]} with at least one update");
+    if (parse_check_fields(body, known, "the body", err) != 0)
+        return -1;
+    if (json_array_size(arr) > max_batch)
+        return err_set(err, 413, "batch-too-large", "%zu updates in one request; the limit is %zu",
+                       json_array_size(arr), max_batch);
+    ProgressUpdate *out = xcalloc(json_array_size(arr) + 1, sizeof *out);
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o)
+    {
+        char where[48];
+        snprintf(where, sizeof where, "progress[%zu]", i);
+        json_t *id = json_object_get(o, "id"), *att = json_object_get(o, "attempt");
+        if (!json_is_object(o)) {
+            err_set(err, 400, "invalid-field", "%s must be an object", where);
+            break;
+        }
+        if (parse_check_fields(o, known_update, where, err) != 0)
+            break;
+        if (!json_is_string(id) || !id_valid(json_string_value(id))) {
+            err_set(err, 400, "invalid-field", "%s: 'id' must be a work id", where);
+            break;
+        }
+        if (!json_is_integer(att) || json_integer_value(att) < 1 ||
+            json_integer_value(att) > 1000000) {
+            err_set(err, 400, "invalid-field", "%s: 'attempt' must be a positive integer", where);
+            break;
+        }
+        out[i].work_id = xstrdup(json_string_value(id));
+        out[i].attempt = (int)json_integer_value(att);
+        if (update_of(o, where, &out[i], err) != 0)
+            break;
+    }
+    if (i < json_array_size(arr) || parse_instance(body, instance, err) != 0) {
+        progress_updates_free(out, json_array_size(arr));
+        return -1;
+    }
+    *u = out;
+    *n = i;
     return 0;
 }
 

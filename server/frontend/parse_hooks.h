@@ -1,5 +1,5 @@
 /* parse_hooks: the bodies of progress reports (POST
- * /work/{id}/attempts/{n}/progress) and webhook subscriptions (PUT
+ * /work/{id}/attempts/{n}/progress, POST /workers/{id}/progress) and webhook subscriptions (PUT
  * /subscriptions/{name}), checked field by field with a message that names
  * what to fix. Untrusted input: fuzzed by tests/fuzz/fuzz_hooks.c. */
 #ifndef WORKD_PARSE_HOOKS_H
@@ -9,16 +9,21 @@
 #include <stdbool.h>
 
 #include "err.h"
+#include "progress.h"
 
 #define PROGRESS_MESSAGE_MAX 1024 /* bytes of one progress message */
 #define SUBSCRIPTION_URL_MAX 2048 /* bytes of a webhook URL */
 
-/* A progress report: {worker_id, instance, fraction (0..1), message, output},
- * at least one of the last three. On success *detail is {fraction?,
- * message?, output?} (a new reference) and the strings are the caller's to
- * free (worker_id "anonymous" when absent, instance NULL when absent). */
-int parse_progress(json_t *body, const char *attempt, int *attempt_out, char **worker_id,
-                   char **instance, json_t **detail, Err *err) WARN_UNUSED;
+/* POST /work/{id}/attempts/{n}/progress: {worker_id, instance, fraction
+ * (0..1), message, output}, at least one of the last three. On success *u is
+ * one update (progress_updates_free) and the strings are the caller's to free
+ * (worker_id "anonymous" when absent, instance NULL when absent). */
+int parse_progress(json_t *body, const char *work_id, const char *attempt, ProgressUpdate **u,
+                   size_t *n, char **worker_id, char **instance, Err *err) WARN_UNUSED;
+/* POST /workers/{id}/progress: {"progress": [{id, attempt, fraction, message,
+ * output}, ...], instance}: 1 to max_batch updates, each checked as above. */
+int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, size_t *n,
+                         char **instance, Err *err) WARN_UNUSED;
 
 /* A subscription: {url, secret, queues, kinds, paused, after}. On success
  * *detail is the whole subscription as its event records it: {name, url,

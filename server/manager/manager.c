@@ -98,6 +98,7 @@ void mgrcmd_free(MgrCmd *c)
     strv_free(c->queues);
     ws_running_free(c->running);
     ws_reports_free(c->reports, c->n_reports);
+    progress_updates_free(c->updates, c->n_updates);
     free(c->results);
     free(c->submitted);
     for (size_t i = 0; i < c->n_jobs; i++) {
@@ -911,31 +912,32 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
 
 /* ---- progress ---- */
 
+/* Each update is taken or refused on its own; the command succeeds. */
 static void handle_progress(Manager *m, MgrCmd *c, int64_t now)
 {
-    json_t *f = json_object_get(c->detail, "fraction");
-    ProgressMsg pm = {.work_id = c->work_id,
-                      .attempt = c->attempt,
-                      .worker_id = c->worker_id,
-                      .instance = c->instance,
-                      .claim = c->claim,
-                      .has_fraction = json_is_number(f),
-                      .fraction = json_number_value(f),
-                      .message = json_string_value(json_object_get(c->detail, "message")),
-                      .output = json_string_value(json_object_get(c->detail, "output"))};
-    EventList tmp;
-    eventlist_init(&tmp);
-    Err err = {0};
-    if (progress_decide(m->progress, m->ws, &pm, now, &tmp, &err) != 0) {
-        cmd_fail(c, err.status, err.type, err.msg);
-    } else {
-        emit(m, &tmp, now);
-        const Event *e = &m->batch.items[m->batch.len - 1];
-        cmd_ok_json(c, 200,
-                    json_pack("{s:s, s:i, s:I}", "id", c->work_id, "attempt", c->attempt, "seq",
-                              (json_int_t)e->seq));
+    for (size_t i = 0; i < c->n_updates; i++) {
+        ProgressUpdate *u = &c->updates[i];
+        ProgressMsg pm = {.work_id = u->work_id,
+                          .attempt = u->attempt,
+                          .worker_id = c->worker_id,
+                          .instance = c->instance,
+                          .claim = c->claim,
+                          .has_fraction = u->has_fraction,
+                          .fraction = u->fraction,
+                          .message = u->message,
+                          .output = u->output};
+        EventList tmp;
+        eventlist_init(&tmp);
+        if (progress_decide(m->progress, m->ws, &pm, now, &tmp, &u->err) != 0) {
+            u->status = u->err.status;
+        } else {
+            emit(m, &tmp, now);
+            u->status = 200;
+            u->seq = m->batch.items[m->batch.len - 1].seq;
+        }
+        eventlist_free(&tmp);
     }
-    eventlist_free(&tmp);
+    c->status = 200;
 }
 
 /* ---- webhook subscriptions ---- */

@@ -60,8 +60,8 @@ typedef enum {
     MC_BULK_RETRY,   /* filter (queue, key), max -> n_done, more (dead work) */
     MC_SCHEDULE_SET, /* name, schedule (or pause: 1 pause, 0 resume) -> reply: the schedule */
     MC_SCHEDULE_DELETE,  /* name -> (204) */
-    MC_PROGRESS,         /* work_id, attempt, worker_id, instance, claim, detail {fraction, message,
-                            output} -> reply {id, attempt, seq} */
+    MC_PROGRESS,         /* worker_id, instance, claim, updates -> each update's status and seq
+                            (typed) */
     MC_SUBSCRIPTION_SET, /* detail: the whole subscription (webhooks.h), or {name, deleted:
                             true} -> reply: the subscription as GET shows it */
     MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> reply: webhooks_json */
@@ -142,8 +142,9 @@ typedef struct MgrCmd {
     int pause;                    /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
-    int attempt;    /* MC_PROGRESS */
-    json_t *detail; /* MC_PROGRESS, MC_SUBSCRIPTION_SET, MC_SUB_* */
+    ProgressUpdate *updates; /* MC_PROGRESS: n_updates of them, each answered in place */
+    size_t n_updates;
+    json_t *detail; /* MC_SUBSCRIPTION_SET, MC_SUB_* */
     /* reply: typed, written as JSON by the HTTP layer (api.c) */
     int status;              /* HTTP status: 200, 202, 204, or the error's */
     Err err;                 /* when status >= 400 */
@@ -153,8 +154,8 @@ typedef struct MgrCmd {
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
     RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
     ClusterView *cluster; /* MC_CLUSTER */
-    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET, MC_PROGRESS,
-     * the subscriptions): JSON made on the manager thread, sent as it is. */
+    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET, the
+     * subscriptions): JSON made on the manager thread, sent as it is. */
     json_t *reply;
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */

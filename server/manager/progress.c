@@ -25,6 +25,16 @@ struct ProgressBook {
     HMap budgets; /* work id -> Budget */
 };
 
+void progress_updates_free(ProgressUpdate *u, size_t n)
+{
+    for (size_t i = 0; u && i < n; i++) {
+        free(u[i].work_id);
+        free(u[i].message);
+        free(u[i].output);
+    }
+    free(u);
+}
+
 ProgressBook *progress_new(const ProgressLimits *lim)
 {
     ProgressBook *b = xcalloc(1, sizeof *b);

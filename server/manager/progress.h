@@ -33,6 +33,23 @@ typedef struct ProgressMsg {
     const char *output;  /* a chunk of partial output; NULL: none */
 } ProgressMsg;
 
+/* An update of a worker's progress report (MC_PROGRESS), as the HTTP layer
+ * parsed it (owned strings), and once the manager has taken it, its answer:
+ * status 200 and the seq of its event, or the refusal in err. */
+typedef struct ProgressUpdate {
+    char *work_id;
+    int attempt;
+    bool has_fraction; /* fraction in [0, 1] */
+    double fraction;
+    char *message; /* NULL: keep the last one */
+    char *output;  /* a chunk of partial output; NULL: none */
+    int status;
+    Err err;
+    int64_t seq;
+} ProgressUpdate;
+
+void progress_updates_free(ProgressUpdate *u, size_t n);
+
 typedef struct ProgressBook ProgressBook;
 
 /* ---- lifetime ---- */

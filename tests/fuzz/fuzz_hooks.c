@@ -1,6 +1,7 @@
-/* Fuzzes the bodies of POST /work/{id}/attempts/{n}/progress and PUT
- * /subscriptions/{name} as their handlers read them: parse_json_body, then
- * parse_progress or parse_subscription (the first byte chooses). An accepted
+/* Fuzzes the bodies of POST /work/{id}/attempts/{n}/progress, POST
+ * /workers/{id}/progress and PUT /subscriptions/{name} as their handlers read
+ * them: parse_json_body, then parse_progress, parse_progress_batch or
+ * parse_subscription (the first byte chooses). An accepted
  * subscription must carry a secret that signs; an accepted progress report
  * says something. */
 #include "fuzz.h"
@@ -47,17 +48,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_check_problem(&err, 400, 400);
         }
     } else {
-        int attempt;
+        /* The second bit: one attempt's report, or a worker's batch (at most 8). */
+        bool batch = data[0] & 2;
+        ProgressUpdate *u = NULL;
+        size_t n = 0;
         char *worker = NULL, *instance = NULL;
-        json_t *d = NULL;
-        if (parse_progress(body, "1", &attempt, &worker, &instance, &d, &err) == 0) {
-            FUZZ_CHECK(json_object_size(d) >= 1, "an accepted progress report says nothing");
-            FUZZ_CHECK(worker && attempt == 1, "an accepted progress report lost its worker");
-            json_decref(d);
+        int rc = batch ? parse_progress_batch(body, 8, &u, &n, &instance, &err)
+                       : parse_progress(body, "w1", "1", &u, &n, &worker, &instance, &err);
+        if (rc == 0) {
+            FUZZ_CHECK(n >= 1 && n <= 8 && (batch || (worker && n == 1 && u[0].attempt == 1)),
+                       "an accepted progress report has %zu updates", n);
+            for (size_t i = 0; i < n; i++)
+                FUZZ_CHECK(u[i].work_id && u[i].attempt >= 1 &&
+                               (u[i].has_fraction || u[i].message || u[i].output),
+                           "an accepted progress update says nothing");
+            progress_updates_free(u, n);
             free(worker);
             free(instance);
         } else {
-            fuzz_check_problem(&err, 400, 400);
+            FUZZ_CHECK(!u && !n, "a refused progress report left updates");
+            fuzz_check_problem(&err, 400, 413);
         }
     }
     json_decref(body);

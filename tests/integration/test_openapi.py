@@ -607,6 +607,8 @@ def routing_and_transport(L, F):
                    ("POST", "/bulk/cancel", {"queue": "probe"}),
                    ("POST", "/bulk/retry", {"queue": "probe"}),
                    ("POST", "/work/probe/attempts/1/progress", {"message": "x"}),
+                   ("POST", "/workers/probe-worker/progress",
+                    {"progress": [{"id": "probe", "attempt": 1, "message": "x"}]}),
                    ("GET", "/subscriptions", None), ("GET", "/subscriptions/probe", None),
                    ("PUT", "/subscriptions/probe", {"url": "http://x/", "secret": "whsec_" + "A" * 32}),
                    ("DELETE", "/subscriptions/probe", None),
@@ -1101,6 +1103,15 @@ def progress_and_webhooks(L, F):
             "progress-too-large")
     codes = [api("POST", L, path, {**who, "message": f"m{i}"}, JSON).status for i in range(6)]
     assert 429 in codes, f"--progress-rate 3 must refuse a burst: {codes}"
+    # A worker's progress for many attempts: each taken or refused on its own.
+    upd = {"id": "pg1", "attempt": job["attempt"], "fraction": 0.5}
+    res = api("POST", F, "/workers/w-prog/progress",
+              {"instance": "i1", "progress": [upd, {**upd, "id": "nope"}]}, JSON,
+              expect=200).json()["results"]
+    assert res[1]["accepted"] is False and res[1]["reason"] == "not-found", res
+    for body, kind in (({"progress": []}, "invalid-body"), ({"progress": [{"id": "pg1"}]}, "invalid-field"),
+                       ({"progress": [upd], "colour": 1}, "unknown-field")):
+        problem(api("POST", L, "/workers/w-prog/progress", body, JSON, expect=400), kind)
     api("POST", L, f"/work/pg1/attempts/{job['attempt']}/complete", {**who, "result": 1}, JSON,
         expect=200)
     # The work's stream: its history from the start, progress and all.

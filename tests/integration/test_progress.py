@@ -165,6 +165,46 @@ def test_progress_is_checked_and_bounded(cluster):
         wait_status(srv.url, j["id"], "completed")
 
 
+def test_a_worker_sends_the_progress_of_all_its_attempts_in_one_request(cluster):
+    """POST /workers/{id}/progress: each update is taken or refused on its
+    own, as the one-attempt route would, and the taken ones are events."""
+    srv = start_server(cluster)
+    for wid in ("a", "b"):
+        submit(srv.url, {"id": wid, "payload": 1})
+    heartbeat(srv.url, "wk", capacity=2)
+    jobs = {j["id"]: j for j in pull(srv.url, "wk", max_jobs=2)}
+    a, b = jobs["a"], jobs["b"]
+    url = f"{srv.url}/workers/wk/progress"
+    r = expect(http("POST", url, {"instance": "i1", "progress": [
+        {"id": "a", "attempt": a["attempt"], "fraction": 0.5, "message": "half"},
+        {"id": "b", "attempt": b["attempt"], "output": "chunk"},
+        {"id": "b", "attempt": b["attempt"] + 1, "message": "stale"},
+        {"id": "nope", "attempt": 1, "message": "x"}]}, JSON), 200, "a batch of progress")
+    res = r.json()["results"]
+    assert [x["accepted"] for x in res] == [True, True, False, False], r.text
+    assert res[0]["seq"] < res[1]["seq"], r.text
+    assert (res[2]["status"], res[2]["reason"]) == (409, "attempt-superseded"), r.text
+    assert (res[3]["status"], res[3]["reason"]) == (404, "not-found"), r.text
+    assert get_work(srv.url, "a")["progress"]["message"] == "half"
+    # Another worker's name in the path holds neither attempt.
+    r = expect(http("POST", f"{srv.url}/workers/other/progress",
+                    {"progress": [{"id": "a", "attempt": a["attempt"], "message": "x"}]}, JSON),
+               200, "progress for another's attempt")
+    assert r.json()["results"][0]["reason"] == "attempt-not-held", r.text
+    # A malformed update refuses the whole request, naming it.
+    for body, what in (({"progress": []}, "at least one"),
+                       ({"progress": [{"id": "a", "attempt": 1}]}, "progress[0]"),
+                       ({"progress": [{"id": "a", "attempt": 1, "message": "x"},
+                                      {"id": "a", "attempt": 0, "message": "x"}]}, "progress[1]"),
+                       ({"progress": [{"id": "a", "attempt": 1, "fraction": 2}]}, "fraction"),
+                       ({"progress": [{"id": "a", "attempt": 1, "colour": 2}]}, "colour")):
+        r = expect(http("POST", url, body, JSON), 400, f"malformed progress {body}")
+        assert what in r.json()["detail"], r.text
+    r = expect(http("POST", url, {"progress": [{"id": "a", "attempt": 1, "message": "x"}] * 1001},
+                    JSON), 413, "too many updates")
+    assert "1001" in r.json()["detail"], r.text
+
+
 def test_exec_job_flooding_progress_does_not_harm_others(cluster):
     srv = start_server(cluster, ["--progress-rate", "5"])
     flood = script(cluster, "job.sh", """

@@ -11,7 +11,7 @@
 
 const TOKEN_KEY = 'workd.token';
 const FINAL = new Set(['completed', 'dead', 'cancelled']);
-const STATUSES = ['pending', 'scheduled', 'running', 'completed', 'dead', 'cancelled'];
+const STATUSES = ['waiting', 'pending', 'scheduled', 'running', 'completed', 'dead', 'cancelled'];
 const FEED_MAX = 200;
 const POLL_MS = 2000;
 const LIST_POLL_MS = 5000;

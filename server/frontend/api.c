@@ -879,7 +879,8 @@ static void queues_task(PGconn *conn, void *arg)
     {
         json_t *o = json_object_get(open, k), *f = json_object_get(finished, k);
         json_t *q = json_pack(
-            "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "pending",
+            "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "waiting",
+            (json_int_t)json_integer_value(json_object_get(o, "waiting")), "pending",
             (json_int_t)json_integer_value(json_object_get(o, "pending")), "scheduled",
             (json_int_t)json_integer_value(json_object_get(o, "scheduled")), "running",
             (json_int_t)json_integer_value(json_object_get(o, "running")), "completed",

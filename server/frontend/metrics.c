@@ -167,8 +167,8 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
         json_t *v;
         json_object_foreach(open, q, v)
         {
-            static const char *states[] = {"pending", "scheduled", "running"};
-            for (int i = 0; i < 3; i++)
+            static const char *states[] = {"waiting", "pending", "scheduled", "running"};
+            for (int i = 0; i < 4; i++)
                 sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q, states[i],
                             (long long)json_integer_value(json_object_get(v, states[i])));
         }

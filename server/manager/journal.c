@@ -1395,16 +1395,17 @@ json_t *journal_open_counts(PGconn *c, Err *err)
         "       count(*) FILTER (WHERE status = 'running'),"
         "       workd_epoch_ms(min(coalesce(run_at, created_at)) FILTER (WHERE " READY ")),"
         "       extract(epoch from now() - min(coalesce(run_at, created_at))"
-        "                                  FILTER (WHERE " READY "))::float8"
-        "  FROM workd_open WHERE status IN ('pending', 'running') GROUP BY queue",
+        "                                  FILTER (WHERE " READY "))::float8,"
+        "       count(*) FILTER (WHERE status = 'waiting')"
+        "  FROM workd_open WHERE status IN ('pending', 'running', 'waiting') GROUP BY queue",
         0, NULL, "counting open work", err);
     if (!r)
         return NULL;
     json_t *o = json_object();
     for (int i = 0; i < PQntuples(r); i++) {
-        json_t *q =
-            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 1), "scheduled",
-                      (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
+        json_t *q = json_pack("{s:I, s:I, s:I, s:I}", "waiting", (json_int_t)db_int(r, i, 6),
+                              "pending", (json_int_t)db_int(r, i, 1), "scheduled",
+                              (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
         set_time_field(q, "oldest_pending_at", r, i, 4);
         json_object_set_new(q, "oldest_pending_age_s",
                             PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));

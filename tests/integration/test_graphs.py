@@ -60,6 +60,11 @@ def test_graph_runs_in_dependency_order_across_a_kill(cluster):
     got = expect(http("POST", urls[1] + "/work", items, JSON), 202, "the graph").json()["items"]
     statuses = Counter(x["status"] for x in got)
     assert statuses == {"pending": 1, "waiting": 199}, f"only the root is ready: {statuses}"
+    q = next(q for q in expect(http("GET", urls[1] + "/queues"), 200, "queues").json()["queues"]
+             if q["queue"] == "graph")
+    assert (q["waiting"], q["pending"]) == (199, 1), f"/queues counts the waiting work: {q}"
+    m = http("GET", urls[1] + "/metrics").text
+    assert 'workd_queue_depth{queue="graph",state="waiting"} 199' in m, "the metric counts it too"
     done, killed = 0, False
     while done < len(nodes):
         url = leader_of(urls) or urls[0]

@@ -57,6 +57,7 @@ typedef struct WorkItem {
     bool run_anyway; /* runs when a parent ends dead or cancelled (else cancelled too) */
     char *batch;     /* NULL: none */
     /* private */
+    size_t *kid_slot; /* per after[j] linked: its place in that parent's Kids (SIZE_MAX: none) */
     size_t heap_idx;
     int where; /* which heap holds it */
 } WorkItem;

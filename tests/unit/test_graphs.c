@@ -166,6 +166,52 @@ static void test_dead_parent_cancels_descendants(void **state)
     sim_free(&s);
 }
 
+/* Children cancelled one by one, in no order, leave their parents' lists
+ * (through the holes and compactions of Kids); the parent's completion then
+ * releases exactly the rest, in the order they were accepted. */
+static void test_cancelled_children_leave_their_parents(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    enum { N = 300 };
+    char *specs[N + 2];
+    specs[0] = xstrdup("p");
+    specs[1] = xstrdup("q");
+    for (int i = 0; i < N; i++) {
+        char b[40];
+        snprintf(b, sizeof b, i % 3 ? "c%03d<-p" : "c%03d<-p,q,p", i);
+        specs[i + 2] = xstrdup(b);
+    }
+    CHECK(submit_graph(&s, (const char *const *)specs, N + 2, NULL, NULL, 0, &err) == 0,
+          "refused: %s", err.msg);
+    /* Cancel every child whose number is not a multiple of 7, in a scrambled order. */
+    for (int k = 0; k < N; k++) {
+        int i = (k * 37) % N; /* 37 is prime to 300: each once */
+        if (i % 7 == 0)
+            continue;
+        char id[16];
+        snprintf(id, sizeof id, "c%03d", i);
+        CHECK(ws_decide_cancel(s.ws, id, s.now, &s.out, &err) == 0, "cancel %s: %s", id, err.msg);
+        sim_emit(&s);
+    }
+    finish(&s, "q", true);
+    size_t mark = s.log.len;
+    finish(&s, "p", true);
+    SBuf want;
+    sbuf_init(&want);
+    sbuf_puts(&want, "started:p completed:p");
+    for (int i = 0; i < N; i += 7)
+        sbuf_printf(&want, " released:c%03d", i);
+    log_is(&s, mark, want.data);
+    sbuf_free(&want);
+    replayable(&s);
+    for (int i = 0; i < N + 2; i++)
+        free(specs[i]);
+    sim_free(&s);
+}
+
 static void test_parents_must_exist(void **state)
 {
     (void)state;
@@ -356,6 +402,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_waits_for_every_parent),
         cmocka_unit_test(test_dead_parent_cancels_descendants),
+        cmocka_unit_test(test_cancelled_children_leave_their_parents),
         cmocka_unit_test(test_parents_must_exist),
         cmocka_unit_test(test_batch_finishes_once_after_its_last_member),
         cmocka_unit_test(test_ticks_fire_once),

@@ -399,8 +399,8 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
             }
             out->run_anyway = json_is_true(json_object_get(data, "run_anyway"));
             out->waiting = json_is_true(json_object_get(data, "waiting"));
-            out->batch = get_str(data, "batch");
         }
+        out->batch = get_str(data, "batch"); /* retried: the batch it rejoins */
         break;
     case EV_STARTED:
         if (get_int(data, "attempt", &v, 1, err) ||

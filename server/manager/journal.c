@@ -873,7 +873,7 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
  * rows of these ids, with what reopening one needs. */
 #define KNOWN_COLS                                                                                 \
     "w.id, w.status, w.attempts, w.payload::text, w.queue, w.priority, w.timeout_ms,"              \
-    " w.max_attempts, w.last_error, w.key"
+    " w.max_attempts, w.last_error, w.key, w.batch"
 
 /* Fills out from rows of KNOWN_COLS (out->res owns the strings). */
 static void known_rows(KnownSet *out)
@@ -892,6 +892,7 @@ static void known_rows(KnownSet *out)
         k->max_attempts = (int)db_int(out->res, i, 7);
         k->last_error = db_str(out->res, i, 8);
         k->key = db_str(out->res, i, 9);
+        k->batch = db_str(out->res, i, 10);
     }
 }
 

@@ -254,6 +254,7 @@ static KnownWork *known_snapshot(const WorkItem *it, const Event *e)
     k->timeout_ms = it->timeout_ms;
     k->max_attempts = it->max_attempts;
     k->last_error = xstrdup(e->error ? e->error : it->last_error);
+    k->batch = xstrdup(it->batch);
     return k;
 }
 
@@ -264,6 +265,7 @@ static void known_snapshot_free(KnownWork *k)
     free((char *)k->queue);
     free((char *)k->key);
     free((char *)k->last_error);
+    free((char *)k->batch);
     free(k);
 }
 

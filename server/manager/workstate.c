@@ -661,6 +661,11 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
     e->attempt = known->attempts;
     e->max_attempts = known->attempts + 1;
     e->error = xstrdup(known->last_error); /* kept, as the projection keeps it */
+    /* A member of a batch that is still open rejoins it (as recovery, which
+     * reads the reopened row with its batch, would have it); once the batch
+     * has finished, the work runs on its own. */
+    if (known->batch && hmap_get(&ws->batches, known->batch))
+        e->batch = xstrdup(known->batch);
     return 0;
 }
 
@@ -1158,6 +1163,15 @@ void ws_apply(WorkState *ws, const Event *e)
         it->created_at = e->at;
         it->heap_idx = HEAP_NONE;
         hmap_put(&ws->items, it->id, it);
+        if (e->type == EV_RETRIED && e->batch) {
+            Batch *b = hmap_get(&ws->batches, e->batch);
+            if (b) { /* back among the open members: no longer counted dead */
+                it->batch = xstrdup(e->batch);
+                b->open++;
+                if (b->counts[1] > 0)
+                    b->counts[1]--;
+            }
+        }
         if (e->type == EV_ACCEPTED) {
             it->after = strv_copy(e->after);
             it->run_anyway = e->run_anyway;

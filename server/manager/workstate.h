@@ -101,6 +101,7 @@ typedef struct KnownWork {
     int64_t timeout_ms;
     int max_attempts;
     const char *last_error; /* may be NULL */
+    const char *batch;      /* the batch it was a member of (NULL: none) */
 } KnownWork;
 
 typedef struct SubmitItem {

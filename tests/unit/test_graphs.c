@@ -77,7 +77,7 @@ static void finish(Sim *s, const char *id, bool ok)
     CHECK(ws_decide_start(s->ws, "w", queues, s->now, &s->out), "'%s' should be ready", id);
     sim_emit(s);
     Report r = {.work_id = id,
-                .attempt = 1,
+                .attempt = ws_get(s->ws, id)->attempt,
                 .worker_id = "w",
                 .instance = "i",
                 .completed = ok,
@@ -281,6 +281,49 @@ static void test_batch_finishes_once_after_its_last_member(void **state)
     sim_free(&s);
 }
 
+/* A dead member retried while its batch is open rejoins it: the batch waits
+ * for it and counts its new end, live as after a replay or a recovery. */
+static void test_retried_member_rejoins_its_open_batch(void **state)
+{
+    (void)state;
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    Err err = {0};
+    BatchOpen bo = {.id = "b2"};
+    const char *const g[] = {"r1", "r2"};
+    CHECK(submit_graph(&s, g, 2, &bo, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    finish(&s, "r1", false);
+    status_is(&s, "r1", "finished");
+    CHECK(ws_batch(s.ws, "b2")->open == 1 && ws_batch(s.ws, "b2")->counts[1] == 1,
+          "r1 counted dead, r2 open");
+    const ProjRow *row = proj_get(&s.proj, "r1");
+    KnownWork k = {.id = row->id,
+                   .status = row->status,
+                   .attempts = row->attempts,
+                   .payload = row->payload,
+                   .queue = row->queue,
+                   .priority = row->priority,
+                   .timeout_ms = row->timeout_ms,
+                   .max_attempts = row->max_attempts,
+                   .last_error = row->last_error,
+                   .batch = row->batch};
+    CHECK(ws_decide_retry(s.ws, "r1", &k, s.now, &s.out, &err) == 0, "retry: %s", err.msg);
+    sim_emit(&s);
+    CHECK(ws_batch(s.ws, "b2")->open == 2 && ws_batch(s.ws, "b2")->counts[1] == 0,
+          "r1 is an open member again");
+    replayable(&s);
+    size_t mark = s.log.len;
+    finish(&s, "r2", true);
+    log_is(&s, mark, "started:r2 completed:r2");
+    finish(&s, "r1", true);
+    const Event *b = &s.log.items[s.log.len - 1];
+    CHECK(b->type == EV_BATCH && b->counts[0] == 2 && b->counts[1] == 0,
+          "the batch finishes after r1's new end: %s, %d completed, %d dead",
+          event_type_name(b->type), b->counts[0], b->counts[1]);
+    replayable(&s);
+    sim_free(&s);
+}
+
 /* ---- schedules ---- */
 
 static ScheduleSpec every_second(CatchUp cu, int max, bool skip_overlap)
@@ -405,6 +448,7 @@ int main(void)
         cmocka_unit_test(test_cancelled_children_leave_their_parents),
         cmocka_unit_test(test_parents_must_exist),
         cmocka_unit_test(test_batch_finishes_once_after_its_last_member),
+        cmocka_unit_test(test_retried_member_rejoins_its_open_batch),
         cmocka_unit_test(test_ticks_fire_once),
         cmocka_unit_test(test_missed_ticks_follow_the_catch_up_policy),
         cmocka_unit_test(test_overlap_skips_while_the_last_run_is_open),

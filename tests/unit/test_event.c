@@ -356,15 +356,7 @@ static void test_decided_events_round_trip(void **state)
     /* An operator reopens the dead "bad", as the manager does, from its row. */
     const ProjRow *row = proj_get(&s.proj, "bad");
     CHECK(row && !strcmp(row->status, "dead"), "'bad' should be dead by now");
-    KnownWork dead = {.id = row->id,
-                      .status = row->status,
-                      .attempts = row->attempts,
-                      .payload = row->payload,
-                      .queue = row->queue,
-                      .priority = row->priority,
-                      .timeout_ms = row->timeout_ms,
-                      .max_attempts = row->max_attempts,
-                      .last_error = row->last_error};
+    KnownWork dead = known_of_row(row);
     CHECK(ws_decide_retry(s.ws, "bad", &dead, s.now, &s.out, &err) == 0, "retry refused: %s",
           err.msg);
     sim_emit(&s);

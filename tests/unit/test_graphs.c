@@ -297,16 +297,7 @@ static void test_retried_member_rejoins_its_open_batch(void **state)
     CHECK(ws_batch(s.ws, "b2")->open == 1 && ws_batch(s.ws, "b2")->counts[1] == 1,
           "r1 counted dead, r2 open");
     const ProjRow *row = proj_get(&s.proj, "r1");
-    KnownWork k = {.id = row->id,
-                   .status = row->status,
-                   .attempts = row->attempts,
-                   .payload = row->payload,
-                   .queue = row->queue,
-                   .priority = row->priority,
-                   .timeout_ms = row->timeout_ms,
-                   .max_attempts = row->max_attempts,
-                   .last_error = row->last_error,
-                   .batch = row->batch};
+    KnownWork k = known_of_row(row);
     CHECK(ws_decide_retry(s.ws, "r1", &k, s.now, &s.out, &err) == 0, "retry: %s", err.msg);
     sim_emit(&s);
     CHECK(ws_batch(s.ws, "b2")->open == 2 && ws_batch(s.ws, "b2")->counts[1] == 0,

@@ -51,15 +51,7 @@ static size_t known_for(const Sim *s, const char *const *ids, size_t n, KnownWor
         for (size_t j = 0; r && j < k; j++)
             dup = dup || !strcmp(out[j].id, r->id);
         if (r && !dup)
-            out[k++] = (KnownWork){.id = r->id,
-                                   .status = r->status,
-                                   .attempts = r->attempts,
-                                   .payload = r->payload,
-                                   .queue = r->queue,
-                                   .priority = r->priority,
-                                   .timeout_ms = r->timeout_ms,
-                                   .max_attempts = r->max_attempts,
-                                   .last_error = r->last_error};
+            out[k++] = known_of_row(r);
     }
     return k;
 }

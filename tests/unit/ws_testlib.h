@@ -368,6 +368,21 @@ static inline const ProjRow *proj_get(const Proj *p, const char *id)
     return hmap_get(&p->rows, id);
 }
 
+/* What the manager knows of finished work from its row (borrowed strings). */
+static inline KnownWork known_of_row(const ProjRow *row)
+{
+    return (KnownWork){.id = row->id,
+                       .status = row->status,
+                       .attempts = row->attempts,
+                       .payload = row->payload,
+                       .queue = row->queue,
+                       .priority = row->priority,
+                       .timeout_ms = row->timeout_ms,
+                       .max_attempts = row->max_attempts,
+                       .last_error = row->last_error,
+                       .batch = row->batch};
+}
+
 static inline bool proj_reopened(const Proj *p, const char *id)
 {
     return hmap_get(&p->reopened, id) != NULL;

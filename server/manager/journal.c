@@ -189,95 +189,120 @@ static void sql_names(SBuf *b, const Field *cols, size_t n)
         sbuf_printf(b, "%s%s", i ? ", " : "", fields[cols[i]].name);
 }
 
-static char *append_sql(void)
+enum {
+    N_PARAMS = P_SCALARS + E_COUNT + NCOLS(open_new_cols) + NCOLS(open_up_cols) + NCOLS(done_cols)
+};
+
+/* The parts of the append statement: each a CTE, written only when the
+ * commit has rows for it (see append_shape). */
+typedef enum {
+    AP_BASE, /* the fence, the events, the part's first seq: every commit */
+    AP_NEW,  /* open rows accepted in this commit */
+    AP_UP,   /* open rows changed */
+    AP_DONE, /* finished rows: out of workd_open, into workd_done, counted */
+    AP_ACT,  /* the dashboard's activity counts */
+    AP_INBOX,
+    AP_END, /* the closing SELECT: every commit */
+    AP_COUNT
+} AppendPart;
+
+/* The append statement of one shape (a bit per AppendPart present besides
+ * AP_BASE and AP_END, which every shape has).
+ * Every shape numbers the parameters alike; *used says which it reads. */
+static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
 {
-    SBuf b;
-    sbuf_init(&b);
+    SBuf part[AP_COUNT];
+    for (int i = 0; i < AP_COUNT; i++)
+        sbuf_init(&part[i]);
+    SBuf *b = &part[AP_BASE];
     int param = P_SCALARS + 1;
     int ev_cols[E_COUNT], cols[F_COUNT];
     for (int i = 0; i < E_COUNT; i++)
         ev_cols[i] = i;
 
-    sbuf_printf(&b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
+    sbuf_printf(b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
                 P_OPENING);
-    sbuf_puts(&b, "ev AS (INSERT INTO workd_events (");
+    sbuf_puts(b, "ev AS (INSERT INTO workd_events (");
     for (int i = 0; i < E_COUNT; i++)
-        sbuf_printf(&b, "%s, ", ev_fields[i].name);
-    sbuf_puts(&b, "term, part)\n  SELECT ");
+        sbuf_printf(b, "%s, ", ev_fields[i].name);
+    sbuf_puts(b, "term, part)\n  SELECT ");
     for (int i = 0; i < E_COUNT; i++) {
-        sql_value(&b, "e", &ev_fields[i]);
-        sbuf_puts(&b, ", ");
+        sql_value(b, "e", &ev_fields[i]);
+        sbuf_puts(b, ", ");
     }
-    sbuf_printf(&b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
+    sbuf_printf(b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
     int first_ev = param;
-    sql_unnest(&b, &param, ev_fields, ev_cols, E_COUNT, "e");
-    sbuf_puts(&b, "\n  WHERE (SELECT ok FROM lk) RETURNING 1),\n");
+    sql_unnest(b, &param, ev_fields, ev_cols, E_COUNT, "e");
+    sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk) RETURNING 1),\n");
 
-    sbuf_printf(&b,
+    sbuf_printf(b,
                 "pt AS (UPDATE workd_parts"
                 "  SET first_seq = ($%d::bigint[])[1], first_at = workd_ts($%d::bigint)\n"
                 "  WHERE part = $%d::int AND first_seq IS NULL AND (SELECT ok FROM lk)),\n",
                 first_ev + E_SEQ, P_FIRST_AT, P_PART);
 
-    sbuf_puts(&b, "nw AS (INSERT INTO workd_open (");
-    sql_names(&b, open_new_cols, NCOLS(open_new_cols));
-    sbuf_puts(&b, ")\n  SELECT ");
+    b = &part[AP_NEW];
+    sbuf_puts(b, "nw AS (INSERT INTO workd_open (");
+    sql_names(b, open_new_cols, NCOLS(open_new_cols));
+    sbuf_puts(b, ")\n  SELECT ");
     for (size_t i = 0; i < NCOLS(open_new_cols); i++) {
-        sbuf_puts(&b, i ? ", " : "");
-        sql_value(&b, "n", &fields[open_new_cols[i]]);
+        sbuf_puts(b, i ? ", " : "");
+        sql_value(b, "n", &fields[open_new_cols[i]]);
         cols[i] = open_new_cols[i];
     }
-    sbuf_puts(&b, "\n  FROM ");
-    sql_unnest(&b, &param, fields, cols, NCOLS(open_new_cols), "n");
-    sbuf_puts(&b, "\n  WHERE (SELECT ok FROM lk)),\n");
+    sbuf_puts(b, "\n  FROM ");
+    sql_unnest(b, &param, fields, cols, NCOLS(open_new_cols), "n");
+    sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk)),\n");
 
-    sbuf_puts(&b, "up AS (UPDATE workd_open w SET ");
+    b = &part[AP_UP];
+    sbuf_puts(b, "up AS (UPDATE workd_open w SET ");
     for (size_t i = 0; i < NCOLS(open_up_cols); i++) {
         const FieldDef *f = &fields[open_up_cols[i]];
         cols[i] = open_up_cols[i];
         if (open_up_cols[i] == F_ID || open_up_cols[i] == F_MASK)
             continue;
-        sbuf_printf(&b, "%s = ", f->name);
-        sql_overlay(&b, "u", "w", f);
-        sbuf_puts(&b, i + 1 < NCOLS(open_up_cols) ? ",\n    " : "");
+        sbuf_printf(b, "%s = ", f->name);
+        sql_overlay(b, "u", "w", f);
+        sbuf_puts(b, i + 1 < NCOLS(open_up_cols) ? ",\n    " : "");
     }
-    sbuf_puts(&b, "\n  FROM ");
-    sql_unnest(&b, &param, fields, cols, NCOLS(open_up_cols), "u");
-    sbuf_puts(&b, "\n  WHERE w.id = u.id AND (SELECT ok FROM lk)),\n");
+    sbuf_puts(b, "\n  FROM ");
+    sql_unnest(b, &param, fields, cols, NCOLS(open_up_cols), "u");
+    sbuf_puts(b, "\n  WHERE w.id = u.id AND (SELECT ok FROM lk)),\n");
 
     /* Finished work: the rows that were open leave workd_open, their done
      * row made in the DELETE's RETURNING from the old row overlaid with the
      * commit's changes (m = -1: accepted in this commit, no old row). The
      * array parameters are the same for both uses. */
+    b = &part[AP_DONE];
     for (size_t i = 0; i < NCOLS(done_cols); i++)
         cols[i] = done_cols[i];
     SBuf dsrc;
     sbuf_init(&dsrc);
     sql_unnest(&dsrc, &param, fields, cols, NCOLS(done_cols), "d");
-    sbuf_printf(&b, "gone AS (DELETE FROM workd_open g USING %s\n", dsrc.data);
-    sbuf_puts(&b, "  WHERE g.id = d.id AND d.m <> -1 AND (SELECT ok FROM lk)\n  RETURNING ");
+    sbuf_printf(b, "gone AS (DELETE FROM workd_open g USING %s\n", dsrc.data);
+    sbuf_puts(b, "  WHERE g.id = d.id AND d.m <> -1 AND (SELECT ok FROM lk)\n  RETURNING ");
     for (size_t i = 0; i < NCOLS(done_cols); i++) {
         if (done_cols[i] == F_MASK)
             continue;
-        sbuf_puts(&b, i ? ", " : "");
+        sbuf_puts(b, i ? ", " : "");
         if (done_cols[i] == F_RESULT) /* open rows have none */
-            sql_value(&b, "d", &fields[F_RESULT]);
+            sql_value(b, "d", &fields[F_RESULT]);
         else
-            sql_overlay(&b, "d", "g", &fields[done_cols[i]]);
+            sql_overlay(b, "d", "g", &fields[done_cols[i]]);
     }
-    sbuf_puts(&b, "),\n");
-    sbuf_puts(&b, "dn AS (INSERT INTO workd_done (");
-    sql_names(&b, done_cols + 0, 1);
-    sbuf_puts(&b, ", ");
-    sql_names(&b, done_cols + 2, NCOLS(done_cols) - 2);
-    sbuf_printf(&b, ", part)\n  SELECT *, $%d::int FROM gone\n  UNION ALL\n  SELECT ", P_PART);
+    sbuf_puts(b, "),\n");
+    sbuf_puts(b, "dn AS (INSERT INTO workd_done (");
+    sql_names(b, done_cols + 0, 1);
+    sbuf_puts(b, ", ");
+    sql_names(b, done_cols + 2, NCOLS(done_cols) - 2);
+    sbuf_printf(b, ", part)\n  SELECT *, $%d::int FROM gone\n  UNION ALL\n  SELECT ", P_PART);
     for (size_t i = 0; i < NCOLS(done_cols); i++) {
         if (done_cols[i] == F_MASK)
             continue;
-        sbuf_puts(&b, i ? ", " : "");
-        sql_value(&b, "d", &fields[done_cols[i]]);
+        sbuf_puts(b, i ? ", " : "");
+        sql_value(b, "d", &fields[done_cols[i]]);
     }
-    sbuf_printf(&b,
+    sbuf_printf(b,
                 ", $%d::int\n  FROM %s\n  WHERE d.m = -1 AND (SELECT ok FROM lk)\n"
                 "  RETURNING queue, status),\n",
                 P_PART, dsrc.data);
@@ -285,37 +310,54 @@ static char *append_sql(void)
     /* Finished counts per part, kept as the rows are written, so that no read
      * ever counts the history (GET /queues); they leave with their part. */
     sbuf_printf(
-        &b,
+        b,
         "cnt AS (INSERT INTO workd_counts (part, queue, status, n)\n"
         "  SELECT $%d::int, queue, status, count(*) FROM dn GROUP BY queue, status\n"
         "  ON CONFLICT (part, queue, status) DO UPDATE SET n = workd_counts.n + EXCLUDED.n),\n",
         P_PART);
     /* Activity per queue and bucket (the dashboard's chart), added up here
      * from the commit's events so that no read counts the log. */
-    sbuf_printf(&b,
+    b = &part[AP_ACT];
+    sbuf_printf(b,
                 "act AS (INSERT INTO workd_activity AS a (bucket, queue, accepted, completed, "
                 "failed, dead, cancelled)\n"
                 "  SELECT $%d::bigint / %d * %d, t.* FROM unnest($%d::text[]",
                 P_FIRST_AT, ACTIVITY_BUCKET_S * 1000, ACTIVITY_BUCKET_S, P_ACT_QUEUES);
     for (int k = 0; k < A_COUNT; k++)
-        sbuf_printf(&b, ", $%d::bigint[]", P_ACT_FIRST + k);
-    sbuf_puts(&b,
+        sbuf_printf(b, ", $%d::bigint[]", P_ACT_FIRST + k);
+    sbuf_puts(b,
               ") AS t\n  WHERE (SELECT ok FROM lk)\n  ON CONFLICT (bucket, queue) DO UPDATE SET ");
     for (int k = 0; k < A_COUNT; k++)
-        sbuf_printf(&b, "%s%s = a.%s + EXCLUDED.%s", k ? ", " : "", act_cols[k], act_cols[k],
+        sbuf_printf(b, "%s%s = a.%s + EXCLUDED.%s", k ? ", " : "", act_cols[k], act_cols[k],
                     act_cols[k]);
-    sbuf_puts(&b, "),\n");
+    sbuf_puts(b, "),\n");
+    b = &part[AP_INBOX];
     sbuf_printf(
-        &b,
-        "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk))\n",
+        b,
+        "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk)),\n",
         P_INBOX);
-    sbuf_printf(&b, "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)", P_LAST_SEQ);
-    return sbuf_steal(&b);
+    b = &part[AP_END];
+    sbuf_printf(b, "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)", P_LAST_SEQ);
+
+    /* Joined: each CTE ends in ",\n", the last one's comma dropped. */
+    SBuf sql;
+    sbuf_init(&sql);
+    for (int i = 0; i < AP_COUNT; i++) {
+        if (i == AP_END && sql.len >= 2)
+            sql.len -= 2, sbuf_puts(&sql, "\n");
+        if (i == AP_BASE || i == AP_END || (shape & (1u << i)))
+            sbuf_append(&sql, part[i].data, part[i].len);
+        sbuf_free(&part[i]);
+    }
+    memset(used, 0, (N_PARAMS + 1) * sizeof *used);
+    for (const char *p = sql.data; (p = strchr(p, '$'));) {
+        long n = strtol(p + 1, (char **)&p, 10);
+        if (n > 0 && n <= N_PARAMS)
+            used[n] = true;
+    }
+    return sbuf_steal(&sql);
 }
 
-enum {
-    N_PARAMS = P_SCALARS + E_COUNT + NCOLS(open_new_cols) + NCOLS(open_up_cols) + NCOLS(done_cols)
-};
 
 /* One array parameter being built as a PostgreSQL array literal. */
 typedef struct Col {
@@ -469,6 +511,16 @@ static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
         put_field(&cols[i], r, defs[i]);
 }
 
+/* The shapes of append statement prepared on the leader's session: each is
+ * prepared the first time a commit has that shape (a few kinds of commit
+ * make nearly all of them). */
+static _Thread_local struct {
+    PGconn *conn;
+    uint64_t prepared; /* bit `shape` */
+} shapes;
+
+_Static_assert(AP_INBOX < 6, "shapes (bits 1 to AP_INBOX) below 64: a bit of shapes.prepared each");
+
 int journal_prepare(PGconn *c, Err *err)
 {
     /* The append's plan does not depend on its parameters (arrays of any
@@ -479,11 +531,34 @@ int journal_prepare(PGconn *c, Err *err)
         return -1;
     }
     PQclear(set);
-    char *sql = append_sql();
-    PGresult *r = PQprepare(c, "workd_append", sql, 0, NULL);
+    shapes.conn = c;
+    shapes.prepared = 0;
+    return 0;
+}
+
+/* Prepares the append statement of this shape on c, once per session. A
+ * parameter the shape does not read is declared text (its type cannot be
+ * inferred); the others are typed by their casts in the SQL. */
+WARN_UNUSED static int prepare_shape(PGconn *c, unsigned shape, char *name, size_t name_size,
+                                     Err *err)
+{
+    snprintf(name, name_size, "workd_append_%02x", shape);
+    if (shapes.conn == c && (shapes.prepared >> shape & 1))
+        return 0;
+    bool used[N_PARAMS + 1];
+    char *sql = append_sql(shape, used);
+    Oid types[N_PARAMS];
+    for (int i = 0; i < N_PARAMS; i++)
+        types[i] = used[i + 1] ? 0 : 25 /* text */;
+    PGresult *r = PQprepare(c, name, sql, N_PARAMS, types);
     free(sql);
     int rc = db_check(c, r, "preparing the append statement", err);
     PQclear(r);
+    if (rc == 0) {
+        if (shapes.conn != c)
+            shapes.conn = c, shapes.prepared = 0;
+        shapes.prepared |= 1ull << shape;
+    }
     return rc;
 }
 
@@ -567,6 +642,7 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     memset(cols, 0, sizeof cols);
     Col *ev = cols, *nw = ev + E_COUNT, *up = nw + NCOLS(open_new_cols),
         *dn = up + NCOLS(open_up_cols);
+    unsigned shape = n_inbox ? 1u << AP_INBOX : 0;
     for (size_t i = 0; i < events->len; i++) {
         const Event *e = &events->items[i];
         col_int(&ev[E_SEQ], e->seq);
@@ -583,12 +659,16 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     }
     for (size_t i = 0; i < nrows; i++) {
         const ProjRow *r = rows[i];
-        if (row_is_done(r))
+        if (row_is_done(r)) {
             put_row(dn, done_cols, NCOLS(done_cols), r);
-        else if (r->is_new)
+            shape |= 1u << AP_DONE;
+        } else if (r->is_new) {
             put_row(nw, open_new_cols, NCOLS(open_new_cols), r);
-        else
+            shape |= 1u << AP_NEW;
+        } else {
             put_row(up, open_up_cols, NCOLS(open_up_cols), r);
+            shape |= 1u << AP_UP;
+        }
     }
     char term[24], partv[16], last[24], first_at[24];
     snprintf(term, sizeof term, "%lld", (long long)events->items[0].term);
@@ -609,10 +689,16 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
         params[P_ACT_QUEUES - 1 + k] = col_end(&act[k]);
     for (int i = 0; i < N_ARRAYS; i++)
         params[P_SCALARS + i] = col_end(&cols[i]);
-    PGresult *r = PQexecPrepared(c, "workd_append", N_PARAMS, params, NULL, NULL, 0);
-    if (db_check(c, r, "appending events", err) != 0) {
-        PQclear(r);
-        r = NULL;
+    if (act[0].n)
+        shape |= 1u << AP_ACT;
+    char name[32];
+    PGresult *r = NULL;
+    if (prepare_shape(c, shape, name, sizeof name, err) == 0) {
+        r = PQexecPrepared(c, name, N_PARAMS, params, NULL, NULL, 0);
+        if (db_check(c, r, "appending events", err) != 0) {
+            PQclear(r);
+            r = NULL;
+        }
     }
     for (int i = 0; i < N_ARRAYS; i++)
         sbuf_free(&cols[i].b);
@@ -913,12 +999,19 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     }
     sbuf_puts(&arr, "}");
     const char *params[] = {arr.data};
-    out->res = db_exec(
-        c,
-        "SELECT " KNOWN_COLS "  FROM unnest($1::text[]) AS k(id) JOIN workd_open w ON w.id = k.id"
-        " UNION ALL "
-        "SELECT " KNOWN_COLS "  FROM unnest($1::text[]) AS k(id) JOIN workd_done w ON w.id = k.id",
-        1, params, "looking up work ids", err);
+    /* Run in every round with submissions, so planned once per session
+     * (db_exec_cached): planning it over every part of workd_done cost ten
+     * times its execution (0.49 against 0.04 ms). The plan must not depend on
+     * the tables' statistics, which are those of empty tables when the
+     * session starts: an index lookup per id (LATERAL, kept a subquery by
+     * OFFSET 0), where a join may be planned as a hash join over every row. */
+    out->res = db_exec_cached(c, "workd_known",
+                              "SELECT w.* FROM unnest($1::text[]) AS k(id) CROSS JOIN LATERAL"
+                              " (SELECT " KNOWN_COLS " FROM workd_open w WHERE w.id = k.id"
+                              "  UNION ALL"
+                              "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
+                              "  OFFSET 0) w",
+                              1, params, "looking up work ids", err);
     sbuf_free(&arr);
     if (!out->res)
         return -1;

@@ -358,7 +358,6 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     return sbuf_steal(&sql);
 }
 
-
 /* One array parameter being built as a PostgreSQL array literal. */
 typedef struct Col {
     SBuf b;

@@ -533,8 +533,9 @@ typedef struct Child {
     int64_t start, timeout_at, kill_at, eof_deadline;
     SBuf out, err;
     bool err_cut;
-    int prog_fd; /* our end of the progress pipe, -1: none */
-    SBuf prog;   /* a progress line not yet ended */
+    int prog_fd;       /* our end of the progress pipe, -1: none */
+    int64_t prog_next; /* mono_ms() before which the pipe is not read (its pace) */
+    SBuf prog;         /* a progress line not yet ended */
 } Child;
 
 /* Passes on every whole line in ch->prog (and, at the end, the rest). */
@@ -737,6 +738,8 @@ static int poll_timeout(const Child *ch, int64_t now)
             AT_MOST(ch->kill_at);
         if (ch->pidfd < 0)
             AT_MOST(now + REAP_POLL_MS);
+        if (ch->prog_fd >= 0 && ch->prog_next > now)
+            AT_MOST(ch->prog_next);
     } else {
         AT_MOST(ch->eof_deadline);
     }
@@ -867,7 +870,9 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
         int i_err = watch(pfd, &n, ch.err_fd, POLLIN);
         int i_pid = watch(pfd, &n, ch.pidfd, POLLIN);
         int i_wake = watch(pfd, &n, ctl && !ch.exited && !ch.kill_sent ? ctl->wake_rd : -1, POLLIN);
-        int i_prog = watch(pfd, &n, ch.prog_fd, POLLIN);
+        /* Paced while the job runs; at its end, until the pipe's EOF. */
+        bool read_prog = ch.exited || now >= ch.prog_next;
+        int i_prog = watch(pfd, &n, read_prog ? ch.prog_fd : -1, POLLIN);
         int rc = poll(pfd, (nfds_t)n, poll_timeout(&ch, now));
         if (rc < 0 && errno != EINTR) {
             /* cannot watch it any more: end it rather than leave it unsupervised */
@@ -900,8 +905,10 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
             child_read(&ch, &ch.out_fd, true, now);
         if (i_err >= 0 && pfd[i_err].revents)
             child_read(&ch, &ch.err_fd, false, now);
-        if (i_prog >= 0 && pfd[i_prog].revents)
+        if (i_prog >= 0 && pfd[i_prog].revents) {
             progress_read(&ch);
+            ch.prog_next = now + spec->progress_pace_ms;
+        }
         if ((i_pid >= 0 && pfd[i_pid].revents) || (ch.pidfd < 0 && !ch.exited))
             child_try_reap(&ch, now);
     }

@@ -53,8 +53,12 @@ typedef struct ExecSpec {
     /* Progress (0: none): the child gets the write end of a pipe as this
      * descriptor number (3 and up); each line it writes there goes to
      * progress(ud, line, len) (without its newline, cut at EXEC_PROGRESS_LINE
-     * bytes). On the calling thread. */
+     * bytes). On the calling thread. The pipe is read at most every
+     * progress_pace_ms (0: whenever the child writes): what a job writes in
+     * between waits in the pipe and is read in one wake-up, not one per line
+     * (a full pipe, 64 KiB, makes the job's write wait). */
     int progress_fd;
+    int64_t progress_pace_ms;
     void (*progress)(void *ud, const char *line, size_t len);
     void *progress_ud;
 } ExecSpec;

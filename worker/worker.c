@@ -508,6 +508,10 @@ static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
                      .kill_grace_ms = w->cfg.kill_grace_ms,
                      .max_output = w->cfg.max_output,
                      .progress_fd = 3,
+                     /* Read twice per interval: what is sent waits at most half
+                      * an interval more, and a job writing 50 lines a second
+                      * wakes its slot 10 times a second, not 50. */
+                     .progress_pace_ms = w->cfg.progress_interval_ms / 2,
                      .progress = psend_line,
                      .progress_ud = s->progress};
     Err err;

@@ -113,6 +113,57 @@ static void test_job_environment_is_passed(void **state)
     strv_free(env);
 }
 
+/* What a paced job's progress callback saw: the lines, and how many reads
+ * of the pipe brought them (callbacks less than 5 ms apart are one read). */
+typedef struct {
+    int lines, reads, out_of_order;
+    int64_t last_ms;
+} ProgressSeen;
+
+static void saw_progress(void *ud, const char *line, size_t len)
+{
+    ProgressSeen *p = ud;
+    char want[32];
+    snprintf(want, sizeof want, "line %d", p->lines + 1);
+    if (len != strlen(want) || memcmp(line, want, len) != 0)
+        p->out_of_order++;
+    p->lines++;
+    int64_t now = mono_ms();
+    if (p->reads == 0 || now - p->last_ms >= 5)
+        p->reads++;
+    p->last_ms = now;
+}
+
+static void test_progress_is_read_at_its_pace_and_whole(void **state)
+{
+    /* 40 lines about 20 ms apart, read at most every 300 ms: a few reads
+     * bring them all, in order, the last ones after the job's exit. With
+     * no pace it is about one read per line. */
+    ProgressSeen seen = {0};
+    ExecSpec spec = {.cmd = "i=1; while [ $i -le 40 ]; do echo \"line $i\" >&3; sleep 0.02; "
+                            "i=$((i + 1)); done; echo null",
+                     .timeout_ms = 20000,
+                     .kill_grace_ms = 1000,
+                     .max_output = 4096,
+                     .progress_fd = 3,
+                     .progress_pace_ms = 300,
+                     .progress = saw_progress,
+                     .progress_ud = &seen};
+    ExecOutcome o;
+    Err err;
+    CHECK(exec_run(&spec, NULL, &o, &err) == 0, "exec_run failed: %s", err.msg);
+    CHECK(o.ok, "the job should succeed: %s", o.error ? o.error : "");
+    CHECK(seen.lines == 40 && seen.out_of_order == 0,
+          "all 40 lines should come, in order: %d came, %d out of order", seen.lines,
+          seen.out_of_order);
+    /* One read per pace and one at the exit, plus slack for a read counted
+     * twice when the thread is preempted between its lines. */
+    int64_t most = o.elapsed_ms / 300 + 4;
+    CHECK(seen.reads <= most, "%d reads in %lld ms at a pace of 300 ms (at most %lld expected)",
+          seen.reads, (long long)o.elapsed_ms, (long long)most);
+    exec_outcome_free(&o);
+}
+
 static void test_text_on_stdout_is_a_string(void **state)
 {
     ExecOutcome o;
@@ -448,6 +499,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_on_stdout_is_the_result),
         cmocka_unit_test(test_job_environment_is_passed),
+        cmocka_unit_test(test_progress_is_read_at_its_pace_and_whole),
         cmocka_unit_test(test_text_on_stdout_is_a_string),
         cmocka_unit_test(test_empty_stdout_is_null),
         cmocka_unit_test(test_non_utf8_stdout_fails),

@@ -358,27 +358,67 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     return sbuf_steal(&sql);
 }
 
-/* One array parameter being built as a PostgreSQL array literal. */
+/* One array parameter being built in PostgreSQL's binary array form (what
+ * array_send writes), so that the server reads each element with its
+ * receive function rather than parsing a literal: a header (dimensions,
+ * whether any element is NULL, the element type), then each element as its
+ * length (-1: NULL) and its bytes, all integers big-endian. */
 typedef struct Col {
-    SBuf b;
+    SBuf b; /* the elements, after ARRAY_HEADER bytes left for the header */
     size_t n;
+    Oid elem; /* int4, int8 or text */
+    bool nulls;
 } Col;
 
-static void col_sep(Col *c)
+enum { OID_INT8 = 20, OID_INT4 = 23, OID_TEXT = 25, ARRAY_HEADER = 20 };
+
+static Oid elem_oid(ColKind k)
 {
-    sbuf_puts(&c->b, c->n++ ? "," : "{");
+    switch (k) {
+    case K_INT:
+        return OID_INT4;
+    case K_BIGINT:
+    case K_TIME:
+        return OID_INT8;
+    case K_TEXT:
+    case K_JSON:
+        break;
+    }
+    return OID_TEXT;
+}
+
+static void put_be32(SBuf *b, uint32_t v)
+{
+    unsigned char x[4] = {v >> 24, v >> 16, v >> 8, v};
+    sbuf_append(b, x, 4);
+}
+
+static void col_begin(Col *c, ColKind k)
+{
+    memset(c, 0, sizeof *c);
+    sbuf_init(&c->b);
+    sbuf_append(&c->b, (char[ARRAY_HEADER]){0}, ARRAY_HEADER);
+    c->elem = elem_oid(k);
 }
 
 static void col_int(Col *c, int64_t v)
 {
-    col_sep(c);
-    sbuf_printf(&c->b, "%lld", (long long)v);
+    c->n++;
+    if (c->elem == OID_INT4) {
+        put_be32(&c->b, 4);
+        put_be32(&c->b, (uint32_t)(int32_t)v);
+    } else {
+        put_be32(&c->b, 8);
+        put_be32(&c->b, (uint32_t)((uint64_t)v >> 32));
+        put_be32(&c->b, (uint32_t)v);
+    }
 }
 
 static void col_null(Col *c)
 {
-    col_sep(c);
-    sbuf_puts(&c->b, "NULL");
+    c->n++;
+    c->nulls = true;
+    put_be32(&c->b, UINT32_MAX); /* -1 */
 }
 
 /* A time: 0 is NULL. */
@@ -392,8 +432,14 @@ static void col_time(Col *c, int64_t ms)
 
 static void col_text(Col *c, const char *s)
 {
-    col_sep(c);
-    db_array_text(&c->b, s);
+    if (!s) {
+        col_null(c);
+        return;
+    }
+    size_t len = strlen(s);
+    c->n++;
+    put_be32(&c->b, (uint32_t)len);
+    sbuf_append(&c->b, s, len);
 }
 
 static void col_json(Col *c, const json_t *v)
@@ -403,11 +449,24 @@ static void col_json(Col *c, const json_t *v)
     free(txt);
 }
 
+/* Writes the header; the parameter is c->b.data, c->b.len bytes long. An
+ * empty array has no dimensions (its header is 12 bytes). */
 static const char *col_end(Col *c)
 {
-    if (!c->n)
-        sbuf_puts(&c->b, "{");
-    sbuf_puts(&c->b, "}");
+    SBuf h;
+    sbuf_init(&h);
+    put_be32(&h, c->n ? 1 : 0);
+    put_be32(&h, c->nulls);
+    put_be32(&h, c->elem);
+    if (c->n) {
+        put_be32(&h, (uint32_t)c->n);
+        put_be32(&h, 1); /* the lower bound */
+        memcpy(c->b.data, h.data, ARRAY_HEADER);
+    } else {
+        memcpy(c->b.data, h.data, 12);
+        c->b.len = 12;
+    }
+    sbuf_free(&h);
     return c->b.data;
 }
 
@@ -504,6 +563,12 @@ static void put_field(Col *c, const ProjRow *r, Field f)
     }
 }
 
+static void cols_begin(Col *cols, const Field *defs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        col_begin(&cols[i], fields[defs[i]].kind);
+}
+
 static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
 {
     for (size_t i = 0; i < n; i++)
@@ -515,7 +580,8 @@ static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
  * make nearly all of them). */
 static _Thread_local struct {
     PGconn *conn;
-    uint64_t prepared; /* bit `shape` */
+    uint64_t prepared;           /* bit `shape` */
+    bool used[64][N_PARAMS + 1]; /* the parameters shape reads ($1 is [1]) */
 } shapes;
 
 _Static_assert(AP_INBOX < 6, "shapes (bits 1 to AP_INBOX) below 64: a bit of shapes.prepared each");
@@ -535,40 +601,42 @@ int journal_prepare(PGconn *c, Err *err)
     return 0;
 }
 
-/* Prepares the append statement of this shape on c, once per session. A
+/* Prepares the append statement of this shape on c, once per session, and
+ * returns which parameters it reads (NULL with err set if it cannot). A
  * parameter the shape does not read is declared text (its type cannot be
- * inferred); the others are typed by their casts in the SQL. */
-WARN_UNUSED static int prepare_shape(PGconn *c, unsigned shape, char *name, size_t name_size,
-                                     Err *err)
+ * inferred) and sent as NULL; the others are typed by their casts. */
+static const bool *prepare_shape(PGconn *c, unsigned shape, char *name, size_t name_size, Err *err)
 {
     snprintf(name, name_size, "workd_append_%02x", shape);
     if (shapes.conn == c && (shapes.prepared >> shape & 1))
-        return 0;
-    bool used[N_PARAMS + 1];
+        return shapes.used[shape];
+    bool *used = shapes.used[shape];
     char *sql = append_sql(shape, used);
     Oid types[N_PARAMS];
     for (int i = 0; i < N_PARAMS; i++)
-        types[i] = used[i + 1] ? 0 : 25 /* text */;
+        types[i] = used[i + 1] ? 0 : OID_TEXT;
     PGresult *r = PQprepare(c, name, sql, N_PARAMS, types);
     free(sql);
     int rc = db_check(c, r, "preparing the append statement", err);
     PQclear(r);
-    if (rc == 0) {
-        if (shapes.conn != c)
-            shapes.conn = c, shapes.prepared = 0;
-        shapes.prepared |= 1ull << shape;
-    }
-    return rc;
+    if (rc != 0)
+        return NULL;
+    if (shapes.conn != c)
+        shapes.conn = c, shapes.prepared = 0;
+    shapes.prepared |= 1ull << shape;
+    return used;
 }
 
 /* An array literal of inbox entries: "{1,2,3}". */
 static char *inbox_array(const int64_t *inbox, size_t n)
 {
-    Col col = {0};
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "{");
     for (size_t i = 0; i < n; i++)
-        col_int(&col, inbox[i]);
-    col_end(&col);
-    return sbuf_steal(&col.b);
+        sbuf_printf(&b, "%s%lld", i ? "," : "", (long long)inbox[i]);
+    sbuf_puts(&b, "}");
+    return sbuf_steal(&b);
 }
 
 /* The kind of activity an event is (-1: none the chart shows). */
@@ -599,7 +667,9 @@ static void activity_cols(const EventList *events, Col *cols)
         const char *queue;
         int64_t n[A_COUNT];
     } Act;
-    memset(cols, 0, (1 + A_COUNT) * sizeof *cols);
+    col_begin(&cols[0], K_TEXT);
+    for (int k = 0; k < A_COUNT; k++)
+        col_begin(&cols[1 + k], K_BIGINT);
     Act *acts = NULL;
     size_t n = 0, cap = 0;
     HMap idx; /* queue -> 1 + its index in acts */
@@ -638,9 +708,13 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
         return n_inbox ? journal_inbox_forget(c, inbox, n_inbox, err) : 0;
     enum { N_ARRAYS = N_PARAMS - P_SCALARS };
     Col cols[N_ARRAYS];
-    memset(cols, 0, sizeof cols);
     Col *ev = cols, *nw = ev + E_COUNT, *up = nw + NCOLS(open_new_cols),
         *dn = up + NCOLS(open_up_cols);
+    for (int i = 0; i < E_COUNT; i++)
+        col_begin(&ev[i], ev_fields[i].kind);
+    cols_begin(nw, open_new_cols, NCOLS(open_new_cols));
+    cols_begin(up, open_up_cols, NCOLS(open_up_cols));
+    cols_begin(dn, done_cols, NCOLS(done_cols));
     unsigned shape = n_inbox ? 1u << AP_INBOX : 0;
     for (size_t i = 0; i < events->len; i++) {
         const Event *e = &events->items[i];
@@ -675,6 +749,7 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     snprintf(last, sizeof last, "%lld", (long long)events->items[events->len - 1].seq);
     snprintf(first_at, sizeof first_at, "%lld", (long long)events->items[0].at);
     const char *params[N_PARAMS];
+    int lengths[N_PARAMS] = {0}, formats[N_PARAMS] = {0};
     params[P_TERM - 1] = term;
     params[P_OPENING - 1] = events->items[0].type == EV_TERM ? "t" : "f";
     params[P_PART - 1] = partv;
@@ -684,16 +759,25 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     params[P_INBOX - 1] = inbox_ns;
     Col act[1 + A_COUNT];
     activity_cols(events, act);
+    Col *binary[N_PARAMS] = {0}; /* the array parameters, by index */
     for (int k = 0; k <= A_COUNT; k++)
-        params[P_ACT_QUEUES - 1 + k] = col_end(&act[k]);
+        binary[P_ACT_QUEUES - 1 + k] = &act[k];
     for (int i = 0; i < N_ARRAYS; i++)
-        params[P_SCALARS + i] = col_end(&cols[i]);
+        binary[P_SCALARS + i] = &cols[i];
     if (act[0].n)
         shape |= 1u << AP_ACT;
     char name[32];
     PGresult *r = NULL;
-    if (prepare_shape(c, shape, name, sizeof name, err) == 0) {
-        r = PQexecPrepared(c, name, N_PARAMS, params, NULL, NULL, 0);
+    const bool *used = prepare_shape(c, shape, name, sizeof name, err);
+    if (used) {
+        for (int i = 0; i < N_PARAMS; i++) {
+            if (!binary[i])
+                continue;
+            params[i] = used[i + 1] ? col_end(binary[i]) : NULL; /* NULL: not read */
+            lengths[i] = (int)binary[i]->b.len;
+            formats[i] = 1;
+        }
+        r = PQexecPrepared(c, name, N_PARAMS, params, lengths, formats, 0);
         if (db_check(c, r, "appending events", err) != 0) {
             PQclear(r);
             r = NULL;

@@ -588,7 +588,11 @@ static void *slot_main(void *arg)
         job_free(s->job);
         s->job = NULL;
         w->free_slots++;
-        pthread_cond_broadcast(&w->cond);
+        /* Who waits on w->cond for a slot: the puller, only when none was
+         * free, and a stop, for all of them. Waking every waiter (the
+         * stopper too) at every job was a thread switch per job. */
+        if (w->free_slots == 1 || w->stop_requested)
+            pthread_cond_broadcast(&w->cond);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;

@@ -31,6 +31,7 @@
 #define HEARTBEAT_TIMEOUT_MS 5000
 #define PULL_SLACK_MS 15000    /* HTTP timeout of a pull beyond the wait asked for */
 #define EMPTY_PULL_MIN_MS 1000 /* an empty answer sooner than this: wait the rest */
+#define GATHER_MS 1            /* all slots were busy: wait this long for more to free */
 #define RETRY_AFTER_CAP_MS 60000
 #define FLUSH_TIMEOUT_MS 10000      /* graceful stop: how long to try delivering reports */
 #define DEREGISTER_TIMEOUT_MS 10000 /* graceful stop: how long to try deregistering */
@@ -369,30 +370,38 @@ static void give_back(Worker *w, Job *j, const char *why)
     job_free(j);
 }
 
-/* Hands the jobs of a pull answer to free slots; returns how many there were. */
+/* Hands the jobs of a pull answer to free slots; returns how many there were.
+ * One pass under the lock for the whole answer, and the slots are signalled
+ * after it is released: a woken slot does not block at once on the lock the
+ * puller still holds for the next job. */
 static size_t jobs_dispatch(Worker *w, json_t *jobs)
 {
-    size_t n = json_array_size(jobs);
+    size_t n = json_array_size(jobs), np = 0, given = 0;
+    Job **parsed = xcalloc(n + 1, sizeof *parsed);
+    Slot **woken = xcalloc(n + 1, sizeof *woken);
     for (size_t i = 0; i < n; i++) {
         Job *j = job_parse(json_array_get(jobs, i));
-        if (!j)
-            continue;
-        pthread_mutex_lock(&w->lock);
-        Slot *s = NULL;
-        if (!atomic_load(&w->pull_stop))
-            for (int k = 0; k < w->nslots && !s; k++)
-                if (!w->slots[k].job && !w->slots[k].quit)
-                    s = &w->slots[k];
-        if (s) {
-            s->job = j;
-            w->free_slots--;
-            pthread_cond_signal(&s->cond);
-        }
-        pthread_mutex_unlock(&w->lock);
-        if (!s)
-            give_back(w, j,
-                      atomic_load(&w->pull_stop) ? "worker stopping" : "worker has no free slot");
+        if (j)
+            parsed[np++] = j;
     }
+    pthread_mutex_lock(&w->lock);
+    bool stopping = atomic_load(&w->pull_stop);
+    for (int k = 0; given < np && !stopping; k++) {
+        while (k < w->nslots && (w->slots[k].job || w->slots[k].quit))
+            k++;
+        if (k == w->nslots)
+            break;
+        w->slots[k].job = parsed[given];
+        woken[given++] = &w->slots[k];
+        w->free_slots--;
+    }
+    pthread_mutex_unlock(&w->lock);
+    for (size_t i = 0; i < given; i++)
+        pthread_cond_signal(&woken[i]->cond);
+    for (size_t i = given; i < np; i++)
+        give_back(w, parsed[i], stopping ? "worker stopping" : "worker has no free slot");
+    free(parsed);
+    free(woken);
     return n;
 }
 
@@ -461,6 +470,13 @@ static void *pull_main(void *arg)
     while (!atomic_load(&w->pull_stop)) {
         if (w->free_slots == 0) {
             pthread_cond_wait(&w->cond, &w->lock);
+            /* Every slot was busy: the first to free wakes us. Give the
+             * others a moment to free too, so that one pull fills them
+             * rather than one pull per slot (never longer than GATHER_MS). */
+            int64_t until = mono_ms() + GATHER_MS;
+            while (w->free_slots < (w->nslots + 7) / 8 && !atomic_load(&w->pull_stop) &&
+                   mono_ms() < until)
+                cond_wait_until(&w->cond, &w->lock, until);
             continue;
         }
         int max = w->free_slots;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "linger.h"
 #include "log.h"
 #include "metrics.h"
 #include "parse.h"
@@ -33,6 +34,7 @@ typedef struct ConnTrack {
     atomic_llong since_ms;
     atomic_bool receiving;
     bool cut;
+    bool linger; /* answered before its body: close it lingering (linger.h) */
     struct ConnTrack *prev, *next;
 } ConnTrack;
 
@@ -42,7 +44,13 @@ struct Http {
     /* Connections, for the slow-client sweep (http_sweep); guarded by conns_lock. */
     pthread_mutex_t conns_lock;
     ConnTrack *conns;
+    Linger *linger;
 };
+
+/* Lingering closes: at most this many sockets at once, each for at most this
+ * long (as nginx's lingering_time); beyond either the close resets. */
+#define LINGER_SOCKETS 256
+#define LINGER_MS 5000
 
 static int64_t now_us(void)
 {
@@ -477,6 +485,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         pthread_mutex_unlock(&h->conns_lock);
         *socket_context = t;
     } else if (t) {
+        /* libmicrohttpd has sent the answer and shut the write side; its
+         * close follows, and with the body unread it would reset. */
+        if (t->linger && !t->cut)
+            linger_take(h->linger, t->fd);
         /* Closed: unlisted before libmicrohttpd closes the descriptor, so the
          * sweep never touches a number that another connection may reuse. */
         pthread_mutex_lock(&h->conns_lock);
@@ -548,7 +560,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->refused = true;
         if (r->close || has_body(conn)) {
             /* Answered before the body: libmicrohttpd sends no "100 Continue",
-             * reads none of the body and closes the connection after. */
+             * reads none of the body and closes the connection after, which
+             * must linger for the answer to arrive whole. */
+            ConnTrack *t = conn_track(conn);
+            if (t)
+                t->linger = true;
             received(r);
             req_finish_problem(r, &r->refusal);
             return queue_answer(r);
@@ -666,6 +682,9 @@ int http_start(Http *h, Err *err)
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host[0] ? host : "0.0.0.0", &addr.sin_addr) != 1)
         return err_set(err, 400, "bad-config", "--listen: '%s' is not an IPv4 address", host);
+    h->linger = linger_new(LINGER_SOCKETS, LINGER_MS, err);
+    if (!h->linger)
+        return -1;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(
@@ -695,6 +714,7 @@ void http_free(Http *h)
     if (!h)
         return;
     /* The daemon has stopped: every connection has been closed and unlisted. */
+    linger_free(h->linger);
     pthread_mutex_destroy(&h->conns_lock);
     free(h);
 }

@@ -10,6 +10,7 @@ import re
 import shutil
 import socket
 import subprocess
+from http.client import HTTPException
 import sys
 import time
 from pathlib import Path
@@ -352,6 +353,18 @@ def test_tokens_in_urls(cluster):
         assert tok not in s.log_text(), "a token reached the node's log"
 
 
+def start_haproxy(cluster, s):
+    """The shipped HAProxy config in front of node s: (its URL, the process)."""
+    port = free_port()
+    lb = f"http://127.0.0.1:{port}"
+    env = {"WORKD_LB_BIND": f"127.0.0.1:{port}", "WORKD_SERVER_1": f"127.0.0.1:{s.port}",
+           "WORKD_SERVER_2": f"127.0.0.1:{s.port}"}
+    h = cluster.start_process("haproxy", ["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env)
+    wait_until(lambda: http("GET", lb + "/readyz", timeout=2).status == 200, 15,
+               what="the balancer to answer", ignore=(OSError,))
+    return lb, h
+
+
 def test_haproxy_strips_forwarding_and_logs_no_token(cluster):
     """The shipped HAProxy config: a client's X-Workd-Forwarded never reaches
     a node, and its log lines carry the path without the query."""
@@ -364,13 +377,7 @@ def test_haproxy_strips_forwarding_and_logs_no_token(cluster):
     s = cluster.start_server("s1", extra_args=["--max-body", str(limit), "--sse-keepalive", "300ms"],
                              env={"WORKD_TOKENS": TOKENS})
     wait_leader(s.url)
-    port = free_port()
-    lb = f"http://127.0.0.1:{port}"
-    env = {"WORKD_LB_BIND": f"127.0.0.1:{port}", "WORKD_SERVER_1": f"127.0.0.1:{s.port}",
-           "WORKD_SERVER_2": f"127.0.0.1:{s.port}"}
-    h = cluster.start_process("haproxy", ["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env)
-    wait_until(lambda: http("GET", lb + "/readyz", timeout=2).status == 200, 15,
-               what="the balancer to answer", ignore=(OSError,))
+    lb, h = start_haproxy(cluster, s)
     # Even the real secret is removed at the public entry: the node sees an
     # ordinary request (its own limit, forwarded again if need be).
     for fwd in ("node=evil", f"secret={cluster.secret}; node=evil"):
@@ -388,6 +395,53 @@ def test_haproxy_strips_forwarding_and_logs_no_token(cluster):
     for tok in (CLIENT, ADMIN):
         assert tok not in log, f"a token in HAProxy's log:\n{log[-800:]}"
     assert "access_token" not in log, f"the query string reached HAProxy's log:\n{log[-800:]}"
+
+
+def test_early_answers_arrive_whole(cluster):
+    """A request refused from its head (413, 401) is answered before its body
+    is read. The node then reads and drops the body until the client is done
+    (a lingering close), so the answer arrives, directly and through HAProxy,
+    instead of the reset a close with unread data sends; and a client that
+    never stops sending is cut off after a bounded time."""
+    limit = 8192
+    s = cluster.start_server("s1", extra_args=["--max-body", str(limit)],
+                             env={"WORKD_TOKENS": TOKENS})
+    wait_leader(s.url)
+    urls = {"directly": s.url}
+    if shutil.which("haproxy"):
+        urls["through HAProxy"] = start_haproxy(cluster, s)[0]
+    cases = (("a body 200 times the limit", "x" * (200 * limit), CLIENT, 413),
+             ("a body under the limit with a wrong token", "x" * (limit - 100),
+              "wrong-token-0123456789", 401))
+    for where, url in urls.items():
+        for what, payload, tok, status in cases:
+            got = {}
+            for _ in range(20):
+                try:
+                    k = http("POST", url + "/work", {"payload": payload}, bearer(tok)).status
+                except (OSError, HTTPException) as e:
+                    k = type(e).__name__
+                got[k] = got.get(k, 0) + 1
+            assert got == {status: 20}, f"{what}, {where}: 20 requests got {got}, not {status}s"
+    # A client that keeps sending: answered at once, read for a while, then
+    # closed (its next send fails).
+    c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+    c.sendall(head(["POST /work HTTP/1.1", "Host: x", "Content-Type: application/json",
+                    f"Authorization: Bearer {CLIENT}", "Content-Length: 100000000"]))
+    t0 = time.monotonic()
+    answer = c.recv(200)
+    assert answer.startswith(b"HTTP/1.1 413"), f"the endless upload got {answer!r}"
+    sent_for = None
+    while time.monotonic() - t0 < 20:
+        try:
+            c.sendall(b" " * 1024)
+        except OSError:
+            sent_for = time.monotonic() - t0
+            break
+        time.sleep(0.1)
+    c.close()
+    assert sent_for is not None, "an endless upload was still read after 20 s"
+    assert 3 < sent_for < 12, f"an endless upload was cut off after {sent_for:.1f} s, not ~5 s"
 
 
 # --------------------------------------------------- 13.11 ids a URL resolves away

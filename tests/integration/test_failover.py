@@ -3,6 +3,7 @@ same open work, a non-leader forwards to the leader, a submission made while
 the leader dies succeeds, and a fenced old leader appends nothing."""
 
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -128,6 +129,51 @@ def test_fenced_leader_appends_nothing(cluster):
     wait_until(lambda: http("GET", leader.url + "/readyz").json().get("is_leader") is False, 10,
                what="the old leader to step down")
     assert "stepping down" in leader.log_text(), "the old leader should log that it stepped down"
+
+
+def test_answers_wait_for_their_commit(cluster):
+    """No answer before its commit. With the event log locked by another
+    session, the first submission's commit cannot finish: neither it nor the
+    four sent behind it are answered; once the lock is released, all five
+    are, and all five are in the log."""
+    s = cluster.start_server("a")
+    wait_leader(s.url)
+    submit(s.url, {"payload": "warm"})  # the statements are prepared
+    locker = subprocess.Popen(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                               "-d", cluster.db_url], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        locker.stdin.write("BEGIN; LOCK TABLE workd_events IN SHARE MODE; SELECT 'locked';\n")
+        locker.stdin.flush()
+        assert locker.stdout.readline().strip() == "locked", "the lock was not taken"
+        answers = {}
+
+        def post(i):
+            answers[i] = http("POST", s.url + "/work", {"payload": i}, JSON, timeout=60)
+
+        threads = [threading.Thread(target=post, args=(0,))]
+        threads[0].start()
+        # Its commit on the way (blocked): the next four are sent behind it.
+        wait_until(lambda: cluster.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'workd-manager' "
+            "AND wait_event_type = 'Lock'") == "1", 10, what="the append to wait for the lock")
+        for i in range(1, 5):
+            threads.append(threading.Thread(target=post, args=(i,)))
+            threads[-1].start()
+        time.sleep(1.5)
+        assert not answers, f"answered before their commit: {sorted(answers)}"
+        locker.stdin.write("COMMIT;\n")
+        locker.stdin.close()
+        locker.wait(10)
+    finally:
+        locker.kill()
+    for t in threads:
+        t.join(30)
+    bad = {i: r.status for i, r in answers.items() if r.status != 202}
+    assert len(answers) == 5 and not bad, f"after the lock: {len(answers)} answers, not 202: {bad}"
+    accepted = {e["work_id"] for e in events_of(cluster, ["accepted"])}
+    missing = [i for i, r in answers.items() if r.json()["id"] not in accepted]
+    assert not missing, f"answered 202 but not in the log: {missing}"
 
 
 def test_fence_admits_only_the_session_of_the_newest_term(cluster):

@@ -5,7 +5,7 @@
 FROM debian:12 AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential cmake pkg-config \
-      libmicrohttpd-dev libjansson-dev libpq-dev libcurl4-openssl-dev libssl-dev \
+      libmicrohttpd-dev libjansson-dev libpq-dev libcurl4-openssl-dev libssl-dev libjemalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY CMakeLists.txt ./
@@ -24,6 +24,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWORKD_TESTS=OFF >/de
 FROM debian:12-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libmicrohttpd12 libjansson4 libpq5 libcurl4 libssl3 \
+      libjemalloc2 \
       ca-certificates curl \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/bin/workd-server /src/build/bin/workd-worker \

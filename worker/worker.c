@@ -2,8 +2,14 @@
  * the server: heartbeat (PUT /workers/{id}), pull (long-poll), reporter
  * (reports.c), one executor per slot, and a stopper that carries out a stop.
  *
- * Locks: w->lock guards the slots' jobs and the fields marked below. Order:
- * w->lock, then an ExecCtl's lock or the reporter's lock; never the reverse. */
+ * Jobs a pull brings wait in one queue (w->queue) for the slots, which take
+ * them in turn: a slot that ends a job takes the next one without sleeping,
+ * and sleeping slots are woken one at a time (slot_main says when), so a
+ * pull of many short jobs does not cost a thread switch per job.
+ *
+ * Locks: w->lock guards the slots' jobs, the queue and the fields marked
+ * below. Order: w->lock, then an ExecCtl's lock or the reporter's lock; never
+ * the reverse. */
 #include "worker.h"
 
 #include <errno.h>
@@ -40,6 +46,7 @@
 #define SLOT_STACK (1024 * 1024)
 
 typedef struct Job {
+    struct Job *next; /* w->lock: in w->queue */
     char *id;
     int64_t attempt;
     bool cancelled; /* w->lock: the server ended the attempt; stop it, report nothing */
@@ -52,9 +59,8 @@ typedef struct Slot {
     struct Worker *w;
     pthread_t thread;
     bool started;
-    pthread_cond_t cond; /* with w->lock: a job was handed over, or quit */
-    Job *job;            /* w->lock: the job this slot runs, NULL when idle */
-    bool quit;           /* w->lock */
+    Job *job;  /* w->lock: the job this slot runs, NULL when idle */
+    bool quit; /* w->lock */
     ExecCtl ctl;
     bool ctl_ready;
     ProgressSender *progress; /* WORK_EXEC: the job's progress (w->progress sends it) */
@@ -77,15 +83,19 @@ struct Worker {
     int nslots;
 
     pthread_mutex_t lock;
-    pthread_cond_t cond;    /* broadcast: a slot freed, registered, stop requested */
-    pthread_cond_t hb_cond; /* the heartbeat thread sleeps here */
-    int free_slots;         /* w->lock */
-    bool registered;        /* w->lock: a heartbeat succeeded */
-    bool stop_requested;    /* w->lock */
-    bool failed;            /* w->lock: stopped by a refusal that retrying cannot mend */
-    int64_t hb_interval_ms; /* w->lock */
-    atomic_bool pull_stop;  /* ends the pull thread and cancels its long-poll */
-    atomic_bool hb_stop;    /* ends the heartbeat thread */
+    pthread_cond_t cond;     /* broadcast: a slot freed, registered, stop requested */
+    pthread_cond_t hb_cond;  /* the heartbeat thread sleeps here */
+    int free_slots;          /* w->lock: slots neither running a job nor owed one by the queue */
+    Job *queue, *queue_tail; /* w->lock: pulled jobs no slot has taken yet, oldest first */
+    pthread_cond_t job_cond; /* with w->lock: idle slots sleep here (a job, or quit) */
+    int idle;                /* w->lock: slots asleep on job_cond */
+    int waking;              /* w->lock: of them, signalled and not awake yet */
+    bool registered;         /* w->lock: a heartbeat succeeded */
+    bool stop_requested;     /* w->lock */
+    bool failed;             /* w->lock: stopped by a refusal that retrying cannot mend */
+    int64_t hb_interval_ms;  /* w->lock */
+    atomic_bool pull_stop;   /* ends the pull thread and cancels its long-poll */
+    atomic_bool hb_stop;     /* ends the heartbeat thread */
 
     pthread_t hb_thread, pull_thread, stop_thread;
     bool hb_started, pull_started, stop_started;
@@ -161,17 +171,23 @@ static bool refused_for_good(Worker *w, long status, const char *why)
 
 /* ---- heartbeat ---- */
 
+/* Appends {id, attempt} of j to the array a (nothing if j is NULL). */
+static void attempt_append(json_t *a, const Job *j)
+{
+    if (j)
+        json_array_append_new(
+            a, json_pack("{s:s, s:I}", "id", j->id, "attempt", (json_int_t)j->attempt));
+}
+
 /* The body of PUT /workers/{id}. w->lock held. Running attempts include those
  * whose report is not yet acknowledged, so that their leases stay alive. */
 static char *heartbeat_body(Worker *w)
 {
     json_t *running = json_array();
-    for (int i = 0; i < w->nslots; i++) {
-        const Job *j = w->slots[i].job;
-        if (j)
-            json_array_append_new(
-                running, json_pack("{s:s, s:I}", "id", j->id, "attempt", (json_int_t)j->attempt));
-    }
+    for (int i = 0; i < w->nslots; i++)
+        attempt_append(running, w->slots[i].job);
+    for (const Job *j = w->queue; j; j = j->next) /* queued: the server counts them started */
+        attempt_append(running, j);
     size_t in_slots = json_array_size(running);
     json_t *pending = json_array();
     reporter_list(w->reporter, pending);
@@ -231,6 +247,12 @@ static void stop_cancelled(Worker *w, const char *body)
                     exec_ctl_stop(&w->slots[k].ctl, false);
             }
         }
+        for (Job *job = w->queue; id && job; job = job->next)
+            if (!job->cancelled && job->attempt == attempt && !strcmp(job->id, id)) {
+                job->cancelled = true; /* a slot drops it instead of starting it */
+                log_info("job %s attempt %lld cancelled by the server before it started", id,
+                         (long long)attempt);
+            }
     }
     pthread_mutex_unlock(&w->lock);
     json_decref(j);
@@ -370,15 +392,23 @@ static void give_back(Worker *w, Job *j, const char *why)
     job_free(j);
 }
 
-/* Hands the jobs of a pull answer to free slots; returns how many there were.
- * One pass under the lock for the whole answer, and the slots are signalled
- * after it is released: a woken slot does not block at once on the lock the
- * puller still holds for the next job. */
+/* Wakes one more sleeping slot if jobs wait for one and no slot is already
+ * on its way to take them; w->lock held. */
+static void wake_a_slot(Worker *w)
+{
+    if (w->queue && w->idle > 0 && w->waking == 0) {
+        w->waking++;
+        pthread_cond_signal(&w->job_cond);
+    }
+}
+
+/* Queues the jobs of a pull answer for the slots (at most one per free slot);
+ * returns how many there were. One pass under the lock for the whole answer,
+ * and one slot woken: the first to take a job wakes the next if more wait. */
 static size_t jobs_dispatch(Worker *w, json_t *jobs)
 {
     size_t n = json_array_size(jobs), np = 0, given = 0;
     Job **parsed = xcalloc(n + 1, sizeof *parsed);
-    Slot **woken = xcalloc(n + 1, sizeof *woken);
     for (size_t i = 0; i < n; i++) {
         Job *j = job_parse(json_array_get(jobs, i));
         if (j)
@@ -386,22 +416,20 @@ static size_t jobs_dispatch(Worker *w, json_t *jobs)
     }
     pthread_mutex_lock(&w->lock);
     bool stopping = atomic_load(&w->pull_stop);
-    for (int k = 0; given < np && !stopping; k++) {
-        while (k < w->nslots && (w->slots[k].job || w->slots[k].quit))
-            k++;
-        if (k == w->nslots)
-            break;
-        w->slots[k].job = parsed[given];
-        woken[given++] = &w->slots[k];
+    for (; given < np && !stopping && w->free_slots > 0; given++) {
+        Job *j = parsed[given];
+        if (w->queue_tail)
+            w->queue_tail->next = j;
+        else
+            w->queue = j;
+        w->queue_tail = j;
         w->free_slots--;
     }
+    wake_a_slot(w);
     pthread_mutex_unlock(&w->lock);
-    for (size_t i = 0; i < given; i++)
-        pthread_cond_signal(&woken[i]->cond);
     for (size_t i = given; i < np; i++)
         give_back(w, parsed[i], stopping ? "worker stopping" : "worker has no free slot");
     free(parsed);
-    free(woken);
     return n;
 }
 
@@ -583,19 +611,37 @@ static void job_run(Worker *w, Slot *s, const Job *j)
     exec_outcome_free(&o);
 }
 
+/* A slot takes the oldest queued job; asleep when there is none. Waking: a
+ * slot that takes a job while more wait wakes one sleeping slot, unless one
+ * is already waking, so the queue is served by as many slots as keep up with
+ * it: a run of short jobs by one or a few, long jobs by one slot each, each
+ * started a wake-up after the one before. */
 static void *slot_main(void *arg)
 {
     Slot *s = arg;
     Worker *w = s->w;
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (!s->job && !s->quit)
-            pthread_cond_wait(&s->cond, &w->lock);
-        if (!s->job)
+        while (!w->queue && !s->quit) {
+            w->idle++;
+            pthread_cond_wait(&w->job_cond, &w->lock);
+            w->idle--;
+            if (w->waking > 0)
+                w->waking--;
+        }
+        if (!w->queue)
             break;
-        const Job *j = s->job; /* stays valid: only this thread frees it */
+        s->job = w->queue;
+        w->queue = s->job->next;
+        if (!w->queue)
+            w->queue_tail = NULL;
+        s->job->next = NULL;
+        wake_a_slot(w);
+        const Job *j = s->job;         /* stays valid: only this thread frees it */
+        bool cancelled = j->cancelled; /* while it waited: never started */
         pthread_mutex_unlock(&w->lock);
-        job_run(w, s, j);
+        if (!cancelled)
+            job_run(w, s, j);
         /* The report is queued before the slot shows free, so that a heartbeat
          * always lists the attempt somewhere until it is acknowledged. */
         pthread_mutex_lock(&w->lock);
@@ -676,6 +722,13 @@ static void stop_jobs(Worker *w, int64_t deadline)
         for (int i = 0; i < w->nslots; i++)
             if (w->slots[i].job)
                 exec_ctl_stop(&w->slots[i].ctl, false);
+        while (w->queue) { /* not started: given back as they are */
+            Job *j = w->queue;
+            w->queue = j->next;
+            w->free_slots++;
+            give_back(w, j, "worker stopping");
+        }
+        w->queue_tail = NULL;
     }
     while (w->free_slots < w->nslots)
         pthread_cond_wait(&w->cond, &w->lock);
@@ -684,10 +737,9 @@ static void stop_jobs(Worker *w, int64_t deadline)
 static void join_slots(Worker *w)
 {
     pthread_mutex_lock(&w->lock);
-    for (int i = 0; i < w->nslots; i++) {
+    for (int i = 0; i < w->nslots; i++)
         w->slots[i].quit = true;
-        pthread_cond_signal(&w->slots[i].cond);
-    }
+    pthread_cond_broadcast(&w->job_cond);
     pthread_mutex_unlock(&w->lock);
     for (int i = 0; i < w->nslots; i++)
         if (w->slots[i].started) {
@@ -842,9 +894,9 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     w->nslots = cfg->concurrency;
     w->free_slots = cfg->concurrency;
     w->slots = xcalloc((size_t)w->nslots, sizeof *w->slots);
+    pthread_cond_init(&w->job_cond, NULL);
     for (int i = 0; i < w->nslots; i++) {
         w->slots[i].w = w;
-        pthread_cond_init(&w->slots[i].cond, NULL);
         if (cfg->kind == WORK_EXEC)
             w->slots[i].progress = psend_new(w->progress);
     }
@@ -925,11 +977,16 @@ void worker_free(Worker *w)
     for (int i = 0; i < w->nslots; i++) {
         job_free(w->slots[i].job);
         psend_free(w->slots[i].progress);
-        pthread_cond_destroy(&w->slots[i].cond);
         if (w->slots[i].ctl_ready)
             exec_ctl_destroy(&w->slots[i].ctl);
     }
     free(w->slots);
+    while (w->queue) {
+        Job *j = w->queue;
+        w->queue = j->next;
+        job_free(j);
+    }
+    pthread_cond_destroy(&w->job_cond);
     phub_free(w->progress);
     reporter_free(w->reporter);
     link_destroy(&w->link);

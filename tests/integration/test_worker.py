@@ -477,37 +477,55 @@ def test_stop_past_grace_gives_back_and_second_signal_kills(cluster):
     assert completions_by_id(cluster) == {"job": 1}
 
 
-def test_concurrency_is_exact(cluster):
+def peak_concurrency(cluster, slots, jobs, seconds, env_concurrency=False):
+    """Runs `jobs` jobs of `seconds` each on one worker of `slots` slots and
+    returns the most that ran at once, from the jobs' own start and end marks."""
     s = start_server(cluster)
-    timeline = cluster.tmp / "timeline"
-    job = write_script(cluster, "timed.sh", r"""
+    timeline = cluster.tmp / f"timeline-{slots}"
+    job = write_script(cluster, f"timed-{slots}.sh", r"""
         echo "start $(date +%s%N) $WORKD_WORK_ID" >> "@LOG@"
-        sleep 0.5
+        sleep @SECONDS@
         echo "end $(date +%s%N) $WORKD_WORK_ID" >> "@LOG@"
         echo '"ok"'
-        """, LOG=timeline)
-    # The concurrency comes from the environment, as a deployment would set it.
-    start_worker(cluster, "conc-3", s.url, ["--exec", job], env={"WORKD_CONCURRENCY": "3"})
-    assert workers_at(s.url)["conc-3"]["capacity"] == 3, \
-        f"WORKD_CONCURRENCY=3 should give capacity 3: {workers_at(s.url)['conc-3']}"
-    r = http("POST", s.url + "/work", [{"id": f"j{i}", "payload": i} for i in range(9)], JSON)
-    expect(r, 202, "bulk submit of 9 jobs")
-    for i in range(9):
-        wait_status(s.url, f"j{i}", "completed", timeout=20)
+        """, LOG=timeline, SECONDS=seconds)
+    name = f"conc-{slots}"
+    if env_concurrency:  # as a deployment would set it
+        start_worker(cluster, name, s.url, ["--exec", job], env={"WORKD_CONCURRENCY": str(slots)})
+    else:
+        start_worker(cluster, name, s.url, ["--exec", job, "--concurrency", str(slots)])
+    assert workers_at(s.url)[name]["capacity"] == slots, \
+        f"concurrency {slots} should give capacity {slots}: {workers_at(s.url)[name]}"
+    r = http("POST", s.url + "/work", [{"id": f"j{i}", "payload": i} for i in range(jobs)], JSON)
+    expect(r, 202, f"bulk submit of {jobs} jobs")
+    for i in range(jobs):
+        wait_status(s.url, f"j{i}", "completed", timeout=30)
     marks = []
     for line in timeline.read_text().splitlines():
         kind, ns, wid = line.split()
         marks.append((int(ns), 0 if kind == "end" else 1, wid))
-    assert len(marks) == 18, f"each of 9 jobs should run once: {len(marks)} marks"
+    assert len(marks) == 2 * jobs, f"each of {jobs} jobs should run once: {len(marks)} marks"
     running = peak = 0
     for _, kind, _ in sorted(marks):  # an end and a start at the same ns: end first
         running += 1 if kind else -1
         peak = max(peak, running)
-    assert peak == 3, f"with --concurrency 3, at most and at best 3 jobs should run at once; " \
-                      f"the most at once was {peak}"
     assert not events_of(cluster, ["failed", "timed_out"]), \
         "no job should be given back or fail (a pull for more than the free slots would)"
-    assert completions_by_id(cluster) == {f"j{i}": 1 for i in range(9)}
+    assert completions_by_id(cluster) == {f"j{i}": 1 for i in range(jobs)}
+    return peak
+
+
+def test_concurrency_is_exact(cluster):
+    peak = peak_concurrency(cluster, slots=3, jobs=9, seconds=0.5, env_concurrency=True)
+    assert peak == 3, f"with --concurrency 3, at most and at best 3 jobs should run at once; " \
+                      f"the most at once was {peak}"
+
+
+def test_a_pull_of_long_jobs_fills_every_slot(cluster):
+    """The slots take a pull's jobs from one queue, each woken by the one
+    before: 16 jobs of 2 s on 16 slots all run at once, none waits behind
+    another in a slot."""
+    peak = peak_concurrency(cluster, slots=16, jobs=16, seconds=2)
+    assert peak == 16, f"16 jobs on 16 slots should all run at once; the most at once was {peak}"
 
 
 def test_worker_survives_server_restart(cluster):

@@ -142,17 +142,19 @@ static const char *array_type(ColKind k)
     return "text[]";
 }
 
-/* "unnest($a::t[], ...) AS alias(name, ...)", numbering from *param. */
+/* "(SELECT unnest($a::t[]) AS name, ...) AS alias", numbering from *param:
+ * the arrays side by side, row by row. In the select list, not as
+ * unnest(a, b, ...) in FROM: that form keeps each array's rows in a tuplestore
+ * of its own before joining them, which cost ~60 µs per statement and ~2 µs
+ * per row of 15 arrays (docs/benchmarks.md, fifth session). */
 static void sql_unnest(SBuf *b, int *param, const FieldDef *defs, const int *cols, size_t n,
                        const char *alias)
 {
-    sbuf_puts(b, "unnest(");
+    sbuf_puts(b, "(SELECT ");
     for (size_t i = 0; i < n; i++)
-        sbuf_printf(b, "%s$%d::%s", i ? ", " : "", (*param)++, array_type(defs[cols[i]].kind));
-    sbuf_printf(b, ") AS %s(", alias);
-    for (size_t i = 0; i < n; i++)
-        sbuf_printf(b, "%s%s", i ? ", " : "", defs[cols[i]].name);
-    sbuf_puts(b, ")");
+        sbuf_printf(b, "%sunnest($%d::%s) AS %s", i ? ", " : "", (*param)++,
+                    array_type(defs[cols[i]].kind), defs[cols[i]].name);
+    sbuf_printf(b, ") AS %s", alias);
 }
 
 /* The SQL value of a parameter column. */
@@ -321,10 +323,10 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     sbuf_printf(b,
                 "act AS (INSERT INTO workd_activity AS a (bucket, queue, accepted, completed, "
                 "failed, dead, cancelled)\n"
-                "  SELECT $%d::bigint / %d * %d, t.* FROM unnest($%d::text[]",
+                "  SELECT $%d::bigint / %d * %d, t.* FROM (SELECT unnest($%d::text[])",
                 P_FIRST_AT, ACTIVITY_BUCKET_S * 1000, ACTIVITY_BUCKET_S, P_ACT_QUEUES);
-    for (int k = 0; k < A_COUNT; k++)
-        sbuf_printf(b, ", $%d::bigint[]", P_ACT_FIRST + k);
+    for (int k = 0; k < A_COUNT; k++) /* as sql_unnest */
+        sbuf_printf(b, ", unnest($%d::bigint[])", P_ACT_FIRST + k);
     sbuf_puts(b,
               ") AS t\n  WHERE (SELECT ok FROM lk)\n  ON CONFLICT (bucket, queue) DO UPDATE SET ");
     for (int k = 0; k < A_COUNT; k++)

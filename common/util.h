@@ -55,4 +55,10 @@ int time_parse(const char *s, int64_t *ms_out, Err *err) WARN_UNUSED;
  * "ms", "s", "m", "h", "d" ("250ms", "2s", "7d"). */
 int duration_parse(const char *s, int64_t *ms_out) WARN_UNUSED;
 
+/* jemalloc's options for workd-server and workd-worker (built with
+ * WORKD_JEMALLOC; each main() defines malloc_conf from this): freed pages go
+ * back to the system after 100 ms instead of 10 s, so that a burst of large
+ * requests does not stay in the RSS (docs/architecture.md). */
+#define WORKD_MALLOC_CONF "dirty_decay_ms:100,muzzy_decay_ms:0"
+
 #endif

@@ -360,6 +360,11 @@ cleanup:
     return rc;
 }
 
+#ifdef WORKD_JEMALLOC
+extern const char *malloc_conf;
+const char *malloc_conf = WORKD_MALLOC_CONF; /* read by jemalloc at its start */
+#endif
+
 int main(int argc, char **argv)
 {
     int first = 1;

@@ -156,6 +156,11 @@ static int supervise(Worker *w, int sfd)
     }
 }
 
+#ifdef WORKD_JEMALLOC
+extern const char *malloc_conf;
+const char *malloc_conf = WORKD_MALLOC_CONF; /* read by jemalloc at its start */
+#endif
+
 int main(int argc, char **argv)
 {
     Options o = {0};

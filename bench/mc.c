@@ -1,5 +1,9 @@
 /* mc: see mc.h. Easy handles are recycled through a free list; connections
- * live in the multi handle's pool, so any request reuses any idle one. */
+ * live in the multi handle's pool, so any request reuses any idle one. At most
+ * max_conns transfers run at once; the rest wait here, in order: libcurl would
+ * open a new connection for each (and close it after, past the pool's size),
+ * so a slow second on the server became a storm of connects and closes that
+ * the generator, not the server, then spent its time on. */
 #include "mc.h"
 
 #include <stdlib.h>
@@ -11,8 +15,10 @@ struct Mc {
     struct curl_slist *json_headers, *sse_headers;
     CURL **spare; /* easy handles ready for reuse */
     size_t nspare, spare_cap;
-    McReq *live; /* every request in flight */
-    size_t inflight;
+    McReq *live; /* the transfers running in the multi handle */
+    size_t running, max_running;
+    McReq *wait_head, *wait_tail; /* started, waiting for a running one to end */
+    size_t inflight;              /* running + waiting */
 };
 
 int64_t mono_us(void)
@@ -36,6 +42,7 @@ Mc *mc_new(size_t max_conns)
     if (!m->multi)
         abort();
     curl_multi_setopt(m->multi, CURLMOPT_MAXCONNECTS, (long)max_conns);
+    m->max_running = max_conns ? max_conns : 1;
     /* "Expect:" keeps libcurl from waiting for 100-continue on large bodies. */
     m->json_headers = curl_slist_append(NULL, "Content-Type: application/json");
     m->json_headers = curl_slist_append(m->json_headers, "Expect:");
@@ -43,16 +50,29 @@ Mc *mc_new(size_t max_conns)
     return m;
 }
 
-static void req_release(McReq *q)
+static void unlink_req(McReq **head, McReq **tail, McReq *q)
 {
-    Mc *m = q->mc;
-    curl_multi_remove_handle(m->multi, q->easy);
     if (q->prev)
         q->prev->next = q->next;
     else
-        m->live = q->next;
+        *head = q->next;
     if (q->next)
         q->next->prev = q->prev;
+    else if (tail)
+        *tail = q->prev;
+    q->prev = q->next = NULL;
+}
+
+static void req_release(McReq *q)
+{
+    Mc *m = q->mc;
+    if (q->waiting) {
+        unlink_req(&m->wait_head, &m->wait_tail, q);
+    } else {
+        curl_multi_remove_handle(m->multi, q->easy);
+        unlink_req(&m->live, NULL, q);
+        m->running--;
+    }
     m->inflight--;
     if (m->nspare == m->spare_cap) {
         m->spare_cap = m->spare_cap ? m->spare_cap * 2 : 64;
@@ -71,6 +91,8 @@ void mc_free(Mc *m)
         return;
     while (m->live)
         req_release(m->live);
+    while (m->wait_head)
+        req_release(m->wait_head);
     for (size_t i = 0; i < m->nspare; i++)
         curl_easy_cleanup(m->spare[i]);
     free(m->spare);
@@ -113,15 +135,44 @@ static McReq *req_new(Mc *m, const char *url, McDoneFn on_done, void *ud)
     return q;
 }
 
-static McReq *req_go(Mc *m, McReq *q)
+static void req_run(Mc *m, McReq *q)
 {
+    q->waiting = false;
     q->next = m->live;
     if (m->live)
         m->live->prev = q;
     m->live = q;
-    m->inflight++;
+    m->running++;
     curl_multi_add_handle(m->multi, q->easy);
+}
+
+/* Runs q now if fewer than max_running run, else queues it behind the others. */
+static McReq *req_go(Mc *m, McReq *q)
+{
+    m->inflight++;
+    if (m->running < m->max_running) {
+        req_run(m, q);
+        return q;
+    }
+    q->waiting = true;
+    q->prev = m->wait_tail;
+    if (m->wait_tail)
+        m->wait_tail->next = q;
+    else
+        m->wait_head = q;
+    m->wait_tail = q;
     return q;
+}
+
+/* Moves waiting requests into the multi handle while there is room. Their time
+ * limit starts then; the callers measure from when they asked. */
+static void admit_waiting(Mc *m)
+{
+    while (m->wait_head && m->running < m->max_running) {
+        McReq *q = m->wait_head;
+        unlink_req(&m->wait_head, &m->wait_tail, q);
+        req_run(m, q);
+    }
 }
 
 McReq *mc_start(Mc *m, const char *method, const char *url, const char *json_body,
@@ -174,6 +225,7 @@ size_t mc_run(Mc *m, int timeout_ms)
             q->on_done(q);
         req_release(q);
     }
+    admit_waiting(m);
     return m->inflight;
 }
 

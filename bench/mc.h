@@ -38,6 +38,7 @@ struct McReq {
     McDoneFn on_done;
     McDataFn on_data;
     char *req_body;
+    bool waiting; /* queued behind max_conns running transfers */
     McReq *prev, *next;
 };
 
@@ -46,7 +47,8 @@ int64_t mono_us(void);
 int64_t wall_us(void);
 
 /* ---- lifetime ---- */
-/* max_conns bounds the idle keep-alive connections kept for reuse. */
+/* max_conns bounds the transfers that run at once, and so the connections
+ * (kept alive for reuse); requests started past it wait, in order. */
 Mc *mc_new(size_t max_conns);
 /* Aborts whatever is in flight (no callbacks) and frees everything. */
 void mc_free(Mc *m);
@@ -61,7 +63,8 @@ McReq *mc_start(Mc *m, const char *method, const char *url, const char *json_bod
 McReq *mc_stream(Mc *m, const char *url, McDataFn on_data, McDoneFn on_done, void *ud);
 /* The HTTP status of a request in flight (0 until its headers arrived). */
 long mc_status(McReq *q);
-/* Ends a request at once, without calling its on_done, and frees it. */
+/* Ends a request at once (running or waiting), without calling its on_done,
+ * and frees it. */
 void mc_cancel(McReq *q);
 
 /* Performs one request and runs m (other requests' callbacks too) until it

@@ -32,10 +32,14 @@ static const struct {
  * - every statement of workd looks rows up by key among few: the planner,
  *   misled by young tables and unnest()'s row estimate, picked hash joins that
  *   read all of workd_work per commit (5x the CPU);
+ * - no JIT: every statement of workd is small, and compiling one costs
+ *   ~250 ms; a plan whose cost a disabled join method inflates (the leader's
+ *   session, journal_prepare) would otherwise be compiled at every run;
  * - search_path: workd's tables live in public. The default path starts with
  *   "$user", so under a role named workd the schema workd (migration 5) would
  *   take new tables and hide the existing ones (test_db_role.py). */
-#define DB_SESSION_OPTIONS "-c enable_hashjoin=off -c enable_mergejoin=off -c search_path=public"
+#define DB_SESSION_OPTIONS                                                                         \
+    "-c enable_hashjoin=off -c enable_mergejoin=off -c jit=off -c search_path=public"
 
 static void trim(char *s)
 {

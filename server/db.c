@@ -135,6 +135,14 @@ PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *pa
     return r;
 }
 
+int db_command(PGconn *c, const char *sql, const char *what, Err *err)
+{
+    PGresult *r = PQexec(c, sql);
+    int rc = db_check(c, r, what, err);
+    PQclear(r);
+    return rc;
+}
+
 /* The statements this thread has prepared, on the one session it last used:
  * each thread of the server works with one session at a time. */
 #define CACHED_MAX 8

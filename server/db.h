@@ -32,13 +32,18 @@ PGconn *db_connect(const char *url, const char *app, Err *err) WARN_UNUSED;
 bool db_alive(PGconn *c);
 
 /* True if res is PGRES_COMMAND_OK or PGRES_TUPLES_OK; otherwise sets err from the
- * result (status 503 when the connection is gone, 500 otherwise), clears res. */
+ * result (status 503 when the connection is gone, 500 otherwise). The caller
+ * still PQclear()s res. */
 int db_check(PGconn *c, PGresult *res, const char *what, Err *err) WARN_UNUSED;
 
 /* Runs a parameterised statement (text parameters) and returns its result, or
  * NULL with err set. The caller PQclear()s. */
 PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                   const char *what, Err *err) WARN_UNUSED;
+
+/* Runs SQL that takes no parameters and returns no rows wanted (one
+ * statement or several, in the simple protocol); 0, or -1 with err set. */
+int db_command(PGconn *c, const char *sql, const char *what, Err *err) WARN_UNUSED;
 
 /* As db_exec, for a statement run often: it is prepared as `name` on c the
  * first time this thread runs it there (again if the session does not know

@@ -8,14 +8,6 @@
 #include "db.h"
 #include "log.h"
 
-WARN_UNUSED static int exec_simple(PGconn *c, const char *sql, const char *what, Err *err)
-{
-    PGresult *r = PQexec(c, sql);
-    int rc = db_check(c, r, what, err);
-    PQclear(r);
-    return rc;
-}
-
 int migrate_run(const char *database_url, int *applied, Err *err)
 {
     *applied = 0;
@@ -26,15 +18,15 @@ int migrate_run(const char *database_url, int *applied, Err *err)
     bool locked = false;
     char lock[128];
     snprintf(lock, sizeof lock, "SELECT pg_advisory_lock(%d, %d)", DB_LOCK_CLASS, DB_LOCK_MIGRATE);
-    if (exec_simple(c, "SET client_min_messages = warning", "configuring", err) ||
-        exec_simple(c, lock, "taking the migration lock", err))
+    if (db_command(c, "SET client_min_messages = warning", "configuring", err) ||
+        db_command(c, lock, "taking the migration lock", err))
         goto cleanup;
     locked = true;
-    if (exec_simple(c,
-                    "CREATE TABLE IF NOT EXISTS workd_migrations ("
-                    " version integer PRIMARY KEY, name text NOT NULL,"
-                    " applied_at timestamptz NOT NULL DEFAULT now())",
-                    "creating workd_migrations", err))
+    if (db_command(c,
+                   "CREATE TABLE IF NOT EXISTS workd_migrations ("
+                   " version integer PRIMARY KEY, name text NOT NULL,"
+                   " applied_at timestamptz NOT NULL DEFAULT now())",
+                   "creating workd_migrations", err))
         goto cleanup;
     for (size_t i = 0; i < workd_migrations_count; i++) {
         const Migration *m = &workd_migrations[i];
@@ -49,11 +41,11 @@ int migrate_run(const char *database_url, int *applied, Err *err)
         PQclear(r);
         if (done)
             continue;
-        if (exec_simple(c, "BEGIN", "BEGIN", err))
+        if (db_command(c, "BEGIN", "BEGIN", err))
             goto cleanup;
         char what[160];
         snprintf(what, sizeof what, "applying migration %s", m->name);
-        if (exec_simple(c, m->sql, what, err)) {
+        if (db_command(c, m->sql, what, err)) {
             PQclear(PQexec(c, "ROLLBACK"));
             goto cleanup;
         }
@@ -64,7 +56,7 @@ int migrate_run(const char *database_url, int *applied, Err *err)
             goto cleanup;
         }
         PQclear(r);
-        if (exec_simple(c, "COMMIT", "COMMIT", err))
+        if (db_command(c, "COMMIT", "COMMIT", err))
             goto cleanup;
         log_info("applied migration %s", m->name);
         (*applied)++;

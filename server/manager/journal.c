@@ -608,14 +608,12 @@ int journal_prepare(PGconn *c, Err *err)
      * joins by hash only and reaches workd_open by key only (its updates and
      * deletes name their ids with = ANY): a commit's cost follows its own
      * rows, whatever the statistics say. Recovery's read of all open work
-     * walks the primary key. */
-    PGresult *set = PQexec(c, "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off;"
-                              " SET enable_nestloop = off; SET enable_hashjoin = on");
-    if (db_check(c, set, "configuring the leader's session", err) != 0) {
-        PQclear(set);
+     * turns sequential scans back on for itself (journal_recover). */
+    if (db_command(c,
+                   "SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off;"
+                   " SET enable_nestloop = off; SET enable_hashjoin = on",
+                   "configuring the leader's session", err) != 0)
         return -1;
-    }
-    PQclear(set);
     shapes.conn = c;
     shapes.prepared = 0;
     return 0;
@@ -973,6 +971,10 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
     *last_part = (int)db_int(r, 0, 2);
     PQclear(r);
 
+    /* All of it, in one pass over the table: the leader's session allows
+     * sequential scans for this read only (journal_prepare). */
+    if (db_command(c, "BEGIN; SET LOCAL enable_seqscan = on", "loading open work", err) != 0)
+        return -1;
     r = db_exec(
         c,
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
@@ -981,8 +983,10 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         "       after::text, after_policy, batch"
         "  FROM workd_open WHERE status <> 'dead' ORDER BY accepted_seq",
         0, NULL, "loading open work", err);
-    if (!r)
+    if (!r || db_command(c, "COMMIT", "loading open work", err) != 0) {
+        PQclear(r);
         return -1;
+    }
     int n = PQntuples(r);
     for (int i = 0; i < n; i++) {
         WorkItem it = {0};

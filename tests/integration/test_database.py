@@ -3,9 +3,11 @@ takes writes, sessions whose server went away are replaced before use, GET
 /cluster says what the database offers a 202, and commits stuck on a missing
 synchronous standby are reported in the log and in /readyz."""
 
+import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -51,6 +53,34 @@ def test_cluster_says_what_the_database_offers(cluster):
     cluster.psql("SELECT pg_reload_conf()")
 
 
+def wait_until_commits_wait(cluster, timeout=15.0):
+    """Return once a commit waits for a synchronous standby.
+
+    pg_reload_conf() only signals: the checkpointer applies a new
+    synchronous_standby_names a moment later, and commits made before that
+    do not wait. A probe commit seen waiting on SyncRep shows the setting is
+    in effect; it is then cancelled (it stays committed locally, as any
+    cancelled wait does). The probe creates a temporary table because only
+    a commit that wrote WAL besides its commit record waits for a standby."""
+    waiting = ("SELECT pid FROM pg_stat_activity "
+               "WHERE application_name = 'sync-probe' AND wait_event = 'SyncRep'")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        probe = subprocess.Popen(
+            ["psql", "-X", "-q", "-d", cluster.db_url, "-c", "CREATE TEMP TABLE sync_probe ()"],
+            env={**os.environ, "PGAPPNAME": "sync-probe"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while probe.poll() is None:
+            pid = cluster.psql(waiting)
+            if pid:
+                cluster.psql(f"SELECT pg_cancel_backend({pid})")
+                probe.wait(10)
+                return
+            time.sleep(0.05)
+        # The probe committed without waiting: the setting is not applied yet.
+    raise AssertionError(f"commits still do not wait for a synchronous standby after {timeout} s")
+
+
 def test_commit_stuck_on_a_missing_sync_standby_is_reported(cluster):
     s = cluster.start_server("s1")
     wait_leader(s.url)
@@ -59,6 +89,7 @@ def test_commit_stuck_on_a_missing_sync_standby_is_reported(cluster):
     # every commit waits for a standby that will never connect.
     cluster.psql("ALTER SYSTEM SET synchronous_standby_names = 'old_standby'")
     cluster.psql("SELECT pg_reload_conf()")
+    wait_until_commits_wait(cluster)
     answer = {}
 
     def stuck_submit():

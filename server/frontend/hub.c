@@ -339,7 +339,10 @@ void hub_publish_committed(Hub *h, const EventList *events)
 bool hub_claim(Hub *h, int64_t first, int64_t last)
 {
     pthread_mutex_lock(&h->lock);
-    bool in_order = h->scanned_upto == first - 1;
+    /* Right after what the hub has, or after the claim of an append still
+     * out (the manager sends one behind another). */
+    bool in_order = h->scanned_upto == first - 1 ||
+                    (h->claimed_upto > h->scanned_upto && h->claimed_upto == first - 1);
     if (in_order)
         h->claimed_upto = last;
     pthread_mutex_unlock(&h->lock);

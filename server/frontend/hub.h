@@ -39,7 +39,8 @@ void hub_publish(Hub *h, json_t *ev);
  * they continue what the hub has (else the listener brings them). */
 void hub_publish_committed(Hub *h, const EventList *events);
 /* The manager of this node is about to commit seqs first..last and will
- * publish them: true when they continue what the hub has, and then the
+ * publish them: true when they continue what the hub has (or what it claimed
+ * last, still being committed), and then the
  * listener leaves them alone (hub_claimed) instead of reading back, from the
  * database, what this node has just written. hub_unclaim when the commit
  * fails: what it wrote (if it did) comes with the next notification. */

@@ -51,14 +51,17 @@ static void render_manager(SBuf *b, const Manager *mgr)
                 "# HELP workd_elections_won_total Elections this node won.\n"
                 "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
                 "# HELP workd_step_downs_total Times this node stopped leading.\n"
-                "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n",
+                "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n"
+                "# HELP workd_appends_behind_total Appends sent while the one before was being "
+                "committed.\n"
+                "# TYPE workd_appends_behind_total counter\nworkd_appends_behind_total %lld\n",
                 (long long)atomic_load(&st->events_by_type[EV_COMPLETED]),
                 (long long)atomic_load(&st->events_by_type[EV_FAILED]),
                 (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
                 (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
                 (long long)atomic_load(&st->workers_lost),
-                (long long)atomic_load(&st->elections_won),
-                (long long)atomic_load(&st->step_downs));
+                (long long)atomic_load(&st->elections_won), (long long)atomic_load(&st->step_downs),
+                (long long)atomic_load(&st->appends_behind));
     if (manager_is_leader(mgr))
         sbuf_printf(b,
                     "# HELP workd_open_work Work not finished (pending, scheduled, running).\n"

@@ -121,6 +121,8 @@ enum {
     P_PART,
     P_LAST_SEQ,
     P_FIRST_AT,
+    P_PREV_SEQ,  /* the last event of the append before, or NULL: see journal_append_send */
+    P_PREV_PART, /* its part */
     P_INBOX,
     P_ACT_QUEUES,
     P_ACT_FIRST, /* A_COUNT of them */
@@ -222,8 +224,11 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     for (int i = 0; i < E_COUNT; i++)
         ev_cols[i] = i;
 
-    sbuf_printf(b, "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean) AS ok),\n", P_TERM,
-                P_OPENING);
+    sbuf_printf(b,
+                "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean)"
+                " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_events"
+                " WHERE part = $%d::int AND seq = $%d::bigint)) AS ok),\n",
+                P_TERM, P_OPENING, P_PREV_SEQ, P_PREV_PART, P_PREV_SEQ);
     sbuf_puts(b, "ev AS (INSERT INTO workd_events (");
     for (int i = 0; i < E_COUNT; i++)
         sbuf_printf(b, "%s, ", ev_fields[i].name);
@@ -583,16 +588,23 @@ static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
         put_field(&cols[i], r, defs[i]);
 }
 
-/* The shapes of append statement prepared on the leader's session: each is
- * prepared the first time a commit has that shape (a few kinds of commit
- * make nearly all of them). */
+/* The shapes of append statement, all prepared on the leader's session when
+ * it wins (journal_prepare), so that appends can be sent one behind another
+ * in pipeline mode, where a statement cannot be prepared synchronously. */
 static _Thread_local struct {
     PGconn *conn;
-    uint64_t prepared;           /* bit `shape` */
     bool used[64][N_PARAMS + 1]; /* the parameters shape reads ($1 is [1]) */
 } shapes;
 
-_Static_assert(AP_INBOX < 6, "shapes (bits 1 to AP_INBOX) below 64: a bit of shapes.prepared each");
+_Static_assert(AP_INBOX < 6, "shapes (bits 1 to AP_INBOX) below 64");
+
+/* Every shape: AP_BASE and AP_END always, any set of the parts between. */
+#define SHAPE_BITS (((1u << AP_END) - 1) & ~1u)
+
+static void shape_name(unsigned shape, char *name, size_t name_size)
+{
+    snprintf(name, name_size, "workd_append_%02x", shape);
+}
 
 int journal_prepare(PGconn *c, Err *err)
 {
@@ -614,35 +626,50 @@ int journal_prepare(PGconn *c, Err *err)
                    " SET enable_nestloop = off; SET enable_hashjoin = on",
                    "configuring the leader's session", err) != 0)
         return -1;
-    shapes.conn = c;
-    shapes.prepared = 0;
-    return 0;
-}
-
-/* Prepares the append statement of this shape on c, once per session, and
- * returns which parameters it reads (NULL with err set if it cannot). A
- * parameter the shape does not read is declared text (its type cannot be
- * inferred) and sent as NULL; the others are typed by their casts. */
-static const bool *prepare_shape(PGconn *c, unsigned shape, char *name, size_t name_size, Err *err)
-{
-    snprintf(name, name_size, "workd_append_%02x", shape);
-    if (shapes.conn == c && (shapes.prepared >> shape & 1))
-        return shapes.used[shape];
-    bool *used = shapes.used[shape];
-    char *sql = append_sql(shape, used);
-    Oid types[N_PARAMS];
-    for (int i = 0; i < N_PARAMS; i++)
-        types[i] = used[i + 1] ? 0 : OID_TEXT;
-    PGresult *r = PQprepare(c, name, sql, N_PARAMS, types);
-    free(sql);
-    int rc = db_check(c, r, "preparing the append statement", err);
-    PQclear(r);
-    if (rc != 0)
-        return NULL;
-    if (shapes.conn != c)
-        shapes.conn = c, shapes.prepared = 0;
-    shapes.prepared |= 1ull << shape;
-    return used;
+    /* All shapes in one round trip. A parameter a shape does not read is
+     * declared text (its type cannot be inferred) and sent as NULL; the
+     * others are typed by their casts. */
+    shapes.conn = NULL;
+    if (!PQenterPipelineMode(c))
+        return err_set(err, 503, "database-unavailable", "preparing the append statements: %s",
+                       PQerrorMessage(c));
+    int sent = 0, rc = 0;
+    for (unsigned shape = 0; shape <= SHAPE_BITS && rc == 0; shape += 2) {
+        if (shape & ~SHAPE_BITS)
+            continue;
+        bool *used = shapes.used[shape];
+        char *sql = append_sql(shape, used), name[32];
+        Oid types[N_PARAMS];
+        for (int i = 0; i < N_PARAMS; i++)
+            types[i] = used[i + 1] ? 0 : OID_TEXT;
+        shape_name(shape, name, sizeof name);
+        if (PQsendPrepare(c, name, sql, N_PARAMS, types))
+            sent++;
+        else
+            rc = err_set(err, 503, "database-unavailable", "preparing the append statements: %s",
+                         PQerrorMessage(c));
+        free(sql);
+    }
+    if (rc == 0 && !PQpipelineSync(c))
+        rc = err_set(err, 503, "database-unavailable", "preparing the append statements: %s",
+                     PQerrorMessage(c));
+    for (int i = 0; i < sent && rc == 0; i++) {
+        PGresult *r = PQgetResult(c), *end;
+        rc = db_check(c, r, "preparing the append statements", err);
+        PQclear(r);
+        while ((end = PQgetResult(c))) /* the NULL that ends each statement's results */
+            PQclear(end);
+    }
+    PGresult *sync = rc == 0 ? PQgetResult(c) : NULL;
+    if (rc == 0 && PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+        rc = err_set(err, 500, "database-error", "preparing the append statements: no sync");
+    PQclear(sync);
+    if (rc == 0 && !PQexitPipelineMode(c))
+        rc = err_set(err, 500, "database-error", "preparing the append statements: %s",
+                     PQerrorMessage(c));
+    if (rc == 0)
+        shapes.conn = c;
+    return rc;
 }
 
 /* An array literal of inbox entries: "{1,2,3}". */
@@ -719,11 +746,12 @@ static void activity_cols(const EventList *events, Col *cols)
     free(acts);
 }
 
-int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const *rows, size_t nrows,
-                   const int64_t *inbox, size_t n_inbox, Err *err)
+int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
+                        size_t nrows, const int64_t *inbox, size_t n_inbox,
+                        const AppendAfter *after, Err *err)
 {
-    if (events->len == 0)
-        return n_inbox ? journal_inbox_forget(c, inbox, n_inbox, err) : 0;
+    if (shapes.conn != c)
+        return err_set(err, 500, "internal", "the append statements are not prepared");
     enum { N_ARRAYS = N_PARAMS - P_SCALARS };
     Col cols[N_ARRAYS];
     Col *ev = cols, *nw = ev + E_COUNT, *up = nw + NCOLS(open_new_cols),
@@ -761,8 +789,10 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
             shape |= 1u << AP_UP;
         }
     }
-    char term[24], partv[16], last[24], first_at[24];
+    char term[24], partv[16], last[24], first_at[24], prev[24], prev_part[16];
     snprintf(term, sizeof term, "%lld", (long long)events->items[0].term);
+    snprintf(prev, sizeof prev, "%lld", after ? (long long)after->seq : 0LL);
+    snprintf(prev_part, sizeof prev_part, "%d", after ? after->part : 0);
     snprintf(partv, sizeof partv, "%d", part);
     snprintf(last, sizeof last, "%lld", (long long)events->items[events->len - 1].seq);
     snprintf(first_at, sizeof first_at, "%lld", (long long)events->items[0].at);
@@ -773,6 +803,8 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     params[P_PART - 1] = partv;
     params[P_LAST_SEQ - 1] = last;
     params[P_FIRST_AT - 1] = first_at;
+    params[P_PREV_SEQ - 1] = after ? prev : NULL;
+    params[P_PREV_PART - 1] = after ? prev_part : NULL;
     char *inbox_ns = inbox_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
     Col act[1 + A_COUNT];
@@ -785,35 +817,55 @@ int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const 
     if (act[0].n)
         shape |= 1u << AP_ACT;
     char name[32];
-    PGresult *r = NULL;
-    const bool *used = prepare_shape(c, shape, name, sizeof name, err);
-    if (used) {
-        for (int i = 0; i < N_PARAMS; i++) {
-            if (!binary[i])
-                continue;
-            params[i] = used[i + 1] ? col_end(binary[i]) : NULL; /* NULL: not read */
-            lengths[i] = (int)binary[i]->b.len;
-            formats[i] = 1;
-        }
-        r = PQexecPrepared(c, name, N_PARAMS, params, lengths, formats, 0);
-        if (db_check(c, r, "appending events", err) != 0) {
-            PQclear(r);
-            r = NULL;
-        }
+    shape_name(shape, name, sizeof name);
+    const bool *used = shapes.used[shape];
+    for (int i = 0; i < N_PARAMS; i++) {
+        if (!binary[i])
+            continue;
+        params[i] = used[i + 1] ? col_end(binary[i]) : NULL; /* NULL: not read */
+        lengths[i] = (int)binary[i]->b.len;
+        formats[i] = 1;
     }
+    int rc = 0;
+    if ((PQpipelineStatus(c) == PQ_PIPELINE_OFF && !PQenterPipelineMode(c)) ||
+        !PQsendQueryPrepared(c, name, N_PARAMS, params, lengths, formats, 0) || !PQpipelineSync(c))
+        rc = err_set(err, 503, "database-unavailable", "appending events: %s", PQerrorMessage(c));
     for (int i = 0; i < N_ARRAYS; i++)
         sbuf_free(&cols[i].b);
     free(inbox_ns);
     for (int k = 0; k <= A_COUNT; k++)
         sbuf_free(&act[k].b);
+    return rc;
+}
+
+int journal_append_recv(PGconn *c, size_t n_events, Err *err)
+{
+    PGresult *r = PQgetResult(c), *more;
+    int rc = db_check(c, r, "appending events", err);
+    int64_t written = rc == 0 ? db_int(r, 0, 0) : 0;
     if (!r)
-        return -1;
-    int64_t written = db_int(r, 0, 0);
+        return rc; /* the session is gone: the caller closes it */
     PQclear(r);
-    if (written != (int64_t)events->len)
-        return err_set(err, 409, "fenced",
-                       "this session no longer holds the leader lock: nothing was written");
-    return 0;
+    /* Then a NULL ends the statement's results, and its sync follows. */
+    for (int i = 0; i < 4 && (more = PQgetResult(c)); i++)
+        PQclear(more);
+    PGresult *sync = PQgetResult(c);
+    if (rc == 0 && PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+        rc = err_set(err, 503, "database-unavailable", "appending events: %s",
+                     sync ? PQresultErrorMessage(sync) : PQerrorMessage(c));
+    PQclear(sync);
+    if (rc == 0 && written != (int64_t)n_events)
+        rc = err_set(err, 409, "fenced",
+                     "this session no longer holds the leader lock, or the append before "
+                     "this one failed: nothing was written");
+    return rc;
+}
+
+int journal_pipeline_end(PGconn *c, Err *err)
+{
+    if (PQpipelineStatus(c) == PQ_PIPELINE_OFF || PQexitPipelineMode(c))
+        return 0;
+    return err_set(err, 503, "database-unavailable", "ending the pipeline: %s", PQerrorMessage(c));
 }
 
 int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)

@@ -20,9 +20,15 @@
 
 /* ---- writing (the leader, through the session holding the leader lock) ---- */
 
-/* Prepares the append statement on the leader's session (once per session,
- * before the first journal_append). */
+/* Prepares the append statements on the leader's session (once per session,
+ * before the first append). */
 int journal_prepare(PGconn *c, Err *err) WARN_UNUSED;
+
+/* The last event of the append sent before, while its outcome is unknown. */
+typedef struct AppendAfter {
+    int64_t seq;
+    int part;
+} AppendAfter;
 
 /* Appends events (seq and term already set, in order) into part `part` and
  * writes the work rows they fold into (projection.h) in one statement, which
@@ -30,10 +36,25 @@ int journal_prepare(PGconn *c, Err *err) WARN_UNUSED;
  * seq: open rows are inserted or updated in workd_open; work that finished
  * (completed, cancelled) leaves it for a workd_done row in the same part;
  * the inbox entries (n) the commit took into the log are deleted with it.
- * Fencing: nothing is written unless this session holds the leader lock, and
- * then err is "fenced" (409). */
-int journal_append(PGconn *c, int part, const EventList *events, ProjRow *const *rows, size_t nrows,
-                   const int64_t *inbox, size_t n_inbox, Err *err) WARN_UNUSED;
+ *
+ * Sent in pipeline mode without waiting (events non-empty; the rows and
+ * events may be freed once this returns): journal_append_recv reads the
+ * outcomes in the order the appends were sent, each after its own commit.
+ * Until the pipeline is ended (journal_pipeline_end, once every outcome is
+ * read) the session runs nothing else. An append sent while another is out
+ * names that one's last event in *after: it writes nothing unless that event
+ * is in the log, since a pipeline goes on with the statements after a failed
+ * one, and this one was decided from the state that one left.
+ * Fencing: nothing is written unless this session holds the leader lock;
+ * either way journal_append_recv says "fenced" (409). */
+int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
+                        size_t nrows, const int64_t *inbox, size_t n_inbox,
+                        const AppendAfter *after, Err *err) WARN_UNUSED;
+/* The outcome of the oldest append out, of n_events events (blocks until it
+ * has come; at once when PQisBusy says it has). */
+int journal_append_recv(PGconn *c, size_t n_events, Err *err) WARN_UNUSED;
+/* Leaves pipeline mode (every outcome read), so that other statements run. */
+int journal_pipeline_end(PGconn *c, Err *err) WARN_UNUSED;
 
 /* ---- the inbox: work submitted in SQL (workd.submit, migration 0005) ---- */
 /* One submission waiting in workd_inbox; 0 in timeout_ms / max_attempts:
@@ -50,8 +71,8 @@ typedef struct InboxItem {
 /* The oldest entries, at most limit (caller frees *out and its strings). */
 int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err) WARN_UNUSED;
 /* Deletes entries taken into the log without an event of their own (an id
- * that exists already); journal_append deletes the others with their events.
- * Fenced like journal_append. */
+ * that exists already); the append deletes the others with their events.
+ * Fenced like the append. */
 int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err) WARN_UNUSED;
 
 /* ---- recovery ---- */

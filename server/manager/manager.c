@@ -23,6 +23,19 @@
 
 #define HEALTH_CHECK_MS 1000
 
+/* An append sent (pipeline mode) and not yet answered, with what waits for it. */
+typedef struct Flight {
+    EventList batch;               /* its events, applied to the state */
+    int part;                      /* the part it appends into */
+    MgrCmd *done_head, *done_tail; /* replies to send once it (and those before) committed */
+    struct timespec sent;
+} Flight;
+
+/* At most this many appends out at once: one being committed while the next
+ * waits its turn in the session, so that PostgreSQL does not wait for the
+ * manager between commits. */
+enum { MAX_FLIGHTS = 2 };
+
 struct Manager {
     ManagerConfig cfg;
     pthread_t thread;
@@ -50,10 +63,12 @@ struct Manager {
     MgrCmd *waiters, *waiters_tail; /* pulls waiting for work, FIFO */
     MgrCmd *done_head, *done_tail;  /* replies to send after the commit */
     EventList batch;                /* events of this round, applied, not yet committed */
-    HMap proj;                      /* work id -> ProjRow: what the batch makes of its rows */
-    bool inbox_due;                 /* workd_inbox may hold submissions (NOTIFY, or the poll) */
-    int64_t inbox_read_ms;          /* when it was last read */
-    int64_t *inbox_ack;             /* entries this round took into the log */
+    Flight flights[MAX_FLIGHTS];    /* appends sent, outcome not yet read: oldest first */
+    size_t n_flights;
+    HMap proj;             /* work id -> ProjRow: what the batch makes of its rows */
+    bool inbox_due;        /* workd_inbox may hold submissions (NOTIFY, or the poll) */
+    int64_t inbox_read_ms; /* when it was last read */
+    int64_t *inbox_ack;    /* entries this round took into the log */
     size_t n_inbox_ack, cap_inbox_ack;
     HMap finished; /* work id -> KnownWork: work this round finished (owned copies), so that
                       the round decides from its own decisions, not only from the database */
@@ -312,7 +327,21 @@ static void step_down(Manager *m, const char *why)
     }
     atomic_store(&m->leader, false);
     atomic_store(&m->cur_part, -1);
-    /* Replies that were waiting for a commit that will not happen. */
+    /* Replies that were waiting for a commit that will not happen (or did,
+     * unseen: the appends out are put in front of the round's replies). */
+    for (size_t i = m->n_flights; i-- > 0;) {
+        Flight *f = &m->flights[i];
+        if (f->batch.len && m->cfg.on_commit)
+            m->cfg.on_commit(COMMIT_FAILED, &f->batch, m->cfg.on_commit_ud);
+        if (f->done_tail) {
+            f->done_tail->next = m->done_head;
+            m->done_head = f->done_head;
+            if (!m->done_tail)
+                m->done_tail = f->done_tail;
+        }
+        eventlist_free(&f->batch);
+    }
+    m->n_flights = 0;
     for (MgrCmd *c = m->done_head; c; c = c->next)
         if (c->status < 400)
             cmd_fail(c, 503, "not-leader",
@@ -430,10 +459,12 @@ static void emit(Manager *m, EventList *tmp, int64_t now)
     tmp->len = 0;
 }
 
+WARN_UNUSED static int settle(Manager *m);
+
 /* The part to append into: the newest whose start has come, never an older
  * one than the last append's (a new leader's clock may lag). The parts are
  * read again when the next one is due or, when none is known, every second
- * until the retention thread has added it. */
+ * until the retention thread has added it. -1: the leader stepped down. */
 WARN_UNUSED static int choose_part(Manager *m, int64_t now, Err *err)
 {
     const PartList *pl = m->parts;
@@ -445,8 +476,12 @@ WARN_UNUSED static int choose_part(Manager *m, int64_t now, Err *err)
                 m->part = pl->items[i].part;
         }
     if (!next_known && now - m->parts_read_ms >= 1000) {
-        if (journal_parts(m->conn, m->parts, err) != 0)
+        if (settle(m) != 0)
             return -1;
+        if (journal_parts(m->conn, m->parts, err) != 0) {
+            step_down(m, err->msg);
+            return -1;
+        }
         m->parts_read_ms = now;
         for (size_t i = 0; i < pl->n; i++)
             if (pl->items[i].part > m->part && pl->items[i].starts_at <= now)
@@ -456,56 +491,135 @@ WARN_UNUSED static int choose_part(Manager *m, int64_t now, Err *err)
     return 0;
 }
 
-WARN_UNUSED static int commit_batch(Manager *m)
+/* Moves the round's replies to the end of the list from *head to *tail. */
+static void take_done(Manager *m, MgrCmd **head, MgrCmd **tail)
 {
-    if (m->batch.len == 0 && m->n_inbox_ack == 0)
-        return 0;
-    struct timespec a, b;
-    clock_gettime(CLOCK_MONOTONIC, &a);
+    if (!m->done_head)
+        return;
+    if (*tail)
+        (*tail)->next = m->done_head;
+    else
+        *head = m->done_head;
+    *tail = m->done_tail;
+    m->done_head = m->done_tail = NULL;
+}
+
+/* Reads the outcome of the oldest append out (waiting for it) and finishes
+ * its round: published, counted, replied to. -1: the leader stepped down. */
+WARN_UNUSED static int land_flight(Manager *m)
+{
+    Flight *f = &m->flights[0];
     Err err = {0};
-    ProjRow **rows = xcalloc(m->proj.len + 1, sizeof *rows);
-    size_t nrows = 0;
-    const char *k;
-    void *v;
-    for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);)
-        rows[nrows++] = v;
-    int rc = choose_part(m, wall_ms(), &err);
-    if (rc == 0 && m->batch.len && m->cfg.on_commit)
-        m->cfg.on_commit(COMMIT_BEGIN, &m->batch, m->cfg.on_commit_ud);
-    if (rc == 0)
-        rc = journal_append(m->conn, m->part, &m->batch, rows, nrows, m->inbox_ack, m->n_inbox_ack,
-                            &err);
-    m->n_inbox_ack = 0;
-    free(rows);
-    proj_reset(m);
-    finished_reset(m);
-    clock_gettime(CLOCK_MONOTONIC, &b);
-    if (rc != 0) {
-        if (m->batch.len && m->cfg.on_commit)
-            m->cfg.on_commit(COMMIT_FAILED, &m->batch, m->cfg.on_commit_ud);
+    if (journal_append_recv(m->conn, f->batch.len, &err) != 0) {
         step_down(m, err.msg);
         return -1;
     }
-    if (m->batch.len == 0) { /* only inbox entries of ids that existed */
-        m->last_db_ok = mono_ms();
-        return 0;
-    }
-    long long us = (b.tv_sec - a.tv_sec) * 1000000LL + (b.tv_nsec - a.tv_nsec) / 1000;
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long long us = (b.tv_sec - f->sent.tv_sec) * 1000000LL + (b.tv_nsec - f->sent.tv_nsec) / 1000;
     if (m->cfg.on_commit)
-        m->cfg.on_commit(COMMIT_DONE, &m->batch, m->cfg.on_commit_ud);
-    webhooks_committed(m->webhooks, &m->batch);
+        m->cfg.on_commit(COMMIT_DONE, &f->batch, m->cfg.on_commit_ud);
+    webhooks_committed(m->webhooks, &f->batch);
     histogram_observe(&m->stats.commit_us, us);
-    histogram_observe(&m->stats.commit_events, (int64_t)m->batch.len);
-    for (size_t i = 0; i < m->batch.len; i++) {
-        const Event *e = &m->batch.items[i];
+    histogram_observe(&m->stats.commit_events, (int64_t)f->batch.len);
+    for (size_t i = 0; i < f->batch.len; i++) {
+        const Event *e = &f->batch.items[i];
         atomic_fetch_add(&m->stats.events_by_type[e->type], 1);
         if (log_enabled(LOG_DEBUG))
             log_debug("work %s: %s (attempt %d%s%s)", e->work_id ? e->work_id : "-",
                       event_type_name(e->type), e->attempt, e->worker_id ? ", worker " : "",
                       e->worker_id ? e->worker_id : "");
     }
-    eventlist_clear(&m->batch);
+    /* Its replies go before the round's own (those may wait for it too). */
+    MgrCmd *head = f->done_head, *tail = f->done_tail;
+    eventlist_free(&f->batch);
+    memmove(&m->flights[0], &m->flights[1], --m->n_flights * sizeof *m->flights);
     m->last_db_ok = mono_ms();
+    if (tail) {
+        tail->next = m->done_head;
+        m->done_head = head;
+        if (!m->done_tail)
+            m->done_tail = tail;
+    }
+    flush_done(m);
+    return 0;
+}
+
+/* Lands every append out and leaves pipeline mode, so that the session can
+ * run another statement (a read sees what they wrote). -1: stepped down. */
+WARN_UNUSED static int settle(Manager *m)
+{
+    while (m->n_flights)
+        if (land_flight(m) != 0)
+            return -1;
+    Err err = {0};
+    if (m->conn && journal_pipeline_end(m->conn, &err) != 0) {
+        step_down(m, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends the round's events, or keeps its replies for the appends out (they
+ * may say what those appends decided). -1: the leader stepped down. */
+WARN_UNUSED static int commit_batch(Manager *m)
+{
+    Err err = {0};
+    if (m->batch.len == 0) {
+        if (m->n_inbox_ack) { /* only inbox entries of ids that existed */
+            if (settle(m) != 0)
+                return -1;
+            int rc = journal_inbox_forget(m->conn, m->inbox_ack, m->n_inbox_ack, &err);
+            m->n_inbox_ack = 0;
+            if (rc != 0) {
+                step_down(m, err.msg);
+                return -1;
+            }
+            m->last_db_ok = mono_ms();
+        }
+        if (m->n_flights) {
+            Flight *last = &m->flights[m->n_flights - 1];
+            take_done(m, &last->done_head, &last->done_tail);
+        }
+        return 0;
+    }
+    if (m->n_flights == MAX_FLIGHTS && land_flight(m) != 0)
+        return -1;
+    if (choose_part(m, wall_ms(), &err) != 0)
+        return -1;
+    ProjRow **rows = xcalloc(m->proj.len + 1, sizeof *rows);
+    size_t nrows = 0;
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->proj, &i, &k, &v);)
+        rows[nrows++] = v;
+    AppendAfter after = {0};
+    if (m->n_flights) {
+        const Flight *prev = &m->flights[m->n_flights - 1];
+        after.seq = prev->batch.items[prev->batch.len - 1].seq;
+        after.part = prev->part;
+    }
+    if (m->cfg.on_commit)
+        m->cfg.on_commit(COMMIT_BEGIN, &m->batch, m->cfg.on_commit_ud);
+    Flight *f = &m->flights[m->n_flights++];
+    memset(f, 0, sizeof *f);
+    f->part = m->part;
+    clock_gettime(CLOCK_MONOTONIC, &f->sent);
+    int rc = journal_append_send(m->conn, m->part, &m->batch, rows, nrows, m->inbox_ack,
+                                 m->n_inbox_ack, m->n_flights > 1 ? &after : NULL, &err);
+    m->n_inbox_ack = 0;
+    free(rows);
+    proj_reset(m);
+    finished_reset(m);
+    f->batch = m->batch;
+    eventlist_init(&m->batch);
+    take_done(m, &f->done_head, &f->done_tail);
+    if (rc != 0) {
+        step_down(m, err.msg);
+        return -1;
+    }
+    if (m->n_flights > 1)
+        atomic_fetch_add(&m->stats.appends_behind, 1);
     return 0;
 }
 
@@ -544,7 +658,7 @@ static void campaign(Manager *m)
     e->leader_url = xstrdup(m->cfg.advertise_url);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
-    if (commit_batch(m) != 0)
+    if (commit_batch(m) != 0 || settle(m) != 0) /* the term is in the log before anything */
         return;
     ws_adopt_running_workers(m->ws, now);
     json_t *subs = journal_subscriptions(m->conn, &err);
@@ -1122,6 +1236,8 @@ WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
     InboxItem *items = NULL;
     size_t n = 0;
     Err err = {0};
+    if (settle(m) != 0)
+        return -1;
     if (journal_inbox_read(m->conn, INBOX_PAGE, &items, &n, &err) != 0) {
         free(items);
         step_down(m, err.msg);
@@ -1332,6 +1448,10 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
             /* Dead work lives in the database only: find what matches. */
             Err err = {0};
             c->bulk = xcalloc(1, sizeof *c->bulk);
+            if (settle(m) != 0) {
+                free(l.ids);
+                return -1;
+            }
             if (journal_dead_matching(m->conn, c->queue, c->key, c->max, c->bulk, &err) != 0) {
                 free(l.ids);
                 step_down(m, err.msg);
@@ -1344,6 +1464,10 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
         }
     }
     Err err = {0};
+    if (l.n && settle(m) != 0) { /* what the appends out wrote is known to the read */
+        free(l.ids);
+        return -1;
+    }
     int rc = journal_known(m->conn, l.ids, l.n, known, &err);
     free(l.ids);
     if (rc != 0)
@@ -1406,7 +1530,8 @@ static void lead_round(Manager *m)
         return;
     }
     if (pfd[1].revents) {
-        /* The server spoke unprompted: a termination notice, or the socket closed. */
+        /* The outcome of an append out, a notification, a termination
+         * notice, or the socket closed. */
         if (!PQconsumeInput(m->conn) || PQstatus(m->conn) != CONNECTION_OK) {
             step_down(m, "the database session was lost");
             return;
@@ -1417,12 +1542,17 @@ static void lead_round(Manager *m)
                 m->inbox_due = true;
             PQfreemem(n);
         }
+        while (m->n_flights && !PQisBusy(m->conn))
+            if (land_flight(m) != 0)
+                return;
     }
     MgrCmd *mail = take_mailbox(m);
     if (take_inbox(m, &mail) != 0)
         return;
     if (!mail && mono_ms() - m->last_db_ok >= HEALTH_CHECK_MS) {
         Err err = {0};
+        if (settle(m) != 0)
+            return;
         PGresult *r = db_exec(m->conn, "SELECT 1", 0, NULL, "checking the session", &err);
         if (!r) {
             step_down(m, err.msg);
@@ -1467,7 +1597,7 @@ static void lead_round(Manager *m)
     serve_waiters(m, now);
     if (commit_batch(m) != 0)
         return;
-    flush_done(m);
+    flush_done(m); /* what waits for no append out */
     atomic_store(&m->stats.open_work, (long long)ws_open_count(m->ws));
     long long nw = 0, np = 0;
     size_t pos = 0;
@@ -1501,7 +1631,7 @@ static void *manager_main(void *arg)
             flush_done(m);
         }
     }
-    if (m->ws)
+    if (m->ws && settle(m) == 0) /* what was sent is answered as it went */
         step_down(m, "shutting down");
     PQfinish(m->conn);
     m->conn = NULL;

@@ -181,6 +181,7 @@ typedef struct ManagerStats {
     atomic_llong events_by_type[EV_LAST + 1]; /* committed events, by EventType */
     atomic_llong workers_lost;                /* attempts ended because their worker went silent */
     atomic_llong elections_won, step_downs;
+    atomic_llong appends_behind; /* appends sent while another was being committed */
     atomic_llong open_work, workers, waiting_pulls;
     atomic_llong inbox_taken; /* SQL submissions taken into the log (new or existing ids) */
     atomic_llong

@@ -1510,8 +1510,20 @@ static int64_t earliest_waiter(const Manager *m)
 
 /* One round as leader: wait for mail, a deadline or the database; then decide,
  * commit once, reply. */
+/* Lands the appends whose answers libpq already holds (read with an earlier
+ * answer, say): the socket will not wake the poll for them. -1: stepped down. */
+WARN_UNUSED static int land_answered(Manager *m)
+{
+    while (m->n_flights && !PQisBusy(m->conn))
+        if (land_flight(m) != 0)
+            return -1;
+    return 0;
+}
+
 static void lead_round(Manager *m)
 {
+    if (land_answered(m) != 0)
+        return;
     int64_t now = wall_ms();
     int64_t next = ws_next_deadline(m->ws);
     int64_t w = earliest_waiter(m);
@@ -1542,9 +1554,8 @@ static void lead_round(Manager *m)
                 m->inbox_due = true;
             PQfreemem(n);
         }
-        while (m->n_flights && !PQisBusy(m->conn))
-            if (land_flight(m) != 0)
-                return;
+        if (land_answered(m) != 0)
+            return;
     }
     MgrCmd *mail = take_mailbox(m);
     if (take_inbox(m, &mail) != 0)

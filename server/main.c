@@ -292,7 +292,10 @@ static int serve(Server *s)
                    .lease_grace_ms = s->cfg.lease_grace_ms,
                    .backoff_base_ms = s->cfg.backoff_base_ms,
                    .backoff_max_ms = s->cfg.backoff_max_ms,
-                   .worker_timeout_ms = s->cfg.worker_timeout_ms},
+                   .worker_timeout_ms = s->cfg.worker_timeout_ms,
+                   /* A worker lists a job from the moment its pull's answer is
+                    * read: one heartbeat interval covers an answer on its way. */
+                   .unclaimed_grace_ms = s->cfg.heartbeat_interval_ms},
             .retain_ms = s->cfg.retain_ms,
             .default_timeout_ms = s->cfg.default_timeout_ms,
             .default_max_attempts = (int)s->cfg.default_max_attempts,

@@ -164,12 +164,9 @@ static void queue_done(Manager *m, MgrCmd *c)
     m->done_tail = c;
 }
 
-/* Calls done() for every reply of the round (after the commit, or after a
- * failed commit has turned them into 503s). */
-static void flush_done(Manager *m)
+/* Calls done() for every reply of the list from c on. */
+static void answer_list(Manager *m, MgrCmd *c)
 {
-    MgrCmd *c = m->done_head;
-    m->done_head = m->done_tail = NULL;
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
@@ -179,6 +176,16 @@ static void flush_done(Manager *m)
         c->done(c, c->ud);
         c = next;
     }
+}
+
+/* Answers the round's replies: only once nothing they say waits for a commit
+ * (their events are committed, or none was made and no append is out), or
+ * once a failed commit or a lost session has turned them into 503s. */
+static void flush_done(Manager *m)
+{
+    MgrCmd *c = m->done_head;
+    m->done_head = m->done_tail = NULL;
+    answer_list(m, c);
 }
 
 static MgrCmd *take_mailbox(Manager *m)
@@ -342,10 +349,10 @@ static void step_down(Manager *m, const char *why)
         eventlist_free(&f->batch);
     }
     m->n_flights = 0;
+    /* Every answer still held was decided from a state that includes what
+     * was not committed: a 404 or 409 may be as wrong as a 202. */
     for (MgrCmd *c = m->done_head; c; c = c->next)
-        if (c->status < 400)
-            cmd_fail(c, 503, "not-leader",
-                     "leadership was lost before the change was committed; retry");
+        cmd_fail(c, 503, "not-leader", "leadership was lost before the change was committed; retry");
     reject_all(m, m->waiters, "leadership was lost; retry");
     m->waiters = m->waiters_tail = NULL;
     flush_done(m);
@@ -530,18 +537,13 @@ WARN_UNUSED static int land_flight(Manager *m)
                       event_type_name(e->type), e->attempt, e->worker_id ? ", worker " : "",
                       e->worker_id ? e->worker_id : "");
     }
-    /* Its replies go before the round's own (those may wait for it too). */
-    MgrCmd *head = f->done_head, *tail = f->done_tail;
+    /* Only its own replies: the round's (m->done_head) may wait for events
+     * of the round that are not even sent yet; they travel with its append. */
+    MgrCmd *head = f->done_head;
     eventlist_free(&f->batch);
     memmove(&m->flights[0], &m->flights[1], --m->n_flights * sizeof *m->flights);
     m->last_db_ok = mono_ms();
-    if (tail) {
-        tail->next = m->done_head;
-        m->done_head = head;
-        if (!m->done_tail)
-            m->done_tail = tail;
-    }
-    flush_done(m);
+    answer_list(m, head);
     return 0;
 }
 

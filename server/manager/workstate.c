@@ -1407,17 +1407,23 @@ void ws_running_free(RunningList *l)
     free(l);
 }
 
-/* An attempt the worker does not list although it was handed out a whole
- * worker timeout ago never reached it (the answer to its pull was lost, e.g.
- * with a leader that died right after committing the start): it is ended now
- * rather than at its deadline. */
+static int64_t unclaimed_grace(const WorkState *ws)
+{
+    return ws->cfg.unclaimed_grace_ms > 0 ? ws->cfg.unclaimed_grace_ms : ws->cfg.worker_timeout_ms;
+}
+
+/* An attempt the worker does not list although it was handed out more than
+ * the grace ago never reached it (the answer to its pull was lost: its client
+ * went away, or a leader stepped down or died right after committing the
+ * start): it is ended now rather than at its deadline. */
+
 static void fail_unclaimed(const WorkState *ws, const char *worker_id, const RunningList *running,
                            int64_t now, EventList *out)
 {
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
         if (strcmp(it->worker_id, worker_id) != 0 ||
-            now - it->started_at < ws->cfg.worker_timeout_ms ||
+            now - it->started_at < unclaimed_grace(ws) ||
             lists_attempt(running, it->id, it->attempt))
             continue;
         char why[256];

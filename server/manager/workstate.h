@@ -28,6 +28,10 @@ typedef struct WsConfig {
     int64_t backoff_base_ms;   /* first retry delay (before jitter) */
     int64_t backoff_max_ms;    /* retry delay cap */
     int64_t worker_timeout_ms; /* a worker silent this long is gone */
+    /* An attempt handed out this long ago that its worker's heartbeat does not
+     * list never reached it (the pull's answer was lost): it is retried now.
+     * 0: worker_timeout_ms. */
+    int64_t unclaimed_grace_ms;
 } WsConfig;
 
 /* WORK_WAITING: accepted with parents (after) of which one is still open; it
@@ -290,8 +294,8 @@ int64_t ws_next_deadline(const WorkState *ws);
 /* Registers or refreshes a worker. If it comes back as another instance (the
  * process restarted), the attempts the old instance held are failed: their
  * events are appended to out. When running (the attempts the worker says it
- * runs) is given, attempts handed to it more than a worker timeout ago that it
- * does not list are failed too (the job never reached it). queues and running
+ * runs) is given, attempts handed to it more than unclaimed_grace_ms ago that
+ * it does not list are failed too (the job never reached it). queues and running
  * are copied. */
 void ws_worker_seen(WorkState *ws, const char *worker_id, const char *instance, int capacity,
                     char *const *queues, const RunningList *running, int64_t now, EventList *out);

@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import (JSON, completions_by_id, events_of, expect, get_work,  # noqa: E402
-                   leader_of, submit, wait_new_leader, wait_status)
+from workd import (JSON, completions_by_id, events_of, expect,  # noqa: E402
+                   get_work, heartbeat, leader_of, pull, submit, wait_new_leader, wait_status)
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "2s", "--lease-grace", "1s",
         "--backoff-base", "50ms", "--backoff-max", "200ms", "--heartbeat-interval", "500ms"]
@@ -601,6 +601,36 @@ def test_worker_on_standby_survives_leader_failover(cluster):
     assert not events_of(cluster, ["failed", "timed_out"]), \
         f"no attempt should be lost to the failover: {events_of(cluster, ['failed', 'timed_out'])}"
     assert completions_by_id(cluster) == {"across": 1, **{f"after-{i}": 1 for i in range(3)}}
+
+
+def test_a_pull_answer_that_never_arrived_is_retried_within_a_heartbeat(cluster):
+    """The start is committed, but its answer never reaches the worker (a proxy
+    or the network lost it, or the leader stepped down before sending it: to
+    the leader all look alike, and like this pull whose answer the test drops).
+    The worker's next heartbeats do not list the attempt: once it was handed
+    out more than one heartbeat interval ago it is ended and retried, long
+    before the worker timeout (30 s here) would have noticed."""
+    s = cluster.start_server("s1", extra_args=["--election-interval", "100ms",
+                                               "--worker-timeout", "30s",
+                                               "--heartbeat-interval", "500ms",
+                                               "--backoff-base", "50ms", "--backoff-max", "100ms"])
+    wait_leader(s.url)
+    heartbeat(s.url, "lossy")
+    wid = submit(s.url, {"payload": 1})["id"]
+    assert [j["id"] for j in pull(s.url, "lossy")] == [wid]  # and then "lost"
+    t0 = time.monotonic()
+
+    def retried():
+        heartbeat(s.url, "lossy", running=())  # what a worker that never got it says
+        return get_work(s.url, wid)["status"] in ("pending", "scheduled")
+    wait_until(retried, 20, interval=0.2, what="the unreceived attempt to be retried")
+    took = time.monotonic() - t0
+    failed = events_of(cluster, ["failed"])
+    assert any("never reached" in (e["data"].get("error") or "") for e in failed), failed
+    assert took < 15, f"retried after {took:.1f}s: that is the worker timeout's bound, not " \
+                      "the heartbeat interval's"
+    jobs = pull(s.url, "lossy")
+    assert [(j["id"], j["attempt"]) for j in jobs] == [(wid, 2)], jobs
 
 
 def test_idle_worker_is_quiet(cluster):

@@ -352,7 +352,8 @@ static void step_down(Manager *m, const char *why)
     /* Every answer still held was decided from a state that includes what
      * was not committed: a 404 or 409 may be as wrong as a 202. */
     for (MgrCmd *c = m->done_head; c; c = c->next)
-        cmd_fail(c, 503, "not-leader", "leadership was lost before the change was committed; retry");
+        cmd_fail(c, 503, "not-leader",
+                 "leadership was lost before the change was committed; retry");
     reject_all(m, m->waiters, "leadership was lost; retry");
     m->waiters = m->waiters_tail = NULL;
     flush_done(m);

@@ -1422,8 +1422,7 @@ static void fail_unclaimed(const WorkState *ws, const char *worker_id, const Run
 {
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
-        if (strcmp(it->worker_id, worker_id) != 0 ||
-            now - it->started_at < unclaimed_grace(ws) ||
+        if (strcmp(it->worker_id, worker_id) != 0 || now - it->started_at < unclaimed_grace(ws) ||
             lists_attempt(running, it->id, it->attempt))
             continue;
         char why[256];

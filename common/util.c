@@ -93,18 +93,29 @@ void id_generate(char out[37])
              b[14], b[15]);
 }
 
-bool id_valid(const char *s)
+static bool id_chars_valid(const char *s, bool system)
 {
     size_t n = 0;
     for (; s[n]; n++) {
         unsigned char c = (unsigned char)s[n];
-        if (!(isalnum(c) || c == '.' || c == '_' || c == ':' || c == '@' || c == '-'))
+        if (!(isalnum(c) || c == '.' || c == '_' || c == ':' || c == '@' || c == '-' ||
+              (system && c == SYSTEM_ID_MARK)))
             return false;
         if (n >= ID_MAX)
             return false;
     }
     /* "." and ".." are path segments that URL handling resolves away. */
     return n > 0 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+}
+
+bool id_valid(const char *s)
+{
+    return id_chars_valid(s, false);
+}
+
+bool work_id_valid(const char *s)
+{
+    return id_chars_valid(s, true);
 }
 
 double rand_unit(void)

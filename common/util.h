@@ -24,9 +24,17 @@ void sleep_ms(int64_t ms);
 #define ID_MAX 128
 /* Writes a random UUIDv4 (36 chars + NUL) to out. */
 void id_generate(char out[37]);
-/* True if s is a valid work or worker id: 1..128 chars of [A-Za-z0-9._:@-],
- * not "." or ".." (which a URL's path resolves away). */
+/* True if s is an id a client may choose (work, worker, key, instance):
+ * 1..128 chars of [A-Za-z0-9._:@-], not "." or ".." (which a URL's path
+ * resolves away). */
 bool id_valid(const char *s);
+/* The mark of ids workd makes itself (a schedule's tick, a batch's callback):
+ * '~' is URL-safe and never in an id a client or SQL may choose, so no
+ * client can take such an id before workd does. */
+#define SYSTEM_ID_MARK '~'
+/* True if s may name work: an id a client may choose, or one workd made
+ * (the same characters and '~'). */
+bool work_id_valid(const char *s);
 
 /* Uniform random double in [0, 1), thread-safe, for jitter. */
 double rand_unit(void);

@@ -337,7 +337,7 @@ static Job *job_parse(const json_t *o)
 {
     const char *id = json_string_value(json_object_get(o, "id"));
     json_t *att = json_object_get(o, "attempt");
-    if (!id || !id_valid(id) || !json_is_integer(att)) {
+    if (!id || !work_id_valid(id) || !json_is_integer(att)) {
         log_error("pull: ignoring a job without a valid id and attempt");
         return NULL;
     }

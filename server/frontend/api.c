@@ -35,14 +35,16 @@ WARN_UNUSED static json_t *body_json(Req *r, Err *err)
                            (size_t)r->srv->cfg.max_json_depth, err);
 }
 
+/* A work id in the path may be one workd made (with '~'); any other id not. */
 static bool check_id(Req *r, const char *id, const char *what)
 {
-    if (id_valid(id))
+    bool work = !strcmp(what, "work id");
+    if (work ? work_id_valid(id) : id_valid(id))
         return true;
     char msg[200];
     snprintf(msg, sizeof msg,
-             "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -, not . or ..",
-             what);
+             "the %s in the path must be 1-128 characters of A-Z a-z 0-9 . _ : @ -%s, not . or ..",
+             what, work ? " ~" : "");
     problem(r, 400, "invalid-path", msg);
     return false;
 }

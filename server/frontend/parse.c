@@ -320,10 +320,10 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
         json_t *a;
         json_array_foreach(after, i, a)
         {
-            if (!json_is_string(a) || !id_valid(json_string_value(a)))
+            if (!json_is_string(a) || !work_id_valid(json_string_value(a)))
                 return err_set(err, 400, "invalid-field",
                                "%s: 'after' must hold work ids (1-128 characters of A-Z a-z 0-9 "
-                               ". _ : @ -)",
+                               ". _ : @ - ~)",
                                where);
             bool dup = false;
             for (size_t j = 0; j < k && !dup; j++)
@@ -373,7 +373,7 @@ WARN_UNUSED static int parse_callback(json_t *o, int64_t now, const ParseLimits 
             if (json_object_get(o, forbidden[i]))
                 return err_set(err, 400, "invalid-field",
                                "the batch's callback takes no '%s' (its id is "
-                               "'<batch>:callback')",
+                               "'<batch>~callback')",
                                forbidden[i]);
     }
     SubmitItem it = {0};
@@ -613,7 +613,7 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
     {
         json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt");
         ok = ok && json_is_object(r) && json_object_size(r) == 2 && json_is_string(id) &&
-             id_valid(json_string_value(id)) && json_is_integer(att) &&
+             work_id_valid(json_string_value(id)) && json_is_integer(att) &&
              json_integer_value(att) >= 1;
     }
     if (!ok) {
@@ -672,7 +672,7 @@ WARN_UNUSED static int check_report(json_t *r, size_t i, Err *err)
         return -1;
     json_t *id = json_object_get(r, "id"), *att = json_object_get(r, "attempt"),
            *outcome = json_object_get(r, "outcome");
-    if (!json_is_string(id) || !id_valid(json_string_value(id)))
+    if (!json_is_string(id) || !work_id_valid(json_string_value(id)))
         return err_set(err, 400, "invalid-field", "report %zu: 'id' must be a work id", i);
     if (!json_is_integer(att) || json_integer_value(att) < 1 || json_integer_value(att) > 1000000)
         return err_set(err, 400, "invalid-field",
@@ -1084,7 +1084,7 @@ ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
     for (size_t i = 0; forbidden[i]; i++)
         if (json_object_get(work, forbidden[i])) {
             err_set(err, 400, "invalid-field",
-                    "a schedule's work takes no '%s' (each tick's id is '<name>@<tick>')",
+                    "a schedule's work takes no '%s' (each tick's id is '<name>~<tick>')",
                     forbidden[i]);
             goto cleanup;
         }

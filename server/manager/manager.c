@@ -73,6 +73,12 @@ struct Manager {
     HMap finished; /* work id -> KnownWork: work this round finished (owned copies), so that
                       the round decides from its own decisions, not only from the database */
     ProgressBook *progress; /* budgets of the attempts that sent progress */
+    /* Work ids whose accepted event was in an append the database refused
+     * (not a lost session: the statement itself), -> how often (a counter in
+     * the pointer). Kept across step-downs, so that one bad item cannot make
+     * this node step down over and over: on its second failure it is refused
+     * (a submission) or skipped (a tick) instead of written. */
+    HMap poison;
 };
 
 /* ---- commands ---- */
@@ -313,6 +319,62 @@ static const KnownWork *known_get(const Manager *m, const KnownSet *known, const
     return NULL;
 }
 
+#define POISON_MAX 10000 /* ids remembered; past it the memory starts again */
+#define POISON_ISOLATE 2 /* refused appends after which an item is no longer tried */
+
+/* A work id in m->poison (the key is its id). */
+typedef struct Poison {
+    unsigned refused; /* appends the database refused that would have accepted it */
+    char id[];
+} Poison;
+
+static void poison_clear(Manager *m)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->poison, &i, &k, &v);)
+        free(v);
+    hmap_free(&m->poison);
+    hmap_init(&m->poison);
+}
+
+/* Remembers the work that a refused append would have accepted. */
+static void poison_note(Manager *m, const EventList *batch, const char *why)
+{
+    for (size_t i = 0; i < batch->len; i++) {
+        const Event *e = &batch->items[i];
+        if (e->type != EV_ACCEPTED)
+            continue;
+        Poison *p = hmap_get(&m->poison, e->work_id);
+        if (!p) {
+            if (m->poison.len >= POISON_MAX)
+                poison_clear(m);
+            size_t len = strlen(e->work_id) + 1;
+            p = xcalloc(1, sizeof *p + len);
+            memcpy(p->id, e->work_id, len);
+            hmap_put(&m->poison, p->id, p);
+        }
+        if (++p->refused == POISON_ISOLATE)
+            log_error("work %s: the database refused twice the append that accepts it (%s): "
+                      "it is not tried again",
+                      e->work_id, why);
+    }
+}
+
+static bool poisoned(const Manager *m, const char *id)
+{
+    const Poison *p = hmap_get(&m->poison, id);
+    return p && p->refused >= POISON_ISOLATE;
+}
+
+/* Whether id names work already: open, finished this round, or (known, may be
+ * NULL) found in the database. */
+static bool id_taken(const Manager *m, const KnownSet *known, const char *id)
+{
+    static const KnownSet none;
+    return ws_get(m->ws, id) || known_get(m, known ? known : &none, id);
+}
+
 static void reject_all(Manager *m, MgrCmd *list, const char *why)
 {
     while (list) {
@@ -439,7 +501,10 @@ static void emit_event(Manager *m, Event *e, int64_t now)
             continue;
         }
         Event *x = &top->list.items[top->next++];
-        if (ws_followup_stale(m->ws, x)) { /* another path got there first */
+        /* Another path got there first (or, for work it accepts, this round
+         * finished work under that id). */
+        if (ws_followup_stale(m->ws, x) ||
+            (x->type == EV_ACCEPTED && hmap_get(&m->finished, x->work_id))) {
             event_clear(x);
             continue;
         }
@@ -519,6 +584,8 @@ WARN_UNUSED static int land_flight(Manager *m)
     Flight *f = &m->flights[0];
     Err err = {0};
     if (journal_append_recv(m->conn, f->batch.len, &err) != 0) {
+        if (err.status == 500) /* the statement was refused, not the session lost */
+            poison_note(m, &f->batch, err.msg);
         step_down(m, err.msg);
         return -1;
     }
@@ -740,6 +807,30 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     return (int)c->n_jobs;
 }
 
+/* What refuses a submission before its items are decided: an item whose
+ * append the database refused twice, or a batch opened again under an id
+ * whose earlier callback is still known (its callback's id is taken). */
+WARN_UNUSED static int submit_refused(const Manager *m, const MgrCmd *c, const KnownSet *known,
+                                      Err *err)
+{
+    for (size_t i = 0; i < c->n_items; i++)
+        if (poisoned(m, c->items[i].id))
+            return err_set(err, 409, "append-refused",
+                           "work '%s' was refused twice by the database when it was written to "
+                           "the log; it is not tried again (see the leader's log)",
+                           c->items[i].id);
+    if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
+        char cb[ID_MAX + 1];
+        ws_callback_id(c->batch_id, cb, sizeof cb);
+        if (id_taken(m, known, cb))
+            return err_set(err, 409, "batch-callback-exists",
+                           "batch '%s' ran its callback '%s' within the retention window; a batch "
+                           "with a callback needs another id",
+                           c->batch_id, cb);
+    }
+    return 0;
+}
+
 static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     EventList tmp;
@@ -764,8 +855,10 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     }
     Err err = {0};
     BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
-    if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL, now,
-                            &tmp, res, &err) != 0) {
+    if (submit_refused(m, c, known, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL,
+                                   now, &tmp, res, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         emit(m, &tmp, now);
@@ -1406,11 +1499,12 @@ static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
     queue_done(m, c);
 }
 
-/* Ids the commands name that are not open: the database tells what they are. */
 /* Collects ids that are not open (the database must say what they are). */
 typedef struct IdList {
-    char **ids;
+    char **ids; /* borrowed, but for those also in made */
     size_t n, cap;
+    char **made; /* ids made for the lookup (a batch's callback), owned */
+    size_t n_made;
 } IdList;
 
 static void want_known(Manager *m, IdList *l, const char *id)
@@ -1422,6 +1516,85 @@ static void want_known(Manager *m, IdList *l, const char *id)
         l->ids = xrealloc(l->ids, l->cap * sizeof *l->ids);
     }
     l->ids[l->n++] = (char *)id;
+}
+
+/* want_known for an id made for the lookup: l owns it. */
+static void want_known_made(Manager *m, IdList *l, char *id)
+{
+    l->made = xrealloc(l->made, (l->n_made + 1) * sizeof *l->made);
+    l->made[l->n_made++] = id;
+    want_known(m, l, id);
+}
+
+static void idlist_free(IdList *l)
+{
+    free(l->ids);
+    for (size_t i = 0; i < l->n_made; i++)
+        free(l->made[i]);
+    free(l->made);
+}
+
+/* Looks up the ids of l in the database, after the appends out have landed
+ * (so that it sees what they wrote). -1: the leader stepped down. */
+WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
+{
+    memset(known, 0, sizeof *known);
+    if (!l->n)
+        return 0;
+    Err err = {0};
+    if (settle(m) != 0)
+        return -1;
+    if (journal_known(m->conn, l->ids, l->n, known, &err) != 0) {
+        step_down(m, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The ticks of tmp (ws_decide_ticks) whose work id is taken already, or whose
+ * append the database refused twice: such a tick is recorded as skipped, its
+ * work not accepted (a second accepted event under one id would break "one
+ * id, one job", and an append the database refuses would stop every leader
+ * that fires the tick). -1: the leader stepped down. */
+WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
+{
+    IdList l = {0};
+    for (size_t i = 0; i < tmp->len; i++)
+        if (tmp->items[i].type == EV_ACCEPTED && !hmap_get(&m->finished, tmp->items[i].work_id))
+            want_known(m, &l, tmp->items[i].work_id);
+    KnownSet known;
+    int rc = lookup_known(m, &l, &known);
+    idlist_free(&l);
+    if (rc != 0)
+        return -1;
+    size_t kept = 0;
+    for (size_t i = 0; i < tmp->len; i++) {
+        Event *e = &tmp->items[i];
+        const char *why = NULL;
+        if (e->type == EV_ACCEPTED)
+            why = id_taken(m, &known, e->work_id) ? "duplicate-id"
+                  : poisoned(m, e->work_id)       ? "append-refused"
+                                                  : NULL;
+        if (!why) {
+            tmp->items[kept++] = *e;
+            continue;
+        }
+        log_error("schedule tick: work %s is not accepted (%s); the tick is recorded as skipped",
+                  e->work_id, why);
+        for (size_t j = i + 1; j < tmp->len; j++) {
+            Event *t = &tmp->items[j];
+            if (t->type == EV_TICK && t->fired && !strcmp(t->fired, e->work_id)) {
+                free(t->fired);
+                t->fired = NULL;
+                t->error = xstrdup(why);
+                break;
+            }
+        }
+        event_clear(e);
+    }
+    tmp->len = kept;
+    journal_known_free(&known);
+    return 0;
 }
 
 WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
@@ -1438,6 +1611,12 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
                 for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
                     want_known(m, &l, c->items[i].after[j]);
             }
+            /* A batch opened again under its id: its callback's id must be free. */
+            if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
+                char cb[ID_MAX + 1];
+                ws_callback_id(c->batch_id, cb, sizeof cb);
+                want_known_made(m, &l, xstrdup(cb));
+            }
             break;
         case MC_CANCEL:
         case MC_RETRY:
@@ -1452,11 +1631,11 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
             Err err = {0};
             c->bulk = xcalloc(1, sizeof *c->bulk);
             if (settle(m) != 0) {
-                free(l.ids);
+                idlist_free(&l);
                 return -1;
             }
             if (journal_dead_matching(m->conn, c->queue, c->key, c->max, c->bulk, &err) != 0) {
-                free(l.ids);
+                idlist_free(&l);
                 step_down(m, err.msg);
                 return -1;
             }
@@ -1466,15 +1645,8 @@ WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
             break;
         }
     }
-    Err err = {0};
-    if (l.n && settle(m) != 0) { /* what the appends out wrote is known to the read */
-        free(l.ids);
-        return -1;
-    }
-    int rc = journal_known(m->conn, l.ids, l.n, known, &err);
-    free(l.ids);
-    if (rc != 0)
-        step_down(m, err.msg);
+    int rc = lookup_known(m, &l, known);
+    idlist_free(&l);
     return rc;
 }
 
@@ -1605,6 +1777,10 @@ static void lead_round(Manager *m)
     }
     emit(m, &tmp, now);
     ws_decide_ticks(m->ws, now, &tmp);
+    if (tmp.len && screen_ticks(m, &tmp) != 0) {
+        eventlist_free(&tmp);
+        return;
+    }
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     ws_advance(m->ws, now);
@@ -1706,6 +1882,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     if (!(m->retention = retention_start(&rc, err)))
         goto cleanup;
     m->progress = progress_new(&cfg->progress);
+    hmap_init(&m->poison);
     WebhooksConfig wc = {.database_url = cfg->database_url,
                          .pause_after_ms = cfg->webhook_pause_after_ms,
                          .timeout_ms = cfg->webhook_timeout_ms,
@@ -1761,6 +1938,8 @@ void manager_free(Manager *m)
     free(m->parts);
     free(m->inbox_ack);
     progress_free(m->progress);
+    poison_clear(m);
+    hmap_free(&m->poison);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

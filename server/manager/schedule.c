@@ -47,8 +47,8 @@ void sched_tick_id(const char *name, int64_t tick, char *out, size_t len)
     time_t secs = (time_t)(tick / 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
-    snprintf(out, len, "%s@%04d-%02d-%02dT%02d:%02d:%02dZ", name, tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    snprintf(out, len, "%s%c%04d-%02d-%02dT%02d:%02d:%02dZ", name, SYSTEM_ID_MARK,
+             tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 static void next_of(Schedule *x)

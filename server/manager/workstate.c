@@ -972,8 +972,8 @@ void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, Event
     memcpy(f->counts, b->counts, sizeof f->counts);
     f->counts[completed ? 0 : e->type == EV_DEAD ? 1 : 2]++;
     if (b->callback) {
-        char id[200];
-        snprintf(id, sizeof id, "%s:callback", b->id);
+        char id[ID_MAX + 1];
+        ws_callback_id(b->id, id, sizeof id);
         f->fired = xstrdup(id);
         Event *a = eventlist_push(out);
         a->type = EV_ACCEPTED;
@@ -1002,6 +1002,11 @@ bool ws_followup_stale(const WorkState *ws, const Event *e)
     default:
         return false;
     }
+}
+
+void ws_callback_id(const char *batch, char *out, size_t len)
+{
+    snprintf(out, len, "%s%ccallback", batch, SYSTEM_ID_MARK);
 }
 
 const Batch *ws_batch(const WorkState *ws, const char *id)

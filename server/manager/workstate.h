@@ -217,6 +217,9 @@ const Schedule *ws_schedule(const WorkState *ws, const char *name);
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
                          int64_t last_tick, const char *last_work);
 /* An open batch, or NULL. */
+/* The id of batch's callback work, "<batch>~callback" (a batch id is at most
+ * 100 characters, so it fits ID_MAX). */
+void ws_callback_id(const char *batch, char *out, size_t len);
 const Batch *ws_batch(const WorkState *ws, const char *id);
 /* Recovery: an open batch as workd_batches holds it, with the counts of its
  * finished members (callback copied, may be NULL). Call before

@@ -149,7 +149,7 @@ def test_batch_of_1000_finishes_once_across_a_kill(cluster):
     wait_until(lambda: get_batch(urls[0], batch)["finished"], 60, what="the batch to finish")
     b = get_batch(urls[1], batch)
     assert b["counts"]["completed"] == 1000 and b["total"] == 1000, b
-    assert b["callback_id"] == f"{batch}:callback", b
+    assert b["callback_id"] == f"{batch}~callback", b
     wait_status(urls[0], b["callback_id"], "completed")
     log = events_of(cluster, ["completed", "batch"])
     ends = [e for e in log if e["type"] == "batch"]

@@ -1273,14 +1273,14 @@ def schedules_graphs_batches(L, F):
     api("DELETE", L, "/work/bat-1", expect=200)
     got = api("GET", F, "/batches/bat", expect=200).json()
     assert got["finished"] is True and got["counts"]["cancelled"] == 1, got
-    assert got["callback_id"] == "bat:callback", got
+    assert got["callback_id"] == "bat~callback", got
     st = Stream(L, "/results?work_id=bat&after=0")
     assert st.check_open() is None
     st.drain()
     ends = check_messages(st)
     assert [(d["status"], d["counts"]["cancelled"]) for d in ends] == [("batch", 1)], ends
     st.close()
-    api("DELETE", L, "/work/bat:callback", expect=200)
+    api("DELETE", L, "/work/bat~callback", expect=200)
 
 
 def limits_and_operations(L, F):

@@ -62,7 +62,7 @@ def test_every_tick_once_across_three_leader_kills(cluster):
     assert len(times) >= WINDOW_S - 3, f"only {len(times)} ticks in a {WINDOW_S} s window"
     fired = [t["work_id"] for t in ticks]
     accepted = Counter(e["work_id"] for e in events_of(cluster, ["accepted"])
-                       if e["work_id"].startswith("every-second@"))
+                       if e["work_id"].startswith("every-second~"))
     assert set(accepted) == set(fired) and set(accepted.values()) == {1}, \
         f"each tick's work accepted once: {[(k, v) for k, v in accepted.items() if v != 1]}"
     terms = {e["term"] for e in events_of(cluster, ["tick"])}

@@ -206,7 +206,7 @@ static void fill_examples(EventList *l)
     e->type = EV_TICK;
     e->name = xstrdup("nightly");
     e->tick = T0 + 5000;
-    e->fired = xstrdup("nightly@2026-01-01T00:00:05Z");
+    e->fired = xstrdup("nightly~2026-01-01T00:00:05Z");
 
     e = eventlist_push(l);
     e->type = EV_TICK; /* skipped, with the missed ticks before it */
@@ -234,7 +234,7 @@ static void fill_examples(EventList *l)
     e->counts[0] = 998;
     e->counts[1] = 1;
     e->counts[2] = 1;
-    e->fired = xstrdup("batch-1:callback");
+    e->fired = xstrdup("batch-1~callback");
 
     for (size_t i = 0; i < l->len; i++) {
         e = &l->items[i];

@@ -258,13 +258,13 @@ static void test_batch_finishes_once_after_its_last_member(void **state)
     size_t mark = s.log.len;
     CHECK(ws_decide_cancel(s.ws, "m1", s.now, &s.out, &err) == 0, "cancel: %s", err.msg);
     sim_emit(&s);
-    log_is(&s, mark, "cancelled:m1 cancelled:m3 batch:b1 accepted:b1:callback");
+    log_is(&s, mark, "cancelled:m1 cancelled:m3 batch:b1 accepted:b1~callback");
     const Event *b = &s.log.items[s.log.len - 2];
     CHECK(b->counts[0] == 1 && b->counts[1] == 0 && b->counts[2] == 2,
           "counts: %d completed, %d dead, %d cancelled", b->counts[0], b->counts[1], b->counts[2]);
-    CHECK(b->fired && !strcmp(b->fired, "b1:callback"), "the batch names its callback");
+    CHECK(b->fired && !strcmp(b->fired, "b1~callback"), "the batch names its callback");
     CHECK(!ws_batch(s.ws, "b1"), "a finished batch is not open");
-    status_is(&s, "b1:callback", "pending");
+    status_is(&s, "b1~callback", "pending");
     /* Joining it now is refused; opening it again with new work is a new batch. */
     const char *const late[] = {"m4"};
     BatchOpen join = {.id = "b1"};
@@ -354,8 +354,8 @@ static void test_ticks_fire_once(void **state)
     ws_decide_ticks(s.ws, s.now, &s.out);
     sim_emit(&s);
     log_is(&s, 1,
-           "accepted:sec@2026-01-01T00:00:01Z tick:sec accepted:sec@2026-01-01T00:00:02Z tick:sec "
-           "accepted:sec@2026-01-01T00:00:03Z tick:sec");
+           "accepted:sec~2026-01-01T00:00:01Z tick:sec accepted:sec~2026-01-01T00:00:02Z tick:sec "
+           "accepted:sec~2026-01-01T00:00:03Z tick:sec");
     size_t mark = s.log.len;
     ws_decide_ticks(s.ws, s.now, &s.out);
     sim_emit(&s);

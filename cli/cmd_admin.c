@@ -276,9 +276,8 @@ int cmd_queues(Cli *cli, int argc, char **argv)
         "queues",
         "workd queues [list]\n"
         "       workd queues pause NAME | resume NAME\n"
-        "       workd queues limits NAME [--max-running N|none] [--max-running-per-key "
-        "N|none]\n"
-        "                               [--rate LIMIT/SECONDS|none] [--key-weight KEY=W]... "
+        "       workd queues limits NAME [--max-running N|none] [--max-running-per-key N|none]\n"
+        "                    [--rate LIMIT/SECONDS|none] [--key-weight KEY=W]... "
         "[--no-key-weights]\n"
         "       workd queues keys NAME [--limit N]",
         "list: every queue's open and finished counts, whether it is paused and how long\n"

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "table.h"
@@ -257,6 +258,10 @@ int cmd_submit(Cli *cli, int argc, char **argv)
     }
     if (items) {
         rc = cli_usage(cli, &help, "--items goes with --bulk");
+        goto cleanup;
+    }
+    if (!pos.n && isatty(STDIN_FILENO)) {
+        rc = cli_usage(cli, &help, "give a PAYLOAD, or '-' to type it on standard input");
         goto cleanup;
     }
     text = strcmp(src, "-") ? xstrdup(src) : read_all(stdin);

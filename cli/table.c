@@ -73,7 +73,7 @@ void table_print(Table *t, FILE *out, bool cut)
             if (width(cell) > w[c])
                 w[c] = width(cell);
         }
-    for (size_t r = 0; r <= t->rows; r++) {
+    for (size_t r = 0; t->rows && r <= t->rows; r++) {
         for (size_t c = 0; c < t->ncols; c++) {
             const char *cell = r == 0 ? t->heads[c] : t->cells[(r - 1) * t->ncols + c];
             bool last = c + 1 == t->ncols;

@@ -18,8 +18,8 @@ typedef struct Table Table;
 Table *table_new(const char *const *heads);
 /* Adds a row of as many cells as heads; each cell is copied (NULL prints "-"). */
 void table_row(Table *t, const char *const *cells);
-/* Prints the heads and the rows, then frees the table. cut: shorten long
- * cells (the caller passes whether out is a terminal). */
+/* Prints the heads and the rows (nothing when there is no row), then frees the
+ * table. cut: shorten long cells (the caller passes whether out is a terminal). */
 void table_print(Table *t, FILE *out, bool cut);
 
 #endif

@@ -16,9 +16,9 @@ The block runs from a scratch directory that looks like a built clone
 (scripts/, build/bin/), with 8080, 8081 and 8082 (a port for a program of the
 block's own) replaced by free ports and nothing else changed. Commands run in order, as typed in terminals: one that finishes
 must exit 0 and print no problem+json error; one that stays up (a server, a
-worker, a demo client, `curl -N`) is left running, as in its own terminal, and
-must still be up at the end. Variables set by a command carry over to the next
-ones. `script` runs the block as one script in its own terminal instead.
+worker, a demo client, `curl -N`, `workd tail` without `--count` or `--id`) is
+left running, as in its own terminal, and must still be up at the end.
+Variables set by a command carry over to the next ones. `script` runs the block as one script in its own terminal instead.
 `check=NAME` runs check_NAME afterwards, with the processes still up."""
 
 import json
@@ -39,7 +39,8 @@ DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 NOTE = re.compile(r"<!-- doc-test: (.*?) -->\s*\n```(?:sh|bash|shell|console)\n(.*?)\n```", re.S)
 FENCE = re.compile(r"^```(?:sh|bash|shell|console)\n", re.M)
 # Commands that stay up, as in a terminal of their own.
-DAEMON = re.compile(r"workd-server|workd-worker|workd-demo|curl (-\S+ )*-N")
+DAEMON = re.compile(r"workd-server|workd-worker|workd-demo|curl (-\S+ )*-N"
+                    r"|workd tail(?!.*--(?:count|id)\b)")
 PG_PRIVATE = REPO_ROOT / "scripts" / "pg-private"
 
 

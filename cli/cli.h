@@ -1,0 +1,91 @@
+/* cli: what every sub-command of `workd` shares: its exit codes, the global
+ * flags, the client they make, and the ways an answer is printed. */
+#ifndef WORKD_CLI_CLI_H
+#define WORKD_CLI_CLI_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "client.h"
+#include "err.h"
+#include "flags.h"
+
+/* The exit codes scripts can rely on (docs/cli.md lists them). */
+typedef enum {
+    CLI_OK = 0,
+    CLI_FAILED = 1,      /* the work ended dead or cancelled (wait, submit --wait, tail --id) */
+    CLI_USAGE = 2,       /* a bad command line, or a request the server refused as invalid */
+    CLI_NOT_FOUND = 3,   /* 404: no such work, schedule, subscription... */
+    CLI_CONFLICT = 4,    /* 409: an id with another payload, not cancellable, not retryable */
+    CLI_UNAVAILABLE = 5, /* no server answered, or 503/429/5xx until --retry-for ran out */
+    CLI_DENIED = 6,      /* 401/403: no token, a wrong one, or one without the scope */
+    CLI_TIMEOUT = 7,     /* wait --timeout ran out before the work finished */
+    CLI_INTERRUPTED = 130,
+} CliExit;
+
+typedef struct Cli {
+    const char *prog; /* "workd" */
+    /* global flags */
+    const char *server, *token;
+    bool json;
+    OptNum retry_for;
+    bool tty;         /* stdout is a terminal */
+    Client *client;   /* made by cli_args */
+    atomic_bool stop; /* SIGINT or SIGTERM */
+    Flag globals[4];  /* the global flags' table, aimed at the fields above */
+} Cli;
+
+/* Sets up cli: the defaults of the global flags from the environment
+ * (WORKD_SERVER, WORKD_TOKEN) and their table. */
+void cli_init(Cli *cli, const char *prog);
+
+/* The help of one sub-command: its usage line(s) and a paragraph about it. */
+typedef struct CommandHelp {
+    const char *name;  /* "submit", "queues" */
+    const char *usage; /* "workd submit [flags] [PAYLOAD]" (lines joined by \n) */
+    const char *about;
+} CommandHelp;
+
+/* Parses a sub-command's flags and the global ones from argv[1..argc) (argv[0]
+ * is the sub-command's name), fills pos with its positional arguments and
+ * makes cli->client. Returns true to go on; false when the command is done:
+ * *rc is then 0 (--help was shown) or CLI_USAGE (a message was printed). */
+bool cli_args(Cli *cli, const CommandHelp *help, const Flag *flags, size_t nflags, int argc,
+              char **argv, Strs *pos, int *rc) WARN_UNUSED;
+
+/* Prints "workd NAME: message" on stderr; returns CLI_USAGE. */
+int cli_usage(Cli *cli, const CommandHelp *help, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prints what went wrong on stderr and returns the exit code it maps to. */
+int cli_fail(Cli *cli, const Err *err);
+
+/* The exit code of an HTTP status (0: no server answered). */
+int cli_exit_for(int status);
+
+/* Prints j as JSON on stdout: indented when pretty, else one line. */
+void cli_print_json(const Cli *cli, const json_t *j, bool pretty);
+
+/* The global flags, for the top-level --help. */
+void cli_global_usage(Cli *cli, FILE *out);
+
+/* The exit code of a work item's status: 0 completed, 1 dead or cancelled,
+ * CLI_TIMEOUT for one still open. */
+int cli_exit_for_work(const char *status);
+/* Whether a work status is final (completed, dead, cancelled). */
+bool cli_finished(const char *status);
+
+/* ---- reading answers ---- */
+/* j's member as text for a table cell: strings as they are, null as NULL,
+ * anything else as compact JSON. Written into buf (always NUL-terminated);
+ * returns buf, or NULL when the member is absent or null. */
+const char *cli_text(const json_t *j, const char *key, char *buf, size_t len);
+/* Prints obj's members as aligned "name  value" lines: those named by keys
+ * (NULL-terminated) in that order, or all of them when keys is NULL. Absent,
+ * null and empty-array members are left out. */
+void cli_print_fields(const json_t *obj, const char *const *keys);
+/* A JSON value as compact JSON text (the caller frees it). */
+char *cli_dump(const json_t *v);
+
+#endif

@@ -1,0 +1,43 @@
+/* sse: a parser of text/event-stream (the WHATWG rules that workd's streams
+ * use: `id:`, `event:`, `data:` lines, comments, blank-line dispatch). Pure:
+ * bytes in, events out, no I/O. */
+#ifndef WORKD_CLI_SSE_H
+#define WORKD_CLI_SSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util.h"
+
+/* The longest line kept: a result's data line can be as large as a result the
+ * server accepts (a few MiB); a longer line is an error, not a memory grab. */
+#define SSE_LINE_MAX (16u << 20)
+
+typedef struct SseEvent {
+    const char *id;    /* the stream's last event id after this event ("" if none yet) */
+    const char *event; /* the event type ("message" when the block named none) */
+    const char *data;  /* the data lines joined with '\n' */
+} SseEvent;
+
+/* Called for each dispatched event; returns true to stop parsing. The event's
+ * strings are valid during the call only. */
+typedef bool (*SseFn)(const SseEvent *ev, void *ud);
+
+typedef struct SseParser {
+    SBuf line, data;
+    char event[64];
+    char last_id[32]; /* kept across events and reconnects, for Last-Event-ID */
+    bool has_data, skip_lf, too_long;
+} SseParser;
+
+void sse_init(SseParser *p);
+void sse_free(SseParser *p);
+/* Forgets a half-read block (a connection ended in the middle of it); keeps the
+ * last event id. */
+void sse_reset(SseParser *p);
+
+/* Parses n bytes. Returns true if fn asked to stop (the rest of buf is not
+ * parsed) or a line passed SSE_LINE_MAX (p->too_long is then set). */
+bool sse_feed(SseParser *p, const char *buf, size_t n, SseFn fn, void *ud);
+
+#endif

@@ -91,6 +91,7 @@ class Collector:
     def close(self):
         self.stream.close()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "close() did not end the stream's iteration"
 
 
 # ------------------------------------------------------------ the client
@@ -195,7 +196,7 @@ def test_results_resume_across_a_server_restart(cluster):
         return job.payload * 2
 
     worker.start()
-    results = Collector(Client(a.url).results(queue="r"))
+    results = Collector(Client(a.url).results(queue="r", after=0))
     try:
         def run(prefix, n=5):
             ids = [f"{prefix}-{i}" for i in range(n)]
@@ -386,6 +387,7 @@ def test_worker_stops_gracefully_on_sigterm(cluster):
     c.submit(2, id="g1", queue="sleepy")
     wait_until(lambda: "handling g1" in p.log_text(), 10, what="g1 to start")
     p.kill(signal.SIGTERM)
+    wait_until(lambda: "no new work taken" in p.log_text(), 10, what="the worker to stop pulling")
     c.submit(0, id="g2", queue="sleepy")
     assert p.stopped_with(15) == 0, p.log_tail()
     g1 = raw_work(s.url, "g1")

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
-from ._http import Backoff, Response, Transport, WorkdError, abort, problem_of
+from ._http import Backoff, Response, Transport, problem_of
 
 FINISHED = ("completed", "dead", "cancelled")
 
@@ -54,6 +55,10 @@ class EventStream:
         self._stop_on_finish = stop_on_finish
         self._closed = threading.Event()
         self._conn: Optional[http.client.HTTPConnection] = None
+        # http.client lets go of conn.sock once a response that ends with the
+        # connection has begun: the stream keeps its own reference, to set the
+        # idle timeout on and to shut down from close().
+        self._sock: Optional[socket.socket] = None
         self._resp: Optional[http.client.HTTPResponse] = None
         self._backoff = Backoff()
         self._finished = False
@@ -95,7 +100,12 @@ class EventStream:
     def close(self) -> None:
         """Ends the iteration (a blocked ``next()`` returns at once)."""
         self._closed.set()
-        abort(self._conn)
+        sock = self._sock  # (the iterating thread may drop it meanwhile)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> "EventStream":
         return self
@@ -116,13 +126,15 @@ class EventStream:
         self._conn = conn
         retry_after = None
         try:
-            if self._closed.is_set():
+            conn.connect()
+            self._sock = conn.sock
+            if self._closed.is_set():  # close() came before it could see the socket
                 raise OSError("closed")
             conn.request("GET", prefix + self._path, headers=headers)
             resp = conn.getresponse()
             if resp.status == 200:
-                if conn.sock is not None:
-                    conn.sock.settimeout(self._idle_timeout)
+                if self._sock is not None:
+                    self._sock.settimeout(self._idle_timeout)
                 self._resp = resp
                 self._backoff.reset()
                 return
@@ -138,17 +150,19 @@ class EventStream:
             conn.close()
             if self._closed.is_set():
                 return
-        except WorkdError:
-            raise
-        self._conn = None
+        self._conn, self._sock = None, None
         self._transport.failed(index)
         pause = self._backoff.delay(retry_after)
         self._closed.wait(pause)
 
     def _drop(self) -> None:
+        if self._resp is not None:
+            self._resp.close()
         if self._conn is not None:
             self._conn.close()
-        self._conn, self._resp = None, None
+        if self._sock is not None:
+            self._sock.close()
+        self._conn, self._resp, self._sock = None, None, None
 
     @staticmethod
     def _read_event(resp: http.client.HTTPResponse) -> Optional[Event]:

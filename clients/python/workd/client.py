@@ -82,9 +82,14 @@ class Client:
 
     # -- work
 
-    def submit(self, payload: Any, *, traceparent: Optional[str] = None,
-               tracestate: Optional[str] = None, **fields: Any) -> Json:
-        """Submits one work item (the keywords of ``work_item``) and returns
+    def submit(self, payload: Any, *, id: Optional[str] = None, queue: Optional[str] = None,
+               key: Optional[str] = None, priority: Optional[int] = None,
+               run_at: Union[str, _dt.datetime, None] = None, delay: Optional[Seconds] = None,
+               timeout: Optional[Seconds] = None, max_attempts: Optional[int] = None,
+               after: Optional[Sequence[str]] = None, run_anyway: Optional[bool] = None,
+               batch: Optional[str] = None, traceparent: Optional[str] = None,
+               tracestate: Optional[str] = None, **more: Any) -> Json:
+        """Submits one work item (the fields of ``work_item``) and returns
         its SubmitResult: ``{"id", "status", "created"}``.
 
         An item without ``id`` gets a random UUID here, so that a submission
@@ -92,7 +97,9 @@ class Client:
         runs twice. ``traceparent``/``tracestate`` (W3C trace context) are
         sent as headers: the worker's handler continues that trace.
         """
-        item = work_item(payload, **fields)
+        item = work_item(payload, id=id, queue=queue, key=key, priority=priority, run_at=run_at,
+                         delay=delay, timeout=timeout, max_attempts=max_attempts, after=after,
+                         run_anyway=run_anyway, batch=batch, **more)
         item.setdefault("id", str(uuid.uuid4()))
         return self._call("POST", "/work", item, idempotent=True,
                           headers=_trace_headers(traceparent, tracestate))

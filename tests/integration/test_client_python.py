@@ -1,9 +1,9 @@
 """The Python library (clients/python, package `workd`) against a real
 cluster: the client's calls and their errors, the results stream across a
 server restart (nothing lost, nothing twice), a worker that reports progress,
-fails and is retried, is cancelled, and stops gracefully on SIGTERM, the
-producer's trace context handed to the handler, and `pip install` of the
-package with no package index."""
+fails and is retried, is cancelled, reports across a server restart and
+stops gracefully on SIGTERM, the producer's trace context handed to the
+handler, and `pip install` of the package with no package index."""
 
 import atexit
 import json
@@ -230,12 +230,12 @@ def test_results_resume_across_a_server_restart(cluster):
 
 # ------------------------------------------------------------ the worker
 
-def test_worker_progress_failure_retry_and_cancel(cluster):
+def test_worker_progress_failure_retry_cancel_and_a_lost_report(cluster):
     s = start_server(cluster, "s1")
     c = Client(s.url)
     worker = Worker(s.url, worker_id="py-worker", capacity=4)
     seen = {}
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     @worker.handler("report")
     def report(job):
@@ -262,6 +262,11 @@ def test_worker_progress_failure_retry_and_cancel(cluster):
         seen["cancelled"] = job.cancelled.wait(30)
         seen["reason"] = job.cancel_reason
         return "this result must be dropped"
+
+    @worker.handler("held")
+    def held(job):
+        release.wait(30)
+        return f"done on attempt {job.attempt}"
 
     worker.start()
     try:
@@ -307,6 +312,19 @@ def test_worker_progress_failure_retry_and_cancel(cluster):
         assert raw_work(s.url, "c1")["status"] == "cancelled"
         assert raw_work(s.url, "c1")["result"] is None
         print(f"a cancel reached the handler in {took:.2f}s")
+
+        # A job that ends while the server is down is reported once it is
+        # back: the same attempt completes, nothing runs again.
+        c.submit(None, id="r1", queue="held")
+        wait_until(lambda: raw_work(s.url, "r1")["status"] == "running", 10,
+                   what="r1 to be running")
+        s.kill(signal.SIGKILL)
+        release.set()  # its report now meets a dead server
+        wait_until(lambda: worker._reports, 10, what="the report to wait for the server")
+        cluster.restart_server(s)
+        done = c.wait("r1", timeout=20)
+        assert (done["status"], done["attempts"], done["result"]) == \
+            ("completed", 1, "done on attempt 1"), done
     finally:
         worker.stop(0)
         assert worker.join(15), "the worker did not stop"

@@ -1,0 +1,195 @@
+"""Server-sent events of workd (GET /results, GET /work/{id}/stream): an
+iterator that reconnects with Last-Event-ID, to the next server when one is
+gone, and never yields an event twice."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional
+
+from ._http import Backoff, Response, Transport, problem_of
+
+FINISHED = ("completed", "dead", "cancelled")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a results stream: ``seq`` (its id, in commit order),
+    ``event`` (``completed``, ``dead``, ``cancelled``, ``progress`` or
+    ``batch``) and ``data`` (the ResultEvent object of openapi.yaml)."""
+
+    seq: int
+    event: str
+    data: Dict[str, Any]
+
+    @property
+    def work_id(self) -> str:
+        return str(self.data.get("id", ""))
+
+
+class EventStream:
+    """Iterates over the events of a stream, in ``seq`` order, for as long as
+    it is open. A dropped connection, a node that dies or a silence longer
+    than ``idle_timeout`` (the server sends a comment every 15 s by default)
+    reconnects, with ``Last-Event-ID`` set to the last event seen (the
+    stream's start when none was), so no event is lost; an event at or below
+    the last seq yielded is never yielded again.
+
+    ``close()`` ends the iteration, also from another thread; the stream is
+    a context manager. ``last_seq`` is where a new stream would resume.
+    ``stop_on_finish`` ends the iteration after the first ``completed``,
+    ``dead`` or ``cancelled`` event (for one work item's stream).
+    """
+
+    def __init__(self, transport: Transport, path: str, after: Optional[int] = None,
+                 idle_timeout: float = 45.0, stop_on_finish: bool = False) -> None:
+        self._transport = transport
+        self._path = path
+        self.last_seq: Optional[int] = after
+        self._yielded: Optional[int] = after
+        self._idle_timeout = idle_timeout
+        self._stop_on_finish = stop_on_finish
+        self._closed = threading.Event()
+        self._conn: Optional[http.client.HTTPConnection] = None
+        # http.client lets go of conn.sock once a response that ends with the
+        # connection has begun: the stream keeps its own reference, to set the
+        # idle timeout on and to shut down from close().
+        self._sock: Optional[socket.socket] = None
+        self._resp: Optional[http.client.HTTPResponse] = None
+        self._backoff = Backoff()
+        self._finished = False
+        self.reconnects = 0
+
+    # -- the iterator
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        while not self._closed.is_set() and not self._finished:
+            if self._resp is None:
+                self._open()
+                continue
+            try:
+                ev = self._read_event(self._resp)
+            except (OSError, http.client.HTTPException, ValueError):
+                ev = None
+            if ev is None:  # the connection ended: come back after the last event
+                self._drop()
+                if not self._closed.is_set():
+                    self.reconnects += 1
+                continue
+            if ev.event == "ready":
+                if self.last_seq is None or ev.seq > self.last_seq:
+                    self.last_seq = ev.seq
+                continue
+            self.last_seq = ev.seq
+            if self._yielded is not None and ev.seq <= self._yielded:
+                continue  # already given (a server that resends)
+            self._yielded = ev.seq
+            if self._stop_on_finish and ev.event in FINISHED:
+                self._finished = True
+            return ev
+        self._drop()
+        raise StopIteration
+
+    def close(self) -> None:
+        """Ends the iteration (a blocked ``next()`` returns at once)."""
+        self._closed.set()
+        sock = self._sock  # (the iterating thread may drop it meanwhile)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "EventStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self._drop()
+
+    # -- connections
+
+    def _open(self) -> None:
+        index, base = self._transport.server()
+        headers = self._transport.headers({"Accept": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        if self.last_seq is not None:
+            headers["Last-Event-ID"] = str(self.last_seq)
+        conn, prefix = self._transport.connect(base, self._transport.timeout)
+        self._conn = conn
+        retry_after = None
+        try:
+            conn.connect()
+            self._sock = conn.sock
+            if self._closed.is_set():  # close() came before it could see the socket
+                raise OSError("closed")
+            conn.request("GET", prefix + self._path, headers=headers)
+            resp = conn.getresponse()
+            if resp.status == 200:
+                if self._sock is not None:
+                    self._sock.settimeout(self._idle_timeout)
+                self._resp = resp
+                self._backoff.reset()
+                return
+            answer = Response(resp.status, {k.lower(): v for k, v in resp.getheaders()},
+                              resp.read())
+            conn.close()
+            error = problem_of(answer)
+            if answer.status != 503:
+                self._closed.set()
+                raise error
+            retry_after = error.retry_after
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            if self._closed.is_set():
+                return
+        self._conn, self._sock = None, None
+        self._transport.failed(index)
+        pause = self._backoff.delay(retry_after)
+        self._closed.wait(pause)
+
+    def _drop(self) -> None:
+        if self._resp is not None:
+            self._resp.close()
+        if self._conn is not None:
+            self._conn.close()
+        if self._sock is not None:
+            self._sock.close()
+        self._conn, self._resp, self._sock = None, None, None
+
+    @staticmethod
+    def _read_event(resp: http.client.HTTPResponse) -> Optional[Event]:
+        """The next event with an id and data; None at the end of the stream."""
+        data: List[str] = []
+        ev_id: Optional[str] = None
+        ev_type: Optional[str] = None
+        while True:
+            raw = resp.readline()
+            if not raw:
+                return None
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if line == "":
+                if data and ev_id is not None:
+                    parsed = json.loads("\n".join(data))
+                    if not isinstance(parsed, dict):
+                        parsed = {"value": parsed}
+                    return Event(int(ev_id), ev_type or "message", parsed)
+                data, ev_id, ev_type = [], None, None
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "data":
+                data.append(value)
+            elif field == "event":
+                ev_type = value
+            elif field == "id":
+                ev_id = value

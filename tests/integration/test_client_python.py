@@ -1,0 +1,468 @@
+"""The Python library (clients/python, package `workd`) against a real
+cluster: the client's calls and their errors, the results stream across a
+server restart (nothing lost, nothing twice), a worker that reports progress,
+fails and is retried, is cancelled, reports across a server restart and
+stops gracefully on SIGTERM, the producer's trace context handed to the
+handler, and `pip install` of the package with no package index."""
+
+import atexit
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "lib"))
+from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
+
+# The library under test, from the source tree (tests/lib/workd.py is the
+# tests' own helper module of the same name: this package comes first).
+sys.path.insert(0, str(REPO / "clients" / "python"))
+import workd  # noqa: E402
+from workd import Client, Fail, Unavailable, WorkdError, Worker  # noqa: E402
+
+assert Path(workd.__file__).parent == REPO / "clients" / "python" / "workd", workd.__file__
+
+FAST = ["--election-interval", "100ms", "--heartbeat-interval", "500ms",
+        "--backoff-base", "100ms", "--backoff-max", "500ms", "--worker-timeout", "3s"]
+ADMIN = "admin-token-0123456789abcdef"
+
+
+def dead_url():
+    """A URL where nothing listens."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def start_server(cluster, name, extra=(), env=None):
+    s = cluster.start_server(name, extra_args=FAST + list(extra), env=env)
+    wait_leader(s.url)
+    return s
+
+
+def raw_work(url, work_id, token=None):
+    """GET /work/{id} without the library, as a second opinion."""
+    r = http("GET", f"{url}/work/{work_id}",
+             headers={"Authorization": f"Bearer {token}"} if token else None)
+    assert r.status == 200, f"GET /work/{work_id}: {r.status} {r.text[:300]}"
+    return r.json()
+
+
+def workers_at(url):
+    r = http("GET", url + "/cluster")
+    assert r.status == 200, f"GET /cluster: {r.status} {r.text[:300]}"
+    return {w["id"]: w for w in r.json()["workers"]}
+
+
+class Collector:
+    """Iterates an EventStream on a thread of its own, keeping every event."""
+
+    def __init__(self, stream):
+        self.stream, self.events, self.error = stream, [], None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        try:
+            for ev in self.stream:
+                with self._lock:
+                    self.events.append(ev)
+        except Exception as e:  # noqa: BLE001 - shown by the test that waits
+            self.error = e
+
+    def ids(self):
+        with self._lock:
+            return [ev.work_id for ev in self.events]
+
+    def wait_ids(self, ids, timeout=30):
+        wanted = set(ids)
+        wait_until(lambda: wanted <= set(self.ids()) or self.error, timeout,
+                   what=f"{len(wanted)} results on the stream "
+                        f"(have {len(wanted & set(self.ids()))}, error {self.error!r})")
+        assert self.error is None, f"the stream failed: {self.error!r}"
+
+    def close(self):
+        self.stream.close()
+        self._thread.join(10)
+        assert not self._thread.is_alive(), "close() did not end the stream's iteration"
+
+
+# ------------------------------------------------------------ the client
+
+def test_client_submits_reads_and_manages(cluster):
+    s = start_server(cluster, "s1", env={"WORKD_TOKENS": f"admin:{ADMIN}"})
+    c = Client([dead_url(), s.url], token=ADMIN)  # the dead server is skipped
+
+    one = c.submit({"n": 7}, id="py-one", queue="py", priority=5, timeout=30, max_attempts=2)
+    assert one == {"id": "py-one", "status": "pending", "created": True}, one
+    again = c.submit({"n": 7}, id="py-one", queue="py", priority=5, timeout=30, max_attempts=2)
+    assert again["created"] is False, f"the same submission again must not create work: {again}"
+    work = c.get("py-one")
+    assert (work["queue"], work["priority"], work["max_attempts"], work["timeout_ms"]) == \
+        ("py", 5, 2, 30000), f"the item's fields did not arrive as given: {work}"
+
+    generated = c.submit("no id given")
+    assert uuid.UUID(generated["id"]), generated
+
+    many = c.submit_many([{"payload": i, "queue": "py"} for i in range(3)])
+    assert [i["created"] for i in many["items"]] == [True] * 3, many
+    batch = c.submit_many([{"payload": "b1"}, {"payload": "b2"}], batch={"id": "py-batch"})
+    assert batch["batch"] == "py-batch", batch
+    later = c.submit("later", id="py-later", delay=600)
+    assert later["status"] in ("pending", "scheduled"), later
+    assert c.get("py-later")["run_at"], "delay= did not set run_at"
+
+    # Refusals carry the problem's fields.
+    try:
+        c.submit({"n": 8}, id="py-one")
+        raise AssertionError("a different payload under an existing id was accepted")
+    except WorkdError as e:
+        assert (e.status, e.kind) == (409, "conflict"), f"{e.status} {e.kind}: {e.problem}"
+        assert e.detail and e.title and e.type.endswith("/conflict"), e.problem
+    try:
+        c.get("py-nothing")
+        raise AssertionError("an unknown work id was found")
+    except WorkdError as e:
+        assert (e.status, e.kind) == (404, "not-found"), e.problem
+    try:
+        Client(s.url).queues()  # no token
+        raise AssertionError("a request without a token was answered")
+    except WorkdError as e:
+        assert (e.status, e.kind) == (401, "unauthorized"), e.problem
+    t0 = time.monotonic()
+    try:
+        Client([dead_url(), dead_url()], retry_for=0.5).get("py-one")
+        raise AssertionError("a client without a live server got an answer")
+    except Unavailable as e:
+        assert time.monotonic() - t0 < 5, "Unavailable came long after retry_for"
+        assert e.status == 503 and e.cause is not None, e.problem
+
+    # wait() returns the work as it is when the time runs out, and once it finished.
+    t0 = time.monotonic()
+    assert c.wait("py-one", timeout=0.5)["status"] == "pending"
+    assert time.monotonic() - t0 < 5, "wait(timeout=0.5) took too long"
+    assert c.cancel("py-one") == {"id": "py-one", "status": "cancelled"}
+    assert c.wait("py-one", timeout=10)["status"] == "cancelled"
+    assert raw_work(s.url, "py-one", ADMIN)["status"] == "cancelled"
+    try:
+        c.retry("py-one")
+        raise AssertionError("cancelled work was retried")
+    except WorkdError as e:
+        assert (e.status, e.kind) == (409, "not-retryable"), e.problem
+    page = c.list_work(queue="py", limit=2)
+    assert len(page["items"]) == 2 and page["next_before"], page
+
+    # Queues.
+    assert c.pause_queue("py")["paused"] is True
+    limits = c.set_queue_limits("py", max_running=3, rate={"limit": 10, "per": 1})
+    assert (limits["paused"], limits["max_running"], limits["rate"]["limit"]) == (True, 3, 10), \
+        limits
+    assert c.resume_queue("py")["paused"] is False
+    assert c.set_queue_limits("py", max_running=None)["max_running"] is None
+    stats = {q["queue"]: q for q in c.queues()}
+    assert stats["py"]["pending"] >= 3, stats.get("py")
+
+    # Schedules.
+    sch = c.put_schedule("py-nightly", "0 3 * * *", {"payload": {"report": True}, "queue": "py"},
+                         timezone="Europe/Berlin", catch_up="none")
+    assert (sch["name"], sch["timezone"], sch["catch_up"]) == \
+        ("py-nightly", "Europe/Berlin", "none"), sch
+    assert [x["name"] for x in c.schedules()] == ["py-nightly"]
+    assert c.pause_schedule("py-nightly")["paused"] is True
+    assert c.get_schedule("py-nightly")["next"] == [], "a paused schedule shows fire times"
+    assert c.resume_schedule("py-nightly")["paused"] is False
+    c.delete_schedule("py-nightly")
+    assert c.schedules() == []
+    assert c.cluster()["leader"], "GET /cluster without a leader"
+
+
+def test_results_resume_across_a_server_restart(cluster):
+    """The stream follows node a only; a is killed and restarted while work
+    completes through node b: every result arrives once, in seq order."""
+    a = start_server(cluster, "a")
+    b = start_server(cluster, "b")
+    c = Client([a.url, b.url])
+    worker = Worker([a.url, b.url], worker_id="py-results", capacity=4)
+
+    @worker.handler("r")
+    def double(job):
+        return job.payload * 2
+
+    worker.start()
+    results = Collector(Client(a.url).results(queue="r", after=0))
+    try:
+        def run(prefix, n=5):
+            ids = [f"{prefix}-{i}" for i in range(n)]
+            c.submit_many([{"id": i, "payload": k, "queue": "r"} for k, i in enumerate(ids)])
+            for i in ids:
+                assert c.wait(i, timeout=30)["status"] == "completed", f"{i} did not complete"
+            return ids
+
+        first = run("before")
+        results.wait_ids(first)
+        a.kill(signal.SIGKILL)
+        during = run("during")  # through b, while the stream has no node
+        cluster.restart_server(a)
+        after = run("after")
+        results.wait_ids(first + during + after, timeout=40)
+        time.sleep(0.5)  # a declared window: a repeat would show up here
+        got = results.ids()
+        assert sorted(got) == sorted(first + during + after), \
+            f"results lost or repeated: {sorted(got)}"
+        seqs = [ev.seq for ev in results.events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), f"seqs out of order: {seqs}"
+        assert results.stream.reconnects >= 1, "the stream never reconnected"
+        assert {ev.event for ev in results.events} == {"completed"}
+        assert all(ev.data["result"] == 2 * int(ev.work_id.rsplit("-", 1)[1])
+                   for ev in results.events), "a result is not the handler's"
+    finally:
+        results.close()
+        worker.stop(0)
+        worker.join(15)
+
+
+# ------------------------------------------------------------ the worker
+
+def test_worker_progress_failure_retry_cancel_and_a_lost_report(cluster):
+    s = start_server(cluster, "s1")
+    c = Client(s.url)
+    worker = Worker(s.url, worker_id="py-worker", capacity=4)
+    seen = {}
+    started, release = threading.Event(), threading.Event()
+
+    @worker.handler("report")
+    def report(job):
+        job.progress(0.25, "a quarter", "line 1\n")
+        time.sleep(0.3)  # two updates a progress interval apart
+        job.progress(1.0, "all of it", "line 2\n")
+        return {"ok": job.payload}
+
+    @worker.handler("flaky")
+    def flaky(job):
+        if job.attempt == 1:
+            raise ValueError(f"boom on attempt {job.attempt}")
+        return f"fine on attempt {job.attempt}"
+
+    @worker.handler("hopeless")
+    def hopeless(job):
+        if job.attempt == 1:
+            raise Fail("bad input", retry=False)
+        return "fixed"
+
+    @worker.handler("slow")
+    def slow(job):
+        started.set()
+        seen["cancelled"] = job.cancelled.wait(30)
+        seen["reason"] = job.cancel_reason
+        return "this result must be dropped"
+
+    @worker.handler("held")
+    def held(job):
+        release.wait(30)
+        return f"done on attempt {job.attempt}"
+
+    worker.start()
+    try:
+        assert "py-worker" in workers_at(s.url), "the worker is not registered"
+
+        # Progress: on the work's own stream, then its result.
+        c.submit(3, id="p1", queue="report")
+        events = list(c.stream("p1"))
+        kinds = [ev.event for ev in events]
+        assert kinds[-1] == "completed" and set(kinds[:-1]) == {"progress"}, kinds
+        progress = [ev.data for ev in events if ev.event == "progress"]
+        assert "".join(p.get("output", "") for p in progress) == "line 1\nline 2\n", progress
+        assert (progress[-1]["fraction"], progress[-1]["message"]) == (1.0, "all of it"), progress
+        assert events[-1].data["result"] == {"ok": 3}, events[-1].data
+
+        # A raising handler is a failed attempt with its error, and is retried.
+        c.submit(None, id="f1", queue="flaky", max_attempts=3)
+        done = c.wait("f1", timeout=20)
+        assert (done["status"], done["attempts"], done["result"]) == \
+            ("completed", 2, "fine on attempt 2"), done
+        failed = [e for e in c.events("f1")["events"] if e["type"] == "failed"]
+        assert [e["data"].get("error") for e in failed] == ["ValueError: boom on attempt 1"], \
+            c.events("f1")
+
+        # Fail(retry=False) makes it dead at once; an operator's retry runs it again.
+        c.submit(None, id="h1", queue="hopeless", max_attempts=5)
+        dead = c.wait("h1", timeout=20)
+        assert (dead["status"], dead["attempts"], dead["last_error"]) == \
+            ("dead", 1, "bad input"), dead
+        assert c.retry("h1")["status"] == "pending"
+        assert c.wait("h1", timeout=20)["result"] == "fixed"
+
+        # Cancelling running work reaches the handler (through the heartbeat).
+        c.submit(None, id="c1", queue="slow")
+        assert started.wait(10), "the slow job did not start"
+        t0 = time.monotonic()
+        c.cancel("c1")
+        wait_until(lambda: "cancelled" in seen, 10, what="the handler to see the cancellation")
+        took = time.monotonic() - t0
+        assert seen == {"cancelled": True, "reason": "cancelled by the server"}, seen
+        assert took < 3, f"the cancellation took {took:.1f}s to reach the handler"
+        time.sleep(1)  # a declared window: a report of the dropped result would land here
+        assert raw_work(s.url, "c1")["status"] == "cancelled"
+        assert raw_work(s.url, "c1")["result"] is None
+        print(f"a cancel reached the handler in {took:.2f}s")
+
+        # A job that ends while the server is down is reported once it is
+        # back: the same attempt completes, nothing runs again.
+        c.submit(None, id="r1", queue="held")
+        wait_until(lambda: raw_work(s.url, "r1")["status"] == "running", 10,
+                   what="r1 to be running")
+        s.kill(signal.SIGKILL)
+        release.set()  # its report now meets a dead server
+        wait_until(lambda: worker._reports, 10, what="the report to wait for the server")
+        cluster.restart_server(s)
+        done = c.wait("r1", timeout=20)
+        assert (done["status"], done["attempts"], done["result"]) == \
+            ("completed", 1, "done on attempt 1"), done
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+    assert "py-worker" not in workers_at(s.url), "the worker did not deregister"
+
+
+WORKER_SCRIPT = """\
+import logging, sys, workd
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+worker = workd.Worker(worker_id=sys.argv[1], capacity=2, grace=float(sys.argv[2]))
+
+@worker.handler("sleepy")
+def sleepy(job):
+    print(f"handling {job.id}", flush=True)
+    if job.cancelled.wait(job.payload):
+        print(f"{job.id}: {job.cancel_reason}", flush=True)
+        return "interrupted"
+    return f"slept {job.payload}s"
+
+worker.run()
+print("exited cleanly", flush=True)
+"""
+
+
+_venv = {}
+
+
+def installed_python():
+    """The python of a new venv where `pip install --no-index clients/python` put workd."""
+    if "python" not in _venv:
+        where = Path(tempfile.mkdtemp(prefix="workd-py-venv-"))
+        atexit.register(shutil.rmtree, where, True)
+        r = subprocess.run([sys.executable, "-m", "venv", str(where / "venv")],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise AssertionError(f"python3 -m venv failed (Debian: python3-venv):\n{r.stderr}")
+        py = where / "venv" / "bin" / "python"
+        r = subprocess.run([str(py), "-m", "pip", "install", "--no-index", "--no-cache-dir",
+                            "--disable-pip-version-check", str(REPO / "clients" / "python")],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"pip install without an index failed:\n{r.stdout}\n{r.stderr}"
+        _venv["python"] = py
+    return _venv["python"]
+
+
+def test_pip_install_needs_no_index():
+    py = installed_python()
+    probe = ("import json, importlib.metadata as m, workd; md = m.metadata('workd'); "
+             "print(json.dumps([workd.__file__, md['Version'], md['License'], "
+             "md['Requires-Python'], workd.__version__]))")
+    r = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, timeout=60,
+                       cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    where, version, licence, requires, own = json.loads(r.stdout)
+    assert "site-packages" in where, f"workd imported from {where}, not the venv"
+    assert (version, licence, requires) == (workd.__version__, "Apache-2.0", ">=3.9"), r.stdout
+    assert own == version
+
+
+def test_worker_stops_gracefully_on_sigterm(cluster):
+    py = installed_python()
+    s = start_server(cluster, "s1")
+    c = Client(s.url)
+    script = cluster.tmp / "py_worker.py"
+    script.write_text(WORKER_SCRIPT)
+
+    def start(name, grace):
+        p = cluster.start_process(name, [str(py), str(script), name, str(grace)],
+                                  env={"WORKD_SERVER": s.url, "PYTHONUNBUFFERED": "1"})
+        wait_until(lambda: name in workers_at(s.url) or not p.alive(), 20,
+                   what=f"{name} to register")
+        assert p.alive(), f"{name} exited:\n{p.log_tail()}"
+        return p
+
+    # Within the grace period: the running job finishes and is reported, no
+    # new job is taken, then the worker deregisters and exits 0.
+    p = start("py-graceful", 10)
+    c.submit(2, id="g1", queue="sleepy")
+    wait_until(lambda: "handling g1" in p.log_text(), 10, what="g1 to start")
+    p.kill(signal.SIGTERM)
+    wait_until(lambda: "no new work taken" in p.log_text(), 10, what="the worker to stop pulling")
+    c.submit(0, id="g2", queue="sleepy")
+    assert p.stopped_with(15) == 0, p.log_tail()
+    g1 = raw_work(s.url, "g1")
+    assert (g1["status"], g1["result"], g1["worker_id"]) == \
+        ("completed", "slept 2s", "py-graceful"), g1
+    assert raw_work(s.url, "g2")["status"] == "pending", "a stopping worker took new work"
+    assert "deregistered" in p.log_text() and "exited cleanly" in p.log_text(), p.log_tail()
+    assert "py-graceful" not in workers_at(s.url)
+    c.cancel("g2")
+
+    # Past the grace period: the job is told to stop and given back for a retry.
+    p = start("py-impatient", 1)
+    c.submit(30, id="g3", queue="sleepy", max_attempts=3)
+    wait_until(lambda: "handling g3" in p.log_text(), 10, what="g3 to start")
+    t0 = time.monotonic()
+    p.kill(signal.SIGTERM)
+    assert p.stopped_with(15) == 0, p.log_tail()
+    took = time.monotonic() - t0
+    assert took < 5, f"a worker with a grace of 1s took {took:.1f}s to stop"
+    assert "g3: the worker is stopping" in p.log_text(), p.log_tail()
+    g3 = raw_work(s.url, "g3")
+    assert g3["status"] in ("pending", "scheduled") and g3["attempts"] == 1, g3
+    assert g3["last_error"] == "worker stopping: grace period over", g3
+    print(f"a worker past its grace stopped {took:.2f}s after SIGTERM")
+
+
+def openapi_job_has_trace_context():
+    import yaml
+    spec = yaml.safe_load((REPO / "openapi.yaml").read_text())
+    return "traceparent" in spec["components"]["schemas"]["Job"].get("properties", {})
+
+
+def test_trace_context_reaches_the_handler(cluster):
+    if not openapi_job_has_trace_context():
+        raise Skip("the server hands out no trace context (openapi.yaml's Job has no traceparent)")
+    s = start_server(cluster, "s1")
+    worker = Worker(s.url, worker_id="py-trace")
+    got = {}
+
+    @worker.handler("traced")
+    def traced(job):
+        got[job.attempt] = (job.traceparent, job.tracestate)
+        if job.attempt == 1:
+            raise ValueError("once more, in the same trace")
+        return "ok"
+
+    worker.start()
+    try:
+        parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        Client(s.url).submit(1, id="t1", queue="traced", traceparent=parent,
+                             tracestate="vendor=abc")
+        assert Client(s.url).wait("t1", timeout=20)["status"] == "completed"
+        assert got == {1: (parent, "vendor=abc"), 2: (parent, "vendor=abc")}, got
+    finally:
+        worker.stop(0)
+        worker.join(15)
+
+
+if __name__ == "__main__":
+    run_tests(globals())

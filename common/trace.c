@@ -70,8 +70,8 @@ static bool member_valid(const char *a, const char *b, size_t *key_len)
     if (!eq)
         return false;
     size_t kn = (size_t)(eq - a), vn = (size_t)(b - eq - 1);
-    if (kn < 1 || kn > 256 || vn < 1 || vn > 256 || !((a[0] >= 'a' && a[0] <= 'z') ||
-                                                      (a[0] >= '0' && a[0] <= '9')))
+    if (kn < 1 || kn > 256 || vn < 1 || vn > 256 ||
+        !((a[0] >= 'a' && a[0] <= 'z') || (a[0] >= '0' && a[0] <= '9')))
         return false;
     for (size_t i = 0; i < kn; i++)
         if (!key_char(a[i]))

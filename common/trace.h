@@ -7,8 +7,8 @@
 
 #include <stdbool.h>
 
-#define TRACEPARENT_LEN 55          /* "00-" 32 hex "-" 16 hex "-" 2 hex */
-#define TRACESTATE_MAX_BYTES 512    /* what the spec asks a vendor to propagate at least */
+#define TRACEPARENT_LEN 55       /* "00-" 32 hex "-" 16 hex "-" 2 hex */
+#define TRACESTATE_MAX_BYTES 512 /* what the spec asks a vendor to propagate at least */
 #define TRACESTATE_MAX_MEMBERS 32
 
 /* Writes the traceparent s means into out, in version-00 form, and returns

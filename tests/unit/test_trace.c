@@ -66,10 +66,10 @@ static void test_traceparent(void **state)
         "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 ", /* trailing blank */
         " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bz-01", /* not hex */
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bz-01",      /* not hex */
         "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01.more", /* a later version: a
                                                                           dash must follow */
-        "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0", /* too short */
+        "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",       /* too short */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_parent(bad[i], NULL);
@@ -87,23 +87,23 @@ static void test_tracestate(void **state)
     expect_state("rojo=00f067aa0ba902b7", true);
     expect_state("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7", true);
     expect_state("  congo=t61rcWkgMzE ,\trojo=00f067aa0ba902b7\t", true); /* blanks around */
-    expect_state("rojo=00f067aa0ba902b7,,  ,congo=x", true);                /* empty members */
+    expect_state("rojo=00f067aa0ba902b7,,  ,congo=x", true);              /* empty members */
     expect_state("tenant@vendor=a b", true); /* a multi-tenant key; a blank inside the value */
     expect_state("k= leading", true);        /* leading blanks belong to the value */
     expect_state("0key_-*/@=v!\"#$%&'()*+-./:;<>?[\\]^_`{|}~", true);
     expect_state(NULL, false);
     expect_state("", false); /* nothing to keep */
     expect_state(" , ", false);
-    expect_state("rojo", false);                   /* no value */
-    expect_state("rojo=", false);                  /* an empty value */
-    expect_state("=value", false);                 /* no key */
-    expect_state("Rojo=1", false);                 /* upper case in a key */
-    expect_state("_rojo=1", false);                /* a key starts with a letter or digit */
-    expect_state("ro jo=1", false);                /* a blank in a key */
-    expect_state("rojo=1=2", false);               /* '=' in a value */
-    expect_state("rojo=caf\xc3\xa9", false);       /* not ASCII */
-    expect_state("rojo=a\x01z", false);            /* a control character */
-    expect_state("rojo=1,congo=2,rojo=3", false);  /* a key twice */
+    expect_state("rojo", false);                  /* no value */
+    expect_state("rojo=", false);                 /* an empty value */
+    expect_state("=value", false);                /* no key */
+    expect_state("Rojo=1", false);                /* upper case in a key */
+    expect_state("_rojo=1", false);               /* a key starts with a letter or digit */
+    expect_state("ro jo=1", false);               /* a blank in a key */
+    expect_state("rojo=1=2", false);              /* '=' in a value */
+    expect_state("rojo=caf\xc3\xa9", false);      /* not ASCII */
+    expect_state("rojo=a\x01z", false);           /* a control character */
+    expect_state("rojo=1,congo=2,rojo=3", false); /* a key twice */
     char buf[TRACESTATE_MAX_BYTES + 64];
 
     /* 32 members are kept, 33 are not. */

@@ -24,8 +24,9 @@
     "usage: workd-worker [options] (--exec CMD | --demo | --noop)\n\n"                             \
     "Registers with a workd server, pulls jobs and runs them: with --exec each job is\n"           \
     "`/bin/sh -c CMD` with the payload JSON on stdin and WORKD_WORK_ID, WORKD_ATTEMPT and\n"       \
-    "WORKD_QUEUE set; exit 0 with JSON (or text) on stdout is the result. SIGTERM or SIGINT\n"     \
-    "stops gracefully; a second one stops at once."
+    "WORKD_QUEUE set (and TRACEPARENT, TRACESTATE when the work has a trace context); exit 0\n"    \
+    "with JSON (or text) on stdout is the result. SIGTERM or SIGINT stops gracefully; a\n"         \
+    "second one stops at once."
 
 typedef struct Options {
     char *server, *queues, *id, *exec, *token, *log_level, *log_format;

@@ -28,6 +28,7 @@
 #include "httpc.h"
 #include "link.h"
 #include "log.h"
+#include "trace.h"
 #include "progress.h"
 #include "reports.h"
 #include "servers.h"
@@ -51,8 +52,9 @@ typedef struct Job {
     int64_t attempt;
     bool cancelled; /* w->lock: the server ended the attempt; stop it, report nothing */
     char *queue;
-    json_t *payload;    /* owned reference */
-    int64_t timeout_ms; /* <= 0: none */
+    json_t *payload;                /* owned reference */
+    int64_t timeout_ms;             /* <= 0: none */
+    char *traceparent, *tracestate; /* the producer's trace context; NULL: none */
 } Job;
 
 typedef struct Slot {
@@ -120,6 +122,8 @@ static void job_free(Job *j)
     free(j->id);
     free(j->queue);
     json_decref(j->payload);
+    free(j->traceparent);
+    free(j->tracestate);
     free(j);
 }
 
@@ -348,6 +352,10 @@ static Job *job_parse(const json_t *o)
     j->queue = xstrdup(q ? q : "");
     json_t *payload = json_object_get(o, "payload");
     j->payload = payload ? json_incref(payload) : json_null();
+    /* Checked again here: only a W3C value goes into a job's environment. */
+    j->traceparent = xstrdup(json_string_value(json_object_get(o, "traceparent")));
+    j->tracestate = xstrdup(json_string_value(json_object_get(o, "tracestate")));
+    trace_keep(&j->traceparent, &j->tracestate);
     json_t *t = json_object_get(o, "timeout_ms");
     if (json_is_integer(t)) {
         j->timeout_ms = json_integer_value(t);
@@ -541,8 +549,13 @@ static void job_run_exec(Worker *w, Slot *s, const Job *j, ExecOutcome *o)
     free(input);
     char attempt[32];
     snprintf(attempt, sizeof attempt, "%lld", (long long)j->attempt);
-    char *add[] = {env_entry("WORKD_WORK_ID", j->id), env_entry("WORKD_ATTEMPT", attempt),
-                   env_entry("WORKD_QUEUE", j->queue), env_entry("WORKD_PROGRESS_FD", "3"), NULL};
+    char *add[7] = {env_entry("WORKD_WORK_ID", j->id), env_entry("WORKD_ATTEMPT", attempt),
+                    env_entry("WORKD_QUEUE", j->queue), env_entry("WORKD_PROGRESS_FD", "3")};
+    size_t n_add = 4;
+    if (j->traceparent) /* the producer's trace context, as OpenTelemetry's env carriers name it */
+        add[n_add++] = env_entry("TRACEPARENT", j->traceparent);
+    if (j->tracestate)
+        add[n_add++] = env_entry("TRACESTATE", j->tracestate);
     char **env = exec_env_merge(w->env_base, add);
     ExecSpec spec = {.cmd = w->exec_cmd,
                      .input = in.data,
@@ -873,11 +886,13 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     w->path_pull = url_join("/workers/", w->id, "/pull", NULL);
     w->path_reports = url_join("/workers/", w->id, "/reports", NULL);
 
-    /* Jobs inherit our environment, but not the worker's own settings (the token). */
+    /* Jobs inherit our environment, but not the worker's own settings (the
+     * token), nor a trace context of the worker's: a job's is its producer's. */
     size_t ne = strv_len(environ), k = 0;
     w->env_base = xcalloc(ne + 1, sizeof *w->env_base);
     for (size_t i = 0; i < ne; i++)
-        if (strncmp(environ[i], "WORKD_", 6) != 0)
+        if (strncmp(environ[i], "WORKD_", 6) != 0 && strncmp(environ[i], "TRACEPARENT=", 12) != 0 &&
+            strncmp(environ[i], "TRACESTATE=", 11) != 0)
             w->env_base[k++] = xstrdup(environ[i]);
 
     link_init(&w->link, w->servers);

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "auth.h"
 #include "dbpool.h"
@@ -18,6 +19,7 @@
 #include "proxy.h"
 #include "hub.h"
 #include "static.h"
+#include "trace.h"
 #include "util.h"
 
 /* ---- helpers ---- */
@@ -120,9 +122,15 @@ static json_t *job_json(const PulledJob *j)
 {
     char deadline[40];
     time_format(j->deadline, deadline, sizeof deadline);
-    return json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", j->id, "attempt", j->attempt,
-                     "queue", j->queue, "priority", j->priority, "payload", j->payload,
-                     "timeout_ms", (json_int_t)j->timeout_ms, "deadline", deadline);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:O, s:I, s:s}", "id", j->id, "attempt", j->attempt,
+                          "queue", j->queue, "priority", j->priority, "payload", j->payload,
+                          "timeout_ms", (json_int_t)j->timeout_ms, "deadline", deadline);
+    if (j->traceparent) {
+        json_object_set_new(o, "traceparent", json_string(j->traceparent));
+        if (j->tracestate)
+            json_object_set_new(o, "tracestate", json_string(j->tracestate));
+    }
+    return o;
 }
 
 /* {"id", "status", "created"}: how the manager took one submitted item. */
@@ -351,6 +359,49 @@ static void worker_cmd(Req *r, char *const *p, const char *what, MgrCmdType type
 
 /* ---- work ---- */
 
+/* The request's W3C trace context headers: the traceparent when there is
+ * exactly one, the tracestate fields joined with commas (RFC 9110 5.3). */
+typedef struct TraceHeaders {
+    int parents;
+    const char *parent; /* borrowed from the request */
+    SBuf state;
+} TraceHeaders;
+
+static enum MHD_Result trace_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    (void)kind;
+    TraceHeaders *t = cls;
+    if (!strcasecmp(key, "traceparent")) {
+        t->parents++;
+        t->parent = value;
+    } else if (!strcasecmp(key, "tracestate") && t->state.len <= TRACESTATE_MAX_BYTES) {
+        sbuf_printf(&t->state, "%s%s", t->state.len ? "," : "", value); /* past it: invalid */
+    }
+    return MHD_YES;
+}
+
+/* Gives the request's trace context to every item that has none of its own
+ * (an item's fields win over the headers). A header that does not parse is
+ * ignored, as the W3C spec tells a receiver; so are several traceparents. */
+static void apply_trace_headers(Req *r, SubmitItem *items, size_t n)
+{
+    TraceHeaders t = {0};
+    sbuf_init(&t.state);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, trace_header, &t);
+    char *parent = t.parents == 1 ? xstrdup(t.parent) : NULL;
+    char *state = t.state.len ? xstrdup(t.state.data) : NULL;
+    sbuf_free(&t.state);
+    trace_keep(&parent, &state);
+    for (size_t i = 0; parent && i < n; i++)
+        if (!items[i].traceparent) {
+            items[i].traceparent = xstrdup(parent);
+            items[i].tracestate = xstrdup(state);
+        }
+    free(parent);
+    free(state);
+}
+
 static void h_submit(Req *r, char *const *p)
 {
     Server *s = r->srv;
@@ -375,6 +426,7 @@ static void h_submit(Req *r, char *const *p)
         return;
     }
     json_decref(body);
+    apply_trace_headers(r, c->items, c->n_items);
     c->batch_id = batch.id;
     c->batch_callback = batch.callback;
     r->bulk = bulk;

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "trace.h"
 #include "util.h"
 
 #define MAX_TIMEOUT_MS (7LL * 24 * 3600 * 1000)
@@ -206,15 +207,36 @@ int parse_check_fields(json_t *o, const char *const *known, const char *where, E
     return 0;
 }
 
+/* An item's trace context: "traceparent" and "tracestate", strings or null.
+ * A value that is not a W3C one is ignored, as a receiver of the headers
+ * ignores it (trace_keep), so the item takes the request's headers instead;
+ * only a value that is not a string at all is refused. */
+WARN_UNUSED static int parse_trace(json_t *o, const char *where, SubmitItem *it, Err *err)
+{
+    json_t *tp = json_object_get(o, "traceparent"), *ts = json_object_get(o, "tracestate");
+    if (!tp && !ts)
+        return 0; /* most work: nothing to look at */
+    if ((tp && !json_is_string(tp) && !json_is_null(tp)) ||
+        (ts && !json_is_string(ts) && !json_is_null(ts)))
+        return err_set(err, 400, "invalid-field",
+                       "%s: 'traceparent' and 'tracestate' must be strings (W3C Trace Context)",
+                       where);
+    it->traceparent = xstrdup(json_string_value(tp));
+    it->tracestate = xstrdup(json_string_value(ts));
+    trace_keep(&it->traceparent, &it->tracestate);
+    return 0;
+}
+
 WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
                                   const ParseLimits *lim, SubmitItem *it, Err *err)
 {
     if (!json_is_object(o))
         return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
                        where);
-    static const char *const known[] = {
-        "payload",      "id",    "queue",      "key",   "priority", "run_at", "delay",
-        "max_attempts", "after", "run_anyway", "batch", "timeout",  NULL};
+    static const char *const known[] = {"payload",     "id",         "queue", "key",
+                                        "priority",    "run_at",     "delay", "max_attempts",
+                                        "after",       "run_anyway", "batch", "timeout",
+                                        "traceparent", "tracestate", NULL};
     if (parse_check_fields(o, known, where, err) != 0)
         return -1;
     char prefix[64];
@@ -345,7 +367,7 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                            where);
         it->batch = xstrdup(json_string_value(batch));
     }
-    return 0;
+    return parse_trace(o, where, it, err);
 }
 
 bool batch_id_valid(const char *s)
@@ -368,7 +390,8 @@ WARN_UNUSED static int parse_callback(json_t *o, int64_t now, const ParseLimits 
                                       WorkTemplate **out, Err *err)
 {
     if (json_is_object(o)) {
-        static const char *const forbidden[] = {"id", "run_at", "delay", "after", "batch", NULL};
+        static const char *const forbidden[] = {"id",    "run_at",      "delay",      "after",
+                                                "batch", "traceparent", "tracestate", NULL};
         for (size_t i = 0; forbidden[i]; i++)
             if (json_object_get(o, forbidden[i]))
                 return err_set(err, 400, "invalid-field",
@@ -487,6 +510,8 @@ static void submit_items_free_one(SubmitItem *it)
     json_decref(it->payload);
     strv_free(it->after);
     free(it->batch);
+    free(it->traceparent);
+    free(it->tracestate);
 }
 
 void submit_items_free(SubmitItem *items, size_t n)
@@ -539,6 +564,10 @@ json_t *submit_items_json(const SubmitItem *items, size_t n, bool bulk)
             json_object_set_new(o, "run_anyway", json_true());
         if (it->batch)
             json_object_set_new(o, "batch", json_string(it->batch));
+        if (it->traceparent)
+            json_object_set_new(o, "traceparent", json_string(it->traceparent));
+        if (it->tracestate)
+            json_object_set_new(o, "tracestate", json_string(it->tracestate));
         json_array_append_new(arr, o);
     }
     if (bulk)
@@ -1080,7 +1109,8 @@ ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
                 "priority, key, timeout, max_attempts)");
         goto cleanup;
     }
-    static const char *const forbidden[] = {"id", "run_at", "delay", "after", "batch", NULL};
+    static const char *const forbidden[] = {"id",    "run_at",      "delay",      "after",
+                                            "batch", "traceparent", "tracestate", NULL};
     for (size_t i = 0; forbidden[i]; i++)
         if (json_object_get(work, forbidden[i])) {
             err_set(err, 400, "invalid-field",

@@ -186,6 +186,16 @@ static void set_time(json_t *o, const char *key, int64_t ms)
     json_object_set_new(o, key, ms ? json_integer(ms) : json_null());
 }
 
+/* The trace context fields, when there is one (none: no field, no cost). */
+static void set_trace(json_t *o, const Event *e)
+{
+    if (!e->traceparent)
+        return;
+    json_object_set_new(o, "traceparent", json_string(e->traceparent));
+    if (e->tracestate)
+        json_object_set_new(o, "tracestate", json_string(e->tracestate));
+}
+
 json_t *event_data_encode(const Event *e)
 {
     json_t *o = json_object();
@@ -221,6 +231,7 @@ json_t *event_data_encode(const Event *e)
         }
         if (e->batch)
             json_object_set_new(o, "batch", json_string(e->batch));
+        set_trace(o, e); /* since schema 17 */
         break;
     case EV_STARTED:
         json_object_set_new(o, "attempt", json_integer(e->attempt));
@@ -317,6 +328,10 @@ json_t *event_data_encode(const Event *e)
      * results stream needs no other table (its row may be gone with its part). */
     if (event_is_final(e->type) && e->queue)
         json_object_set_new(o, "queue", json_string(e->queue));
+    /* Since schema 17 they carry the work's trace context too, for the same
+     * reason. */
+    if (event_is_final(e->type))
+        set_trace(o, e);
     return o;
 }
 
@@ -564,6 +579,10 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
     }
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
+    if (event_is_final(out->type) || out->type == EV_ACCEPTED || out->type == EV_RETRIED) {
+        out->traceparent = get_str(data, "traceparent"); /* since schema 17 */
+        out->tracestate = out->traceparent ? get_str(data, "tracestate") : NULL;
+    }
     if (event_needs_work(out->type) && !out->work_id) {
         err_set(err, 500, "bad-event", "%s event at seq %lld has no work id", type, (long long)seq);
         goto cleanup;
@@ -603,6 +622,8 @@ json_t *event_result_json(const Event *e)
     } else if (e->type == EV_CANCELLED && e->error) {
         json_object_set_new(o, "reason", json_string(e->error));
     }
+    if (event_is_final(e->type))
+        set_trace(o, e);
     return o;
 }
 
@@ -665,6 +686,8 @@ void event_clear(Event *e)
     json_decref(e->detail);
     strv_free(e->after);
     free(e->batch);
+    free(e->traceparent);
+    free(e->tracestate);
     free(e->name);
     schedspec_free(e->sched);
     free(e->fired);
@@ -690,6 +713,8 @@ void event_copy(Event *dst, const Event *src)
     dst->detail = json_incref(src->detail);
     dst->after = strv_copy(src->after);
     dst->batch = xstrdup(src->batch);
+    dst->traceparent = xstrdup(src->traceparent);
+    dst->tracestate = xstrdup(src->tracestate);
     dst->name = xstrdup(src->name);
     dst->sched = src->sched ? schedspec_dup(src->sched) : NULL;
     dst->fired = xstrdup(src->fired);

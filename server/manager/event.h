@@ -131,6 +131,9 @@ typedef struct Event {
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
     bool waiting;    /* a parent was open at acceptance: the work waits */
     char *batch;     /* the batch it belongs to; NULL: none */
+    /* EV_ACCEPTED, EV_RETRIED and the final events: the producer's W3C trace
+     * context, kept as trace_keep (trace.h) left it; NULL: none */
+    char *traceparent, *tracestate;
     /* schedules and batches */
     char *name;             /* the schedule's name; EV_BATCH*: the batch id */
     ScheduleSpec *sched;    /* EV_SCHEDULE_SET */
@@ -168,7 +171,8 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
                  const char *work_id, json_t *data, Event *out, Err *err) WARN_UNUSED;
 
 /* A finished work's event as /results publishes it: {seq, id, queue, status,
- * at, result and attempt | error and attempts}, or a progress event's {seq,
+ * at, result and attempt | error and attempts, traceparent and tracestate
+ * when it has them}, or a progress event's {seq,
  * id, queue, status: "progress", at, attempt, fraction, message[, output]}
  * (a new reference). e->queue must
  * be set (final events do not carry it in the table; callers fill it in). */

@@ -59,7 +59,8 @@ typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON } ColKind;
     X(F_FINISHED_SEQ, "finished_seq", K_BIGINT, 0)                                                 \
     X(F_AFTER, "after", K_JSON, 0)                                                                 \
     X(F_AFTER_POLICY, "after_policy", K_TEXT, 0)                                                   \
-    X(F_BATCH, "batch", K_TEXT, 0)
+    X(F_BATCH, "batch", K_TEXT, 0)                                                                 \
+    X(F_TRACE, "trace", K_JSON, 0)
 
 #define FIELD_ENUM(f, name, kind, pc) f,
 typedef enum { FIELD_TABLE(FIELD_ENUM) F_COUNT } Field;
@@ -87,7 +88,7 @@ static const Field open_new_cols[] = {
     F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
     F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE};
 static const Field open_up_cols[] = {
     F_ID,          F_MASK,   F_STATUS,   F_ATTEMPTS,   F_MAX_ATTEMPTS, F_RUN_AT,     F_STARTED_AT,
     F_FINISHED_AT, F_WORKER, F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ};
@@ -95,7 +96,7 @@ static const Field done_cols[] = {
     F_ID,         F_MASK,         F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
     F_STATUS,     F_ATTEMPTS,     F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,        F_TRACE};
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The event columns, filled from an Event. */
@@ -483,6 +484,21 @@ static const char *col_end(Col *c)
     return c->b.data;
 }
 
+/* A row's trace context as its column holds it: {"traceparent", "tracestate"?},
+ * or NULL (most work has none, and pays nothing for it). */
+static void col_trace(Col *c, const ProjRow *r)
+{
+    if (!r->traceparent) {
+        col_null(c);
+        return;
+    }
+    json_t *t = json_pack("{s:s}", "traceparent", r->traceparent);
+    if (r->tracestate)
+        json_object_set_new(t, "tracestate", json_string(r->tracestate));
+    col_json(c, t);
+    json_decref(t);
+}
+
 /* Work that is finished for good leaves workd_open; dead work stays there,
  * waiting for an operator. */
 static bool row_is_done(const ProjRow *r)
@@ -570,6 +586,9 @@ static void put_field(Col *c, const ProjRow *r, Field f)
         return;
     case F_BATCH:
         col_text(c, r->batch);
+        return;
+    case F_TRACE:
+        col_trace(c, r);
         return;
     case F_COUNT:
         break;
@@ -895,7 +914,7 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
     const char *params[] = {l};
     PGresult *r = db_exec(c,
                           "SELECT n, id, queue, priority, payload::text, workd_epoch_ms(run_at),"
-                          "       timeout_ms, max_attempts"
+                          "       timeout_ms, max_attempts, traceparent, tracestate"
                           "  FROM workd_inbox ORDER BY n LIMIT $1::int",
                           1, params, "reading the inbox", err);
     if (!r)
@@ -912,6 +931,8 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
         it->run_at = PQgetisnull(r, (int)i, 5) ? 0 : db_int(r, (int)i, 5);
         it->timeout_ms = PQgetisnull(r, (int)i, 6) ? 0 : db_int(r, (int)i, 6);
         it->max_attempts = PQgetisnull(r, (int)i, 7) ? 0 : (int)db_int(r, (int)i, 7);
+        it->traceparent = xstrdup(db_str(r, (int)i, 8));
+        it->tracestate = xstrdup(db_str(r, (int)i, 9));
     }
     PQclear(r);
     return 0;
@@ -1032,7 +1053,7 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       workd_epoch_ms(run_at), accepted_seq, workd_epoch_ms(created_at), worker_id,"
         "       workd_epoch_ms(deadline), workd_epoch_ms(started_at), last_error, key,"
-        "       after::text, after_policy, batch"
+        "       after::text, after_policy, batch, trace->>'traceparent', trace->>'tracestate'"
         "  FROM workd_open WHERE status <> 'dead' ORDER BY accepted_seq",
         0, NULL, "loading open work", err);
     if (!r || db_command(c, "COMMIT", "loading open work", err) != 0) {
@@ -1070,6 +1091,8 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         }
         it.run_anyway = db_str(r, i, 17) && !strcmp(db_str(r, i, 17), "run");
         it.batch = (char *)db_str(r, i, 18);
+        it.traceparent = (char *)db_str(r, i, 19);
+        it.tracestate = (char *)db_str(r, i, 20);
         ws_restore(ws, &it);
         free(it.after);
         json_decref(after);
@@ -1118,7 +1141,8 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
  * rows of these ids, with what reopening one needs. */
 #define KNOWN_COLS                                                                                 \
     "w.id, w.status, w.attempts, w.payload::text, w.queue, w.priority, w.timeout_ms,"              \
-    " w.max_attempts, w.last_error, w.key, w.batch"
+    " w.max_attempts, w.last_error, w.key, w.batch, w.trace->>'traceparent',"                      \
+    " w.trace->>'tracestate'"
 
 /* Fills out from rows of KNOWN_COLS (out->res owns the strings). */
 static void known_rows(KnownSet *out)
@@ -1138,6 +1162,8 @@ static void known_rows(KnownSet *out)
         k->last_error = db_str(out->res, i, 8);
         k->key = db_str(out->res, i, 9);
         k->batch = db_str(out->res, i, 10);
+        k->traceparent = db_str(out->res, i, 11);
+        k->tracestate = db_str(out->res, i, 12);
     }
 }
 
@@ -1232,13 +1258,15 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
-        "       updated_seq, key, after::text, after_policy, batch"
+        "       updated_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
+        "       trace->>'tracestate'"
         "  FROM workd_open WHERE id = $1"
         " UNION ALL "
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
-        "       finished_seq, key, after::text, after_policy, batch"
+        "       finished_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
+        "       trace->>'tracestate'"
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
@@ -1293,6 +1321,11 @@ json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err)
                         json_boolean(db_str(r, 0, 19) && !strcmp(db_str(r, 0, 19), "run")));
     const char *batch = db_str(r, 0, 20);
     json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
+    if (!PQgetisnull(r, 0, 21)) { /* the producer's trace context: only when there is one */
+        json_object_set_new(o, "traceparent", json_string(db_str(r, 0, 21)));
+        if (!PQgetisnull(r, 0, 22))
+            json_object_set_new(o, "tracestate", json_string(db_str(r, 0, 22)));
+    }
     PQclear(r);
     json_t *progress = json_null();
     if (PQntuples(pr)) {

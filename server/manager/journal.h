@@ -67,6 +67,7 @@ typedef struct InboxItem {
                         2^63 or more written before schema 12 refused it) */
     int64_t run_at, timeout_ms;
     int max_attempts;
+    char *traceparent, *tracestate; /* as given to workd.submit, not checked yet; NULL: none */
 } InboxItem;
 /* The oldest entries, at most limit (caller frees *out and its strings). */
 int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err) WARN_UNUSED;

@@ -17,6 +17,7 @@
 #include "projection.h"
 #include "journal.h"
 #include "log.h"
+#include "trace.h"
 #include "util.h"
 #include "wake.h"
 #include "webhooks.h"
@@ -101,6 +102,8 @@ void mgrcmd_free(MgrCmd *c)
         json_decref(c->items[i].payload);
         strv_free(c->items[i].after);
         free(c->items[i].batch);
+        free(c->items[i].traceparent);
+        free(c->items[i].tracestate);
     }
     free(c->items);
     free(c->batch_id);
@@ -126,6 +129,8 @@ void mgrcmd_free(MgrCmd *c)
         free(c->jobs[i].id);
         free(c->jobs[i].queue);
         json_decref(c->jobs[i].payload);
+        free(c->jobs[i].traceparent);
+        free(c->jobs[i].tracestate);
     }
     free(c->jobs);
     ws_running_free(c->stale);
@@ -283,6 +288,8 @@ static KnownWork *known_snapshot(const WorkItem *it, const Event *e)
     k->max_attempts = it->max_attempts;
     k->last_error = xstrdup(e->error ? e->error : it->last_error);
     k->batch = xstrdup(it->batch);
+    k->traceparent = xstrdup(it->traceparent);
+    k->tracestate = xstrdup(it->tracestate);
     return k;
 }
 
@@ -294,6 +301,8 @@ static void known_snapshot_free(KnownWork *k)
     free((char *)k->key);
     free((char *)k->last_error);
     free((char *)k->batch);
+    free((char *)k->traceparent);
+    free((char *)k->tracestate);
     free(k);
 }
 
@@ -445,6 +454,10 @@ static void emit_one(Manager *m, Event *e, int64_t now, EventList *more)
         const WorkItem *it = ws_get(m->ws, e->work_id);
         if (!e->queue)
             e->queue = xstrdup(it ? it->queue : "");
+        if (it && it->traceparent && !e->traceparent) { /* for /results and webhooks */
+            e->traceparent = xstrdup(it->traceparent);
+            e->tracestate = xstrdup(it->tracestate);
+        }
         if (it) {
             KnownWork *old = hmap_del(&m->finished, e->work_id);
             if (old)
@@ -758,7 +771,9 @@ static void add_job(MgrCmd *c, const WorkItem *it)
                                        .priority = it->priority,
                                        .payload = json_incref(it->payload),
                                        .timeout_ms = it->timeout_ms,
-                                       .deadline = it->deadline};
+                                       .deadline = it->deadline,
+                                       .traceparent = xstrdup(it->traceparent),
+                                       .tracestate = xstrdup(it->tracestate)};
 }
 
 /* Hands ready jobs to a pull, up to its max; returns how many. */
@@ -781,9 +796,11 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
         }
         /* The job's size, before it is started: one that does not fit stays
          * ready for the next pull. 512 bytes cover the fields around the
-         * payload. */
+         * payload but the trace context. */
         const WorkItem *next = ws_get(m->ws, tmp.items[0].work_id);
         size_t size = json_dumpb(next->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) + 512;
+        if (next->traceparent)
+            size += 96 + (next->tracestate ? 2 * strlen(next->tracestate) : 0); /* escaped */
         if (bytes && bytes + size > (size_t)m->cfg.max_reply_bytes) {
             eventlist_free(&tmp);
             break;
@@ -1353,6 +1370,9 @@ WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
         s->run_at = it->run_at;
         s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
         s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
+        s->traceparent = it->traceparent;
+        s->tracestate = it->tracestate;
+        trace_keep(&s->traceparent, &s->tracestate); /* ignored when invalid, as over HTTP */
         c->inbox_n = it->n;
         if (!s->payload) { /* never stored as null in its stead: refused for good */
             cmd_fail(c, 400, "invalid-payload",

@@ -80,6 +80,8 @@ typedef struct PulledJob {
     json_t *payload;
     int64_t timeout_ms;
     int64_t deadline; /* ms since the epoch */
+    /* the producer's trace context; NULL: none */
+    char *traceparent, *tracestate;
 } PulledJob;
 
 /* What /cluster shows of the leader, taken on the manager thread. Every

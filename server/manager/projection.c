@@ -24,6 +24,8 @@ void projrow_clear(ProjRow *r)
     free(r->last_error);
     json_decref(r->after);
     free(r->batch);
+    free(r->traceparent);
+    free(r->tracestate);
     memset(r, 0, sizeof *r);
 }
 
@@ -54,6 +56,8 @@ void projrow_fold(ProjRow *r, const Event *e)
             r->after_policy = e->run_anyway ? "run" : "cancel";
         }
         set_str(&r->batch, e->batch);
+        set_str(&r->traceparent, e->traceparent);
+        set_str(&r->tracestate, e->tracestate);
         r->max_attempts = e->max_attempts;
         r->timeout_ms = e->timeout_ms;
         r->run_at = e->run_at;

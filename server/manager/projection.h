@@ -64,6 +64,8 @@ typedef struct ProjRow {
     json_t *after;            /* the parents named (a JSON array), NULL: none */
     const char *after_policy; /* static: "cancel" or "run" (run anyway), with after */
     char *batch;              /* NULL: none */
+    /* the producer's trace context; NULL: none */
+    char *traceparent, *tracestate;
 } ProjRow;
 
 /* An empty row for work id (nothing known, nothing changed). */

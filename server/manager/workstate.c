@@ -308,6 +308,8 @@ static void item_free(WorkItem *it)
     free(it->kid_slot);
     strv_free(it->after);
     free(it->batch);
+    free(it->traceparent);
+    free(it->tracestate);
     free(it->id);
     free(it->queue);
     free(it->key);
@@ -566,6 +568,8 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
         e->run_anyway = s->run_anyway;
         e->waiting = waits;
         e->batch = xstrdup(s->batch);
+        e->traceparent = xstrdup(s->traceparent);
+        e->tracestate = xstrdup(s->tracestate);
         results[i].created = true;
         results[i].status = waits ? "waiting" : e->run_at ? "scheduled" : "pending";
         if (ended && !s->run_anyway) {
@@ -660,7 +664,9 @@ int ws_decide_retry(const WorkState *ws, const char *work_id, const KnownWork *k
     e->timeout_ms = known->timeout_ms;
     e->attempt = known->attempts;
     e->max_attempts = known->attempts + 1;
-    e->error = xstrdup(known->last_error); /* kept, as the projection keeps it */
+    e->error = xstrdup(known->last_error);        /* kept, as the projection keeps it */
+    e->traceparent = xstrdup(known->traceparent); /* the producer's, for every attempt */
+    e->tracestate = xstrdup(known->tracestate);
     /* A member of a batch that is still open rejoins it (as recovery, which
      * reads the reopened row with its batch, would have it); once the batch
      * has finished, the work runs on its own. */
@@ -1166,6 +1172,8 @@ void ws_apply(WorkState *ws, const Event *e)
         it->max_attempts = e->max_attempts;
         it->accepted_seq = e->seq;
         it->created_at = e->at;
+        it->traceparent = xstrdup(e->traceparent);
+        it->tracestate = xstrdup(e->tracestate);
         it->heap_idx = HEAP_NONE;
         hmap_put(&ws->items, it->id, it);
         if (e->type == EV_RETRIED && e->batch) {
@@ -1597,6 +1605,8 @@ void ws_restore(WorkState *ws, const WorkItem *src)
     it->last_error = xstrdup(src->last_error);
     it->after = strv_copy(src->after);
     it->batch = xstrdup(src->batch);
+    it->traceparent = xstrdup(src->traceparent);
+    it->tracestate = xstrdup(src->tracestate);
     it->kid_slot = NULL; /* ws_restore_links links it */
     it->heap_idx = HEAP_NONE;
     it->where = IN_NONE;

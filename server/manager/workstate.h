@@ -60,6 +60,7 @@ typedef struct WorkItem {
     char **after;    /* parents named at submission (NULL-terminated); NULL: none */
     bool run_anyway; /* runs when a parent ends dead or cancelled (else cancelled too) */
     char *batch;     /* NULL: none */
+    char *traceparent, *tracestate; /* the producer's W3C trace context; NULL: none */
     /* private */
     size_t *kid_slot; /* per after[j] linked: its place in that parent's Kids (SIZE_MAX: none) */
     size_t heap_idx;
@@ -106,6 +107,8 @@ typedef struct KnownWork {
     int max_attempts;
     const char *last_error; /* may be NULL */
     const char *batch;      /* the batch it was a member of (NULL: none) */
+    /* the producer's trace context (may be NULL) */
+    const char *traceparent, *tracestate;
 } KnownWork;
 
 typedef struct SubmitItem {
@@ -122,6 +125,8 @@ typedef struct SubmitItem {
                         an earlier item of the same submission */
     bool run_anyway; /* run even if a parent ends dead or cancelled */
     char *batch;     /* join this open batch (or the one the submission opens); NULL: none */
+    char *traceparent, *tracestate; /* the producer's trace context, as trace_keep (trace.h)
+                                       leaves it; NULL: none */
 } SubmitItem;
 
 /* A batch a submission opens (its id, from the front-end, and its callback:

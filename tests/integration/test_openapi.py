@@ -679,7 +679,10 @@ def work_submit_and_read(L, F):
     api("GET", L, "/healthz", expect=200)
     c1 = {"id": "c1", "payload": {"n": 1}, "queue": "q-main", "priority": 5, "timeout": 30,
           "max_attempts": 2}
-    r = api("POST", L, "/work", c1, JSON, expect=202)
+    # With a trace context: the job, the work and the result show it (Job, Work, ResultEvent).
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+             "tracestate": "congo=t61rcWkgMzE"}
+    r = api("POST", L, "/work", c1, {**JSON, **trace}, expect=202)
     assert r.headers["Location"] == "/work/c1", r.headers
     assert r.json() == {"id": "c1", "status": "pending", "created": True}, r.json()
     again = api("POST", L, "/work", c1, JSON, expect=202).json()
@@ -797,6 +800,7 @@ def worker_api(L, F):
     # Complete through the single-report form; repeats are acknowledged.
     job = pull(L, "w-main", "q-main", max_jobs=1, n=1)[0]
     assert job["id"] == "c1" and job["attempt"] == 1, job
+    assert job["traceparent"].startswith("00-0af76519") and job["tracestate"], job
     assert api("GET", L, "/work/c1", expect=200).json()["status"] == "running"
     body = {"worker_id": "w-main", "result": {"ok": True}}
     r = api("POST", L, "/work/c1/attempts/1/complete", body, JSON, expect=200).json()

@@ -25,6 +25,11 @@ static const WsConfig CFG = {
     .worker_timeout_ms = 10000,
 };
 
+/* A trace context as a producer sends it; the tracestate's value holds the
+ * characters JSON must escape. */
+#define EX_TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+#define EX_TRACESTATE "rojo=00f067aa0ba902b7,congo=a\"b\\c"
+
 /* Fails unless e survives encoding and decoding unchanged. */
 static void expect_round_trip(const char *what, const Event *e)
 {
@@ -236,6 +241,37 @@ static void fill_examples(EventList *l)
     e->counts[2] = 1;
     e->fired = xstrdup("batch-1~callback");
 
+    /* With the producer's trace context (schema 17): accepted and retried
+     * carry it, and so do the final events, for /results and webhooks. */
+    e = eventlist_push(l);
+    e->type = EV_ACCEPTED;
+    e->queue = xstrdup("default");
+    e->payload = json_null();
+    e->timeout_ms = 1000;
+    e->max_attempts = 2;
+    e->traceparent = xstrdup(EX_TRACEPARENT);
+    e->tracestate = xstrdup(EX_TRACESTATE);
+
+    e = eventlist_push(l);
+    e->type = EV_RETRIED;
+    e->attempt = 2;
+    e->queue = xstrdup("default");
+    e->payload = json_null();
+    e->timeout_ms = 1000;
+    e->max_attempts = 3;
+    e->traceparent = xstrdup(EX_TRACEPARENT); /* no tracestate */
+
+    EventType finals[] = {EV_COMPLETED, EV_DEAD, EV_CANCELLED};
+    for (size_t i = 0; i < sizeof finals / sizeof finals[0]; i++) {
+        e = eventlist_push(l);
+        e->type = finals[i];
+        e->attempt = 1;
+        e->result = finals[i] == EV_COMPLETED ? J("{\"r\": 2}") : NULL;
+        e->error = finals[i] == EV_DEAD ? xstrdup("no attempt left") : NULL;
+        e->traceparent = xstrdup(EX_TRACEPARENT);
+        e->tracestate = xstrdup(EX_TRACESTATE);
+    }
+
     for (size_t i = 0; i < l->len; i++) {
         e = &l->items[i];
         e->seq = 100 + (int64_t)i;
@@ -262,6 +298,42 @@ static void test_every_type_round_trips(void **state)
     FOR_EACH_TYPE(t)
     CHECK(seen[t], "no example of the %s event: add one to fill_examples",
           event_type_name((EventType)t));
+    eventlist_free(&l);
+}
+
+/* The results stream (and webhooks) show a finished work's trace context
+ * when it has one, and no field when it has none. */
+static void test_result_json_carries_the_trace_context(void **state)
+{
+    EventList l;
+    eventlist_init(&l);
+    fill_examples(&l);
+    int traced = 0;
+    for (size_t i = 0; i < l.len; i++) {
+        const Event *e = &l.items[i];
+        if (!event_is_final(e->type))
+            continue;
+        Event back;
+        Err err;
+        CHECK(event_through_table(e, &back, &err) == 0, "a %s event does not decode: %s",
+              event_type_name(e->type), err.msg);
+        json_t *o = event_result_json(&back);
+        const char *tp = json_string_value(json_object_get(o, "traceparent"));
+        const char *ts = json_string_value(json_object_get(o, "tracestate"));
+        if (e->traceparent) {
+            traced++;
+            CHECK(tp && !strcmp(tp, e->traceparent) && ts && !strcmp(ts, e->tracestate),
+                  "a traced %s event should publish its traceparent and tracestate",
+                  event_type_name(e->type));
+        } else {
+            CHECK(!json_object_get(o, "traceparent") && !json_object_get(o, "tracestate"),
+                  "a %s event without trace context should publish no trace fields",
+                  event_type_name(e->type));
+        }
+        json_decref(o);
+        event_clear(&back);
+    }
+    CHECK(traced == 3, "fill_examples should hold 3 traced final events, not %d", traced);
     eventlist_free(&l);
 }
 
@@ -301,6 +373,8 @@ static void test_decided_events_round_trip(void **state)
     item_set(&items[1], "bad", "default", 4, "[1]", 0, 1000, 1);
     item_set(&items[2], "slow", "default", 3, "\"s\"", 0, 1000, 2);
     item_set(&items[3], "later", "other", 0, "null", T0 + 500, 1000, 3);
+    items[1].traceparent = xstrdup(EX_TRACEPARENT); /* kept through death and a retry */
+    items[1].tracestate = xstrdup(EX_TRACESTATE);
     SubmitResult res[4];
     Err err;
     CHECK(ws_decide_submit(s.ws, items, 4, NULL, 0, s.now, &s.out, res, &err) == 0,
@@ -360,6 +434,10 @@ static void test_decided_events_round_trip(void **state)
     CHECK(ws_decide_retry(s.ws, "bad", &dead, s.now, &s.out, &err) == 0, "retry refused: %s",
           err.msg);
     sim_emit(&s);
+    const WorkItem *again = ws_get(s.ws, "bad");
+    CHECK(again && again->traceparent && !strcmp(again->traceparent, EX_TRACEPARENT) &&
+              again->tracestate && !strcmp(again->tracestate, EX_TRACESTATE),
+          "work retried by an operator should keep its producer's trace context");
     QueueLimits lim = {.max_running = 2, .rate_limit = 10, .rate_period_ms = 500};
     CHECK(ws_decide_queue_set(s.ws, "default", &lim, s.now, &s.out, &err) == 0,
           "queue_set refused: %s", err.msg);
@@ -715,6 +793,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_type_round_trips),
+        cmocka_unit_test(test_result_json_carries_the_trace_context),
         cmocka_unit_test(test_type_names),
         cmocka_unit_test(test_decided_events_round_trip),
         cmocka_unit_test(test_decoding_ignores_unknown_fields),

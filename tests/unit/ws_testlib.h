@@ -281,6 +281,8 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(run_anyway);
     EVD_INT(waiting);
     EVD_STR(batch);
+    EVD_STR(traceparent);
+    EVD_STR(tracestate);
     EVD_STR(name);
     EVD_INT(tick);
     EVD_STR(fired);
@@ -380,7 +382,9 @@ static inline KnownWork known_of_row(const ProjRow *row)
                        .timeout_ms = row->timeout_ms,
                        .max_attempts = row->max_attempts,
                        .last_error = row->last_error,
-                       .batch = row->batch};
+                       .batch = row->batch,
+                       .traceparent = row->traceparent,
+                       .tracestate = row->tracestate};
 }
 
 static inline bool proj_reopened(const Proj *p, const char *id)
@@ -614,6 +618,8 @@ static inline void items_clear(SubmitItem *items, size_t n)
         json_decref(items[i].payload);
         strv_free(items[i].after);
         free(items[i].batch);
+        free(items[i].traceparent);
+        free(items[i].tracestate);
         memset(&items[i], 0, sizeof items[i]);
     }
 }

@@ -27,6 +27,7 @@ typedef struct ServerConfig {
     int64_t worker_timeout_ms;
     int64_t lease_grace_ms;
     int64_t max_open;
+    int64_t max_edges; /* --max-dependencies */
     int64_t retain_ms; /* finished work and events are kept this long */
     int64_t backoff_base_ms, backoff_max_ms;
     int64_t pull_wait_max_ms;
@@ -41,8 +42,10 @@ typedef struct ServerConfig {
     int64_t default_timeout_ms;
     int64_t default_max_attempts;
     int64_t db_pool_size;
-    int64_t progress_rate;      /* progress updates per second per attempt */
-    int64_t progress_max_bytes; /* progress messages and output per attempt */
+    int64_t progress_rate;        /* progress updates per second per attempt */
+    int64_t progress_rate_worker; /* ... per worker id, over its attempts */
+    int64_t progress_rate_total;  /* ... over the cluster */
+    int64_t progress_max_bytes;   /* progress messages and output per attempt */
     int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
     int64_t webhook_pause_after_ms;
     char *tokens;         /* "scopes:token ..." (WORKD_TOKENS) */

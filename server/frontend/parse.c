@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "hmap.h"
 #include "trace.h"
 #include "util.h"
 
@@ -338,21 +339,23 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                            "%s: 'after' must be an array of at most %d work ids", where,
                            MAX_PARENTS);
         it->after = xcalloc(json_array_size(after) + 1, sizeof *it->after);
+        HMap seen; /* a parent named twice is one parent: linear in the parents */
+        hmap_init(&seen);
         size_t k = 0, i;
         json_t *a;
         json_array_foreach(after, i, a)
         {
-            if (!json_is_string(a) || !work_id_valid(json_string_value(a)))
+            if (!json_is_string(a) || !work_id_valid(json_string_value(a))) {
+                hmap_free(&seen);
                 return err_set(err, 400, "invalid-field",
                                "%s: 'after' must hold work ids (1-128 characters of A-Z a-z 0-9 "
                                ". _ : @ - ~)",
                                where);
-            bool dup = false;
-            for (size_t j = 0; j < k && !dup; j++)
-                dup = !strcmp(it->after[j], json_string_value(a));
-            if (!dup)
+            }
+            if (!hmap_put(&seen, json_string_value(a), a))
                 it->after[k++] = xstrdup(json_string_value(a));
         }
+        hmap_free(&seen);
     }
     json_t *anyway = json_object_get(o, "run_anyway");
     if (anyway && !json_is_boolean(anyway))

@@ -9,20 +9,46 @@
 #include "hmap.h"
 #include "util.h"
 
+/* A token bucket of `rate` tokens a second holding at most one second's
+ * worth. A full bucket is as good as none (so full ones may be dropped). */
+typedef struct Bucket {
+    double tokens;
+    int64_t at;
+} Bucket;
+
+static void bucket_fill(Bucket *t, int rate, int64_t now)
+{
+    if (now > t->at) {
+        t->tokens += (double)(now - t->at) * rate / 1000.0;
+        if (t->tokens > rate)
+            t->tokens = rate;
+        t->at = now;
+    }
+}
+
 typedef struct Budget {
     char *work_id;
     int attempt;
-    double tokens;
-    int64_t tokens_at;
+    Bucket rate;
     int64_t bytes;
     bool has_fraction;
     double fraction;
     char *message;
 } Budget;
 
+/* A worker's bucket (the key is its id). */
+typedef struct WorkerBucket {
+    Bucket rate;
+    char id[];
+} WorkerBucket;
+
+#define WORKER_BUCKETS_PRUNE 4096 /* past this many, full buckets are dropped */
+
 struct ProgressBook {
     ProgressLimits lim;
     HMap budgets; /* work id -> Budget */
+    HMap workers; /* worker id -> WorkerBucket */
+    Bucket total;
 };
 
 void progress_updates_free(ProgressUpdate *u, size_t n)
@@ -40,6 +66,8 @@ ProgressBook *progress_new(const ProgressLimits *lim)
     ProgressBook *b = xcalloc(1, sizeof *b);
     b->lim = *lim;
     hmap_init(&b->budgets);
+    hmap_init(&b->workers);
+    b->total.tokens = lim->total_rate;
     return b;
 }
 
@@ -61,6 +89,9 @@ void progress_free(ProgressBook *b)
     for (size_t i = 0; hmap_next(&b->budgets, &i, &k, &v);)
         budget_free(v);
     hmap_free(&b->budgets);
+    for (size_t i = 0; hmap_next(&b->workers, &i, &k, &v);)
+        free(v);
+    hmap_free(&b->workers);
     free(b);
 }
 
@@ -73,6 +104,75 @@ void progress_forget(ProgressBook *b, const char *work_id)
 size_t progress_count(const ProgressBook *b)
 {
     return b->budgets.len;
+}
+
+/* Drops the workers' buckets that are full again (as good as none). */
+static void prune_workers(ProgressBook *b, int64_t now)
+{
+    const char *k;
+    void *v;
+    size_t n = 0;
+    const char **full = xcalloc(b->workers.len + 1, sizeof *full);
+    for (size_t i = 0; hmap_next(&b->workers, &i, &k, &v);) {
+        WorkerBucket *w = v;
+        bucket_fill(&w->rate, b->lim.worker_rate, now);
+        if (w->rate.tokens >= b->lim.worker_rate)
+            full[n++] = k;
+    }
+    for (size_t i = 0; i < n; i++)
+        free(hmap_del(&b->workers, full[i]));
+    free(full);
+}
+
+static Bucket *worker_bucket(ProgressBook *b, const char *worker_id, int64_t now)
+{
+    WorkerBucket *w = hmap_get(&b->workers, worker_id);
+    if (w)
+        return &w->rate;
+    if (b->workers.len >= WORKER_BUCKETS_PRUNE)
+        prune_workers(b, now);
+    size_t len = strlen(worker_id) + 1;
+    w = xcalloc(1, sizeof *w + len);
+    memcpy(w->id, worker_id, len);
+    w->rate = (Bucket){.tokens = b->lim.worker_rate, .at = now};
+    hmap_put(&b->workers, w->id, w);
+    return &w->rate;
+}
+
+/* Takes a token from the attempt's, the worker's and the cluster's buckets,
+ * or from none of them (429). */
+WARN_UNUSED static int take_rate(ProgressBook *b, Budget *x, const ProgressMsg *m, int64_t now,
+                                 Err *err)
+{
+    bucket_fill(&x->rate, b->lim.rate, now);
+    if (x->rate.tokens < 1.0)
+        return err_set(err, 429, "progress-rate-limited",
+                       "attempt %d of work '%s' sends more than %d progress updates a second "
+                       "(--progress-rate); send less often, merging updates",
+                       m->attempt, m->work_id, b->lim.rate);
+    Bucket *w = NULL;
+    if (b->lim.worker_rate > 0) {
+        w = worker_bucket(b, m->worker_id, now);
+        bucket_fill(w, b->lim.worker_rate, now);
+        if (w->tokens < 1.0)
+            return err_set(err, 429, "progress-rate-limited",
+                           "worker '%s' sends more than %d progress updates a second over all its "
+                           "attempts (--progress-rate-worker); send less often, merging updates",
+                           m->worker_id, b->lim.worker_rate);
+    }
+    if (b->lim.total_rate > 0) {
+        bucket_fill(&b->total, b->lim.total_rate, now);
+        if (b->total.tokens < 1.0)
+            return err_set(err, 429, "progress-rate-limited",
+                           "the cluster records at most %d progress updates a second "
+                           "(--progress-rate-total); send less often, merging updates",
+                           b->lim.total_rate);
+        b->total.tokens -= 1.0;
+    }
+    if (w)
+        w->tokens -= 1.0;
+    x->rate.tokens -= 1.0;
+    return 0;
 }
 
 int progress_decide(ProgressBook *b, const WorkState *ws, const ProgressMsg *m, int64_t now,
@@ -103,22 +203,9 @@ int progress_decide(ProgressBook *b, const WorkState *ws, const ProgressMsg *m, 
         x = xcalloc(1, sizeof *x);
         x->work_id = xstrdup(m->work_id);
         x->attempt = m->attempt;
-        x->tokens = b->lim.rate;
-        x->tokens_at = now;
+        x->rate = (Bucket){.tokens = b->lim.rate, .at = now};
         hmap_put(&b->budgets, x->work_id, x);
     }
-    /* Refill: `rate` tokens a second, at most one second's worth held. */
-    if (now > x->tokens_at) {
-        x->tokens += (double)(now - x->tokens_at) * b->lim.rate / 1000.0;
-        if (x->tokens > b->lim.rate)
-            x->tokens = b->lim.rate;
-        x->tokens_at = now;
-    }
-    if (x->tokens < 1.0)
-        return err_set(err, 429, "progress-rate-limited",
-                       "attempt %d of work '%s' sends more than %d progress updates a second "
-                       "(--progress-rate); send less often, merging updates",
-                       m->attempt, m->work_id, b->lim.rate);
     int64_t bytes = (int64_t)(m->message ? strlen(m->message) : 0) +
                     (int64_t)(m->output ? strlen(m->output) : 0);
     if (x->bytes + bytes > b->lim.max_bytes)
@@ -126,7 +213,8 @@ int progress_decide(ProgressBook *b, const WorkState *ws, const ProgressMsg *m, 
                        "attempt %d of work '%s' has sent %lld bytes of progress messages and "
                        "output; this update would pass the limit of %lld (--progress-max-bytes)",
                        m->attempt, m->work_id, (long long)x->bytes, (long long)b->lim.max_bytes);
-    x->tokens -= 1.0;
+    if (take_rate(b, x, m, now, err) != 0)
+        return -1;
     x->bytes += bytes;
     if (m->has_fraction) {
         x->has_fraction = true;

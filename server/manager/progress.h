@@ -15,10 +15,15 @@
 
 /* Per attempt: at most `rate` updates a second (a token bucket holding one
  * second's worth, full when the attempt sends its first update) and at most
- * max_bytes of messages and output in all. */
+ * max_bytes of messages and output in all. Per worker id, at most worker_rate
+ * updates a second over all its attempts, and over the cluster total_rate:
+ * each update is an event in the log, so these bound what progress can cost
+ * everyone else (0: no such limit). */
 typedef struct ProgressLimits {
     int rate;
     int64_t max_bytes;
+    int worker_rate;
+    int total_rate;
 } ProgressLimits;
 
 /* One update, as the HTTP layer parsed it. Borrowed strings. */
@@ -60,7 +65,8 @@ void progress_free(ProgressBook *b);
 /* Appends the progress event m produces to out, or refuses it with err: 404
  * not-found (no open work with that id), 409 attempt-superseded (not the
  * running attempt), 409 attempt-not-held (another worker or instance holds
- * it), 429 progress-rate-limited, 413 progress-too-large (the attempt's byte
+ * it), 429 progress-rate-limited (the attempt's, its worker's or the cluster's
+ * rate), 413 progress-too-large (the attempt's byte
  * budget is spent). The event carries the attempt's latest fraction and
  * message even when m leaves one out, so that the last progress event alone
  * says where the attempt is. */

@@ -57,6 +57,7 @@ struct WorkState {
     HMap workers; /* id -> WsWorker (owned) */
     Heap running; /* by deadline */
     HMap kids;    /* parent id -> Kids: waiting work, by the open parents it waits for */
+    size_t edges; /* links in kids (live entries) */
     HMap batches; /* id -> Batch: open batches */
     ScheduleSet *sched;
 };
@@ -502,7 +503,7 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                         const KnownWork *known, size_t n_known, const BatchOpen *batch, int64_t now,
                         EventList *out, SubmitResult *results, Err *err)
 {
-    size_t first = out->len, created = 0;
+    size_t first = out->len, created = 0, new_edges = 0;
     HMap seen; /* ids accepted earlier in this same request */
     hmap_init(&seen);
     EventList late; /* cancellations of items whose parent has ended: after every accepted */
@@ -553,6 +554,16 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
         const char *ended, *ended_status = NULL;
         if (check_parents(ws, s, &seen, known, n_known, &waits, &ended, &ended_status, err) != 0)
             goto cleanup;
+        if (waits && ws->cfg.max_edges > 0) {
+            new_edges += strv_len(s->after); /* at most: those still open link */
+            if (ws->edges + new_edges > (size_t)ws->cfg.max_edges) {
+                err_set(err, 429, "too-many-dependencies",
+                        "the limit of dependencies held at once (--max-dependencies) is %lld and "
+                        "%zu are held; this request adds up to %zu; retry when parents finish",
+                        (long long)ws->cfg.max_edges, ws->edges, new_edges);
+                goto cleanup;
+            }
+        }
         Event *e = eventlist_push(out);
         e->type = EV_ACCEPTED;
         e->at = now;
@@ -868,11 +879,9 @@ static size_t kids_link(WorkState *ws, WorkItem *it)
             k = xcalloc(1, sizeof *k);
             hmap_put(&ws->kids, ((WorkItem *)hmap_get(&ws->items, it->after[j]))->id, k);
         }
-        bool dup = false; /* a parent named twice links once (a child's own list, not the
-                             parent's: a parent may have any number of children) */
-        for (size_t i = 0; i < j && !dup; i++)
-            dup = !strcmp(it->after[i], it->after[j]);
-        if (dup)
+        /* A parent named twice links once: its list then ends with this
+         * child already (nothing else is linked meanwhile). O(1) per edge. */
+        if (k->n && k->v[k->n - 1] == it)
             continue;
         if (k->n == k->cap) {
             k->cap = k->cap ? k->cap * 2 : 4;
@@ -889,6 +898,8 @@ static size_t kids_link(WorkState *ws, WorkItem *it)
         k->live++;
         n++;
     }
+    it->parents_open = n;
+    ws->edges += n;
     return n;
 }
 
@@ -921,19 +932,17 @@ static void kids_unlink(WorkState *ws, WorkItem *it)
             continue;
         k->v[at] = NULL;
         k->live--;
+        ws->edges--;
         if (k->n > 64 && k->live * 2 < k->n)
             kids_compact(k, it->after[j]);
     }
 }
 
-/* Whether a parent of c other than `except` is still open. */
-static bool other_parent_open(const WorkState *ws, const WorkItem *c, const char *except)
+/* Whether c waits for an open parent besides the one it is linked to that
+ * finishes now. */
+static bool other_parent_open(const WorkItem *c)
 {
-    for (size_t j = 0; c->after && c->after[j]; j++)
-        if (strcmp(c->after[j], except) != 0 && strcmp(c->after[j], c->id) != 0 &&
-            hmap_get(&ws->items, c->after[j]))
-            return true;
-    return false;
+    return c->parents_open > 1;
 }
 
 void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, EventList *out)
@@ -952,7 +961,7 @@ void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, Event
         if (!c || c->status != WORK_WAITING)
             continue;
         if (completed || c->run_anyway) {
-            if (other_parent_open(ws, c, it->id))
+            if (other_parent_open(c))
                 continue;
             Event *r = eventlist_push(out);
             r->type = EV_RELEASED;
@@ -1257,6 +1266,10 @@ void ws_apply(WorkState *ws, const Event *e)
         kids_unlink(ws, it);
     Kids *kids = hmap_del(&ws->kids, it->id);
     if (kids) {
+        for (size_t i = 0; i < kids->n; i++)
+            if (kids->v[i])
+                kids->v[i]->parents_open--;
+        ws->edges -= kids->live;
         free(kids->v);
         free(kids);
     }

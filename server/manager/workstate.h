@@ -32,6 +32,9 @@ typedef struct WsConfig {
      * list never reached it (the pull's answer was lost): it is retried now.
      * 0: worker_timeout_ms. */
     int64_t unclaimed_grace_ms;
+    /* Dependency edges (a waiting item's link to an open parent) held at
+     * once; past it submissions that would add some get 429. 0: no limit. */
+    int64_t max_edges;
 } WsConfig;
 
 /* WORK_WAITING: accepted with parents (after) of which one is still open; it
@@ -62,7 +65,8 @@ typedef struct WorkItem {
     char *batch;     /* NULL: none */
     char *traceparent, *tracestate; /* the producer's W3C trace context; NULL: none */
     /* private */
-    size_t *kid_slot; /* per after[j] linked: its place in that parent's Kids (SIZE_MAX: none) */
+    size_t *kid_slot;    /* per after[j] linked: its place in that parent's Kids (SIZE_MAX: none) */
+    size_t parents_open; /* waiting: the open parents it is linked to (released at 0) */
     size_t heap_idx;
     int where; /* which heap holds it */
 } WorkItem;

@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import (JSON, complete, completions_by_id, events_of, expect, get_work,  # noqa: E402
-                   leader_of, pull, report, submit, wait_new_leader, wait_status)
+                   heartbeat, leader_of, pull, report, submit, wait_new_leader, wait_status)
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--lease-grace", "1s"]
 
@@ -173,6 +173,37 @@ def test_batch_of_1000_finishes_once_across_a_kill(cluster):
 def get_batch(url, batch):
     return expect(http("GET", f"{url}/batches/{batch}"), 200, f"GET /batches/{batch}").json()
 
+
+
+def test_dependencies_are_bounded_in_total_and_released_once_all_parents_complete(cluster):
+    """Each link of a waiting item to an open parent is one dependency; the
+    cluster holds at most --max-dependencies (a parent named twice is one),
+    and a child is released when its last open parent completes, counted,
+    not found by rescanning its parents."""
+    s = cluster.start_server("s1", extra_args=FAST + ["--max-dependencies", "10"])
+    wait_leader(s.url)
+    parents = [f"p{i}" for i in range(5)]
+    for p in parents:
+        submit(s.url, {"id": p, "payload": 1})
+    submit(s.url, {"id": "c1", "payload": 1, "after": parents})
+    submit(s.url, {"id": "c2", "payload": 1, "after": parents + ["p0", "p1"]})
+    r = http("POST", s.url + "/work", {"id": "c3", "payload": 1, "after": ["p0"]}, JSON)
+    assert r.status == 429 and r.json()["type"].endswith("too-many-dependencies"), r.text
+    assert "--max-dependencies" in r.json()["detail"] and r.headers.get("Retry-After"), r.text
+    heartbeat(s.url, "w", capacity=5)
+    jobs = {j["id"]: j for j in pull(s.url, "w", max_jobs=5)}
+    assert set(jobs) == set(parents), jobs
+    for p in parents[:4]:
+        complete(s.url, "w", jobs[p], "ok")
+    assert get_work(s.url, "c1")["status"] == "waiting"
+    assert get_work(s.url, "c2")["status"] == "waiting"
+    complete(s.url, "w", jobs["p4"], "ok")
+    assert get_work(s.url, "c1")["status"] == "pending"
+    assert get_work(s.url, "c2")["status"] == "pending"
+    released = [e["work_id"] for e in events_of(cluster, ["released"])]
+    assert sorted(released) == ["c1", "c2"], released
+    # The links ended with their parents: there is room again.
+    submit(s.url, {"id": "c3", "payload": 1, "after": ["c1"]})
 
 if __name__ == "__main__":
     run_tests(globals())

@@ -11,7 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import JSON, expect, get_work, heartbeat, pull, submit, wait_status  # noqa: E402
+from workd import (JSON, events_of, expect, get_work, heartbeat, pull, submit,  # noqa: E402
+                   wait_status)
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--heartbeat-interval", "500ms"]
 
@@ -203,6 +204,40 @@ def test_a_worker_sends_the_progress_of_all_its_attempts_in_one_request(cluster)
     r = expect(http("POST", url, {"progress": [{"id": "a", "attempt": 1, "message": "x"}] * 1001},
                     JSON), 413, "too many updates")
     assert "1001" in r.json()["detail"], r.text
+
+
+def test_a_worker_holding_many_attempts_has_one_budget(cluster):
+    """Each attempt's own rate is small, but a worker holding many attempts
+    could multiply it (1,000 attempts made 4,150 durable events a second):
+    a worker id has a rate over all its attempts, and the cluster one over
+    all workers. Past either, updates are refused 429 and no event is
+    written."""
+    srv = start_server(cluster, ["--progress-rate-worker", "40", "--progress-rate-total", "60"])
+    ids = [submit(srv.url, {"payload": i})["id"] for i in range(60)]
+    heartbeat(srv.url, "greedy", capacity=60)
+    jobs = pull(srv.url, "greedy", max_jobs=60)
+    assert len(jobs) == 60, jobs
+    before = len([e for e in events_of(cluster, ["progress"])])
+    r = expect(http("POST", f"{srv.url}/workers/greedy/progress", {"instance": "i1", "progress": [
+        {"id": j["id"], "attempt": j["attempt"], "message": "tick"} for j in jobs]}, JSON),
+        200, "one update for each of 60 attempts")
+    res = r.json()["results"]
+    taken = [x for x in res if x["accepted"]]
+    refused = [x for x in res if not x["accepted"]]
+    assert 40 <= len(taken) <= 42, f"{len(taken)} taken of 60 with --progress-rate-worker 40"
+    assert all((x["status"], x["reason"]) == (429, "progress-rate-limited") for x in refused), res
+    assert len(events_of(cluster, ["progress"])) - before == len(taken)
+    # Another worker still has room of its own, up to the cluster's rate.
+    for i in range(30):
+        submit(srv.url, {"id": f"other-{i}", "payload": i})
+    heartbeat(srv.url, "modest", capacity=30, instance="i2")
+    others = pull(srv.url, "modest", max_jobs=30, instance="i2")
+    r = expect(http("POST", f"{srv.url}/workers/modest/progress", {"instance": "i2", "progress": [
+        {"id": j["id"], "attempt": j["attempt"], "message": "tick"} for j in others]}, JSON),
+        200, "another worker's updates")
+    got = [x["accepted"] for x in r.json()["results"]]
+    assert sum(got) >= 20, f"another worker's budget is its own: {got}"
+    assert len(ids) == 60
 
 
 def test_exec_job_flooding_progress_does_not_harm_others(cluster):

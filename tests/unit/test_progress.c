@@ -163,6 +163,88 @@ static void test_rate_and_bytes_are_bounded_per_attempt(void **state)
     ws_free(ws);
 }
 
+/* A WorkState where works "a0".."a<n-1>" run as attempt 1, held by w1 (i1). */
+static WorkState *running_n(int n)
+{
+    WorkState *ws = ws_new(&CFG);
+    EventList l;
+    eventlist_init(&l);
+    ws_worker_seen(ws, "w1", "i1", n, NULL, NULL, T0, &l);
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "a%d", i);
+        Event *e = eventlist_push(&l);
+        e->type = EV_ACCEPTED;
+        e->seq = 2 * i + 1;
+        e->at = T0;
+        e->work_id = xstrdup(id);
+        e->queue = xstrdup("q1");
+        e->payload = json_integer(i);
+        e->timeout_ms = 30000;
+        e->max_attempts = 3;
+        e = eventlist_push(&l);
+        e->type = EV_STARTED;
+        e->seq = 2 * i + 2;
+        e->at = T0;
+        e->work_id = xstrdup(id);
+        e->attempt = 1;
+        e->worker_id = xstrdup("w1");
+        e->deadline = T0 + 35000;
+    }
+    for (size_t i = 0; i < l.len; i++)
+        ws_apply(ws, &l.items[i]);
+    eventlist_free(&l);
+    return ws;
+}
+
+/* One update for each of n attempts at time now; returns how many were taken,
+ * and the last refusal in *err. */
+static int one_each(ProgressBook *b, WorkState *ws, int n, int64_t now, Err *err)
+{
+    EventList out;
+    eventlist_init(&out);
+    int taken = 0;
+    for (int i = 0; i < n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "a%d", i);
+        ProgressMsg m = msg("m", NULL);
+        m.work_id = id;
+        Err e = {0};
+        if (progress_decide(b, ws, &m, now, &out, &e) == 0)
+            taken++;
+        else
+            *err = e;
+    }
+    eventlist_free(&out);
+    return taken;
+}
+
+static void test_rate_is_bounded_per_worker_and_in_total(void **state)
+{
+    /* Each attempt is well within its own rate; its worker is not. */
+    WorkState *ws = running_n(30);
+    ProgressBook *b = progress_new(
+        &(ProgressLimits){.rate = 10, .max_bytes = 1000, .worker_rate = 20, .total_rate = 1000});
+    Err err = {0};
+    CHECK(one_each(b, ws, 30, T0, &err) == 20, "a worker's burst is its one second's worth");
+    CHECK(err.status == 429 && strstr(err.msg, "--progress-rate-worker"),
+          "refused by the worker's rate: %s", err.msg);
+    /* Half a second later half of it is back. */
+    CHECK(one_each(b, ws, 30, T0 + 500, &err) == 10, "the worker's bucket refills at its rate");
+    progress_free(b);
+    /* And over the cluster. */
+    b = progress_new(
+        &(ProgressLimits){.rate = 10, .max_bytes = 1000, .worker_rate = 100, .total_rate = 7});
+    err = (Err){0};
+    CHECK(one_each(b, ws, 30, T0, &err) == 7, "the cluster records its rate at most");
+    CHECK(err.status == 429 && strstr(err.msg, "--progress-rate-total"),
+          "refused by the total rate: %s", err.msg);
+    /* A refusal by the total takes no token of the attempt's or the worker's. */
+    CHECK(one_each(b, ws, 1, T0 + 1000, &err) == 1, "after a second the total is back");
+    progress_free(b);
+    ws_free(ws);
+}
+
 static void test_webhook_signature(void **state)
 {
     unsigned char key[WEBHOOKS_KEY_MAX];
@@ -218,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_only_the_holder_of_the_running_attempt),
         cmocka_unit_test(test_events_carry_the_latest_fraction_and_message),
         cmocka_unit_test(test_rate_and_bytes_are_bounded_per_attempt),
+        cmocka_unit_test(test_rate_is_bounded_per_worker_and_in_total),
         cmocka_unit_test(test_webhook_signature),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

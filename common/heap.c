@@ -92,10 +92,3 @@ void *heap_pop(Heap *h)
         heap_remove(h, x);
     return x;
 }
-
-void heap_fix(Heap *h, void *x)
-{
-    size_t i = *h->index_of(x);
-    sift_down(h, i);
-    sift_up(h, *h->index_of(x));
-}

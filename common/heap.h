@@ -23,6 +23,5 @@ void heap_push(Heap *h, void *x);
 void *heap_peek(const Heap *h);
 void *heap_pop(Heap *h);
 void heap_remove(Heap *h, void *x); /* x must be in h */
-void heap_fix(Heap *h, void *x);    /* after x's key changed */
 
 #endif

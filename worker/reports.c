@@ -103,14 +103,6 @@ void reporter_list(Reporter *r, json_t *arr)
     pthread_mutex_unlock(&r->lock);
 }
 
-size_t reporter_pending(Reporter *r)
-{
-    pthread_mutex_lock(&r->lock);
-    size_t n = r->len;
-    pthread_mutex_unlock(&r->lock);
-    return n;
-}
-
 size_t reporter_flush(Reporter *r, int64_t timeout_ms)
 {
     int64_t deadline = mono_ms() + timeout_ms;

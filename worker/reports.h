@@ -31,7 +31,6 @@ void reporter_add(Reporter *r, const char *id, int64_t attempt, const ExecOutcom
 /* Appends {"id": ..., "attempt": ...} to arr for every report not acknowledged yet. */
 void reporter_list(Reporter *r, json_t *arr);
 /* Number of reports not acknowledged yet. */
-size_t reporter_pending(Reporter *r);
 /* Waits until every report is acknowledged or timeout_ms passed; returns the
  * number still unacknowledged. */
 size_t reporter_flush(Reporter *r, int64_t timeout_ms);

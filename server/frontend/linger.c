@@ -139,11 +139,3 @@ bool linger_take(Linger *l, int fd)
     wake_poke(l->wake);
     return true;
 }
-
-int linger_count(Linger *l)
-{
-    pthread_mutex_lock(&l->lock);
-    int n = l->n;
-    pthread_mutex_unlock(&l->lock);
-    return n;
-}

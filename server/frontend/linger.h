@@ -29,6 +29,5 @@ void linger_free(Linger *l);
  * duplicated: the caller's close then resets the connection, as without this. */
 bool linger_take(Linger *l, int fd);
 /* Sockets lingering now. */
-int linger_count(Linger *l);
 
 #endif

@@ -58,7 +58,9 @@ bool event_is_final(EventType t)
 
 bool event_is_published(EventType t)
 {
-    return event_is_final(t) || t == EV_PROGRESS || t == EV_BATCH;
+#define IS_PUBLISHED_(type, name) t == type ||
+    return EVENTS_PUBLISHED(IS_PUBLISHED_) t == EV_PROGRESS;
+#undef IS_PUBLISHED_
 }
 
 /* ---- templates and schedules ---- */

@@ -155,7 +155,20 @@ const char *event_type_name(EventType t);
 int event_type_parse(const char *name, EventType *out) WARN_UNUSED;
 /* True for the events that finish work (and are published on /results). */
 bool event_is_final(EventType t);
-/* True for the events published on /results: the final ones, progress and EV_BATCH. */
+/* The events published on /results, to webhooks and the hub, as (type, name)
+ * pairs: the one list that C (event_is_published) and the SQL that reads
+ * them back (journal.c, SQL_PUBLISHED_TYPES) are made from; test_event checks
+ * each name against event_type_name. Progress is published too, but only to
+ * a reader that asks for it. */
+#define EVENTS_PUBLISHED(X)                                                                        \
+    X(EV_COMPLETED, "completed")                                                                   \
+    X(EV_DEAD, "dead")                                                                             \
+    X(EV_CANCELLED, "cancelled")                                                                   \
+    X(EV_BATCH, "batch")
+/* The list as SQL: 'completed', 'dead', ... (an IN list, '' closing it). */
+#define SQL_PUBLISHED_NAME_(type, name) "'" name "', "
+#define SQL_PUBLISHED_TYPES EVENTS_PUBLISHED(SQL_PUBLISHED_NAME_) "''"
+/* True for the events published on /results: EVENTS_PUBLISHED and progress. */
 bool event_is_published(EventType t);
 
 /* A time (ms since the epoch) as the API shows it: an RFC 3339 string, or

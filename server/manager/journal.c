@@ -1554,8 +1554,7 @@ json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
     "                                         AS stored"                                           \
     "                                  FROM workd_events e"                                        \
     "                                 WHERE " where                                                \
-    "                                   AND (e.type IN ('completed', 'dead', 'cancelled', "        \
-    "'batch')"                                                                                     \
+    "                                   AND (e.type IN (" SQL_PUBLISHED_TYPES ")"                  \
     "                                        OR ($4::boolean AND e.type = 'progress'))"            \
     "                                 ORDER BY e.seq LIMIT $2::int) p0) p"                         \
     "                  JOIN workd_events e ON e.seq = p.seq"                                       \

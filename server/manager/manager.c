@@ -233,11 +233,6 @@ bool manager_is_leader(const Manager *m)
     return atomic_load(&m->leader);
 }
 
-int64_t manager_term(const Manager *m)
-{
-    return atomic_load(&m->term);
-}
-
 const ManagerStats *manager_stats(const Manager *m)
 {
     return &m->stats;

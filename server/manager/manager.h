@@ -209,7 +209,6 @@ void manager_send(Manager *m, MgrCmd *cmd);
 /* True while this process is the leader (a hint: a command may still be
  * refused with 503 "not-leader" if leadership is lost meanwhile). */
 bool manager_is_leader(const Manager *m);
-int64_t manager_term(const Manager *m);
 const ManagerStats *manager_stats(const Manager *m);
 /* The history's size and the last retention pass (kept while this node leads). */
 const RetentionStats *manager_retention_stats(const Manager *m);

@@ -349,6 +349,21 @@ static void test_type_names(void **state)
         CHECK(!event_is_final((EventType)t) == !final, "%s should %sbe final", name,
               final ? "" : "not ");
     }
+    /* The list C and SQL are made from names each type as the log does, and
+     * every final event is published. */
+#define NAME_MATCHES_(type, name)                                                                  \
+    CHECK(!strcmp(event_type_name(type), name), "EVENTS_PUBLISHED names %s '%s'",                  \
+          event_type_name(type), name);
+    EVENTS_PUBLISHED(NAME_MATCHES_)
+#undef NAME_MATCHES_
+    FOR_EACH_TYPE(t)
+    {
+        if (event_is_final((EventType)t))
+            CHECK(event_is_published((EventType)t), "final %s must be published",
+                  event_type_name((EventType)t));
+    }
+    CHECK(!strcmp(SQL_PUBLISHED_TYPES, "'completed', 'dead', 'cancelled', 'batch', ''"),
+          "the SQL list: %s", SQL_PUBLISHED_TYPES);
     EventType x;
     CHECK(event_type_parse("TERM", &x) != 0 && event_type_parse("", &x) != 0,
           "type names are exact and lower case");

@@ -29,7 +29,7 @@
 #include "link.h"
 #include "log.h"
 #include "trace.h"
-#include "progress.h"
+#include "progress_hub.h"
 #include "reports.h"
 #include "servers.h"
 #include "util.h"

@@ -1,5 +1,5 @@
 /* progress: see progress.h. */
-#include "progress.h"
+#include "progress_hub.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* progress: what running jobs say about themselves, merged per attempt and
+/* progress_hub: what running jobs say about themselves, merged per attempt and
  * sent to the server by one thread, all attempts in one request (POST
  * /workers/{id}/progress) at most once per interval. An --exec job writes
  * lines on the descriptor WORKD_PROGRESS_FD names: a JSON object
@@ -7,8 +7,8 @@
  * output chunks are concatenated, in order. One sender per executor slot,
  * used by that slot's thread only; the senders of a worker share one
  * ProgressHub, whose lock guards them. */
-#ifndef WORKD_WORKER_PROGRESS_H
-#define WORKD_WORKER_PROGRESS_H
+#ifndef WORKD_WORKER_PROGRESS_HUB_H
+#define WORKD_WORKER_PROGRESS_HUB_H
 
 #include <stddef.h>
 #include <stdint.h>

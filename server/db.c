@@ -118,7 +118,14 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err)
     char msg[400];
     snprintf(msg, sizeof msg, "%s", res ? PQresultErrorMessage(res) : PQerrorMessage(c));
     trim(msg);
-    bool gone = PQstatus(c) != CONNECTION_OK;
+    /* A terminated backend says so before the socket closes (libpq still
+     * reads OK): FATAL, or a state of connection exception (08), operator
+     * intervention (57) or insufficient resources (53) is a session gone. */
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *severity = res ? PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED) : NULL;
+    bool gone = PQstatus(c) != CONNECTION_OK || !state ||
+                (severity && (!strcmp(severity, "FATAL") || !strcmp(severity, "PANIC"))) ||
+                !strncmp(state, "08", 2) || !strncmp(state, "57", 2) || !strncmp(state, "53", 2);
     err_set(err, gone ? 503 : 500, gone ? "database-unavailable" : "database-error", "%s: %s", what,
             msg);
     return -1;
@@ -223,4 +230,12 @@ void db_array_text(SBuf *b, const char *s)
         sbuf_append(b, p, 1);
     }
     sbuf_append(b, "\"", 1);
+}
+
+bool db_refused(PGconn *c, const PGresult *res)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    const char *severity = res ? PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED) : NULL;
+    return PQstatus(c) == CONNECTION_OK && state && severity && !strcmp(severity, "ERROR") &&
+           (!strncmp(state, "22", 2) || !strncmp(state, "23", 2) || !strncmp(state, "P0", 2));
 }

@@ -60,4 +60,9 @@ const char *db_str(const PGresult *r, int row, int col); /* NULL for SQL NULL */
 struct SBuf;
 void db_array_text(struct SBuf *b, const char *s);
 
+/* True if res is an error for what the statement holds (a data exception, a
+ * constraint, a trigger's exception) on a session that is still there: the
+ * same statement would fail again. */
+bool db_refused(PGconn *c, const PGresult *res);
+
 #endif

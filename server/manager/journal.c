@@ -861,6 +861,8 @@ int journal_append_recv(PGconn *c, size_t n_events, Err *err)
 {
     PGresult *r = PQgetResult(c), *more;
     int rc = db_check(c, r, "appending events", err);
+    if (rc != 0 && db_refused(c, r))
+        snprintf(err->type, sizeof err->type, "%s", "database-refused");
     int64_t written = rc == 0 ? db_int(r, 0, 0) : 0;
     if (!r)
         return rc; /* the session is gone: the caller closes it */

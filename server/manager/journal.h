@@ -51,7 +51,9 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
                         size_t nrows, const int64_t *inbox, size_t n_inbox,
                         const AppendAfter *after, Err *err) WARN_UNUSED;
 /* The outcome of the oldest append out, of n_events events (blocks until it
- * has come; at once when PQisBusy says it has). */
+ * has come; at once when PQisBusy says it has). An append the database
+ * refused for what it holds (db_refused: it would fail again) has err->type
+ * "database-refused". */
 int journal_append_recv(PGconn *c, size_t n_events, Err *err) WARN_UNUSED;
 /* Leaves pipeline mode (every outcome read), so that other statements run. */
 int journal_pipeline_end(PGconn *c, Err *err) WARN_UNUSED;

@@ -592,7 +592,7 @@ WARN_UNUSED static int land_flight(Manager *m)
     Flight *f = &m->flights[0];
     Err err = {0};
     if (journal_append_recv(m->conn, f->batch.len, &err) != 0) {
-        if (err.status == 500) /* the statement was refused, not the session lost */
+        if (!strcmp(err.type, "database-refused")) /* it would fail again */
             poison_note(m, &f->batch, err.msg);
         step_down(m, err.msg);
         return -1;

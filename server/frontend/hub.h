@@ -60,8 +60,9 @@ int64_t hub_next_deadline(Hub *h);
 
 /* ---- subscribing (HTTP threads) ---- */
 /* A text/event-stream response for events after `after` (-1: from now on),
- * optionally filtered, with progress events if progress. NULL with err (503)
- * when the subscriber limit is reached. */
+ * optionally filtered, with progress events if progress. A stream of one work
+ * (work_id given) ends after the work's end (completed, dead, cancelled).
+ * NULL with err (503) when the subscriber limit is reached. */
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
                                    const char *work_id, const char *queue, bool progress,
                                    Err *err) WARN_UNUSED;

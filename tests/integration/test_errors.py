@@ -56,6 +56,20 @@ def test_bad_submissions(cluster):
     assert submit(u, {"payload": 1})["created"] is True, "a good request still works"
 
 
+def test_messages_read_as_sentences(cluster):
+    """Messages a user reads: a sentence about what they sent, not a system
+    call's errno or a broken agreement."""
+    s = cluster.start_server("s1")
+    wait_leader(s.url)
+    p = problem(http("PUT", s.url + "/queues/default", {"max_runing": 2}, JSON), 400,
+                "unknown field of a queue update", "'max_runing'")
+    assert p["detail"].startswith("the queue update has an unknown field 'max_runing'"), p
+    body = {"cron": "0 3 * * *", "timezone": "Europe/Berlim", "work": {"payload": 1}}
+    p = problem(http("PUT", s.url + "/schedules/nightly", body, JSON), 400, "unknown time zone",
+                "'Europe/Berlim'")
+    assert "No such file" not in p["detail"] and "IANA" in p["detail"], p
+
+
 def test_routes_methods_and_lookups(cluster):
     s = cluster.start_server("s1")
     wait_leader(s.url)

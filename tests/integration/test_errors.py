@@ -124,6 +124,22 @@ def test_slow_and_oversized_clients_do_not_hurt_others(cluster):
     expect(http("GET", s.url + "/healthz"), 200, "still healthy")
 
 
+def test_version(cluster):
+    """`workd-server --version` and `workd-worker --version` print the
+    project's version (CMakeLists.txt), even beside a bad setting."""
+    import re
+    import subprocess
+    from harness import REPO_ROOT
+    version = re.search(r"project\(workd VERSION (\S+)",
+                        (REPO_ROOT / "CMakeLists.txt").read_text()).group(1)
+    for exe in ("workd-server", "workd-worker"):
+        for args in (["--version"], ["--version", "--bogus"]):
+            r = subprocess.run([str(cluster.bin_dir / exe), *args], capture_output=True,
+                               text=True, timeout=10)
+            assert r.returncode == 0 and r.stdout == f"{exe} {version}\n", \
+                f"{exe} {' '.join(args)}: exit {r.returncode}, {r.stdout!r} {r.stderr!r}"
+
+
 def test_bad_configuration_is_a_clear_error(cluster):
     import subprocess
     exe = str(cluster.bin_dir / "workd-server")

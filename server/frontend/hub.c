@@ -34,7 +34,8 @@ typedef struct Sub {
     SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
     bool suspended, catching_up, closed, keepalive_due;
-    bool ended; /* a work's stream that has its work's end in out: ends once it is sent */
+    bool until_end; /* a work's own stream: ends after the work's end */
+    bool ended;     /* ...which is in out: the stream ends once it is sent */
     int64_t last_write_ms, retry_at_ms;
     struct Sub *prev, *next;
 } Sub;
@@ -453,7 +454,7 @@ static bool fill(Hub *h, Sub *s, int64_t now)
                 break; /* the rest when this is sent */
             sbuf_append(&s->out, e->frame, e->len);
             atomic_fetch_add(&h->metrics->sse_events_sent, 1);
-            s->ended = s->work_id && e->ends;
+            s->ended = s->until_end && e->ends;
         }
         s->cursor = e->seq;
         if (s->ended)
@@ -545,7 +546,7 @@ static void catch_up(PGconn *conn, void *arg)
                 sbuf_append(&s->out, f, len);
                 free(f);
                 atomic_fetch_add(&h->metrics->sse_events_sent, 1);
-                s->ended = s->work_id && ends_work(ev);
+                s->ended = s->until_end && ends_work(ev);
             }
             s->cursor = seq;
             if (s->ended)
@@ -586,7 +587,8 @@ static void sub_free(void *cls)
 }
 
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, bool progress, Err *err)
+                                   const char *work_id, const char *queue, bool progress,
+                                   bool until_end, Err *err)
 {
     pthread_mutex_lock(&h->lock);
     if (h->nsubs >= h->max_subs || h->stopping) {
@@ -602,6 +604,7 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->work_id = xstrdup(work_id);
     s->queue = xstrdup(queue);
     s->progress = progress;
+    s->until_end = until_end && work_id;
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it

@@ -162,6 +162,13 @@ def test_work_stream_ends_after_the_work_ends(cluster):
     assert ended(live, "live", "completed") == ["ready", "progress", "completed"]
     # After the end: its history, then the stream ends at once.
     assert ended(curl("live"), "live", "completed") == ["ready", "progress", "completed"]
+    # /results filtered to that work is the results stream: it goes on.
+    results = subprocess.Popen(["curl", "-sS", "-N", f"{srv.url}/results?work_id=live&after=0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.3)  # a declared window: the work's end is long sent; the stream stays
+    assert results.poll() is None, f"/results?work_id= ended: {results.communicate()}"
+    results.kill()
+    results.communicate()
     # Cancelled work ends its stream too.
     submit(srv.url, {"id": "never", "payload": 1, "delay": 3600})
     waiting = curl("never")

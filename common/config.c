@@ -166,6 +166,10 @@ int config_cli(const OptSpec *specs, size_t n, int argc, char **argv, int first,
             config_usage(stdout, synopsis, specs, n);
             return 1;
         }
+        if (!strcmp(argv[i], "--version")) {
+            printf("%s %s\n", prog, WORKD_VERSION);
+            return 1;
+        }
     }
     Err err = {0};
     int rest;
@@ -198,7 +202,7 @@ void config_usage(FILE *out, const char *synopsis, const OptSpec *specs, size_t 
             fprintf(out, ", default %s", o->def);
         fprintf(out, "\n");
     }
-    fprintf(out, "  --help\n      show this text\n");
+    fprintf(out, "  --help\n      show this text\n  --version\n      print the version and exit\n");
 }
 
 void config_free(const OptSpec *specs, size_t n)

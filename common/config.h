@@ -39,8 +39,9 @@ int config_parse(const OptSpec *specs, size_t n, int argc, char **argv, int firs
 
 /* The command-line front of config_parse for a main(): --help (anywhere, and
  * before any environment value is judged) prints the usage; a bad setting or a
- * stray argument is reported on stderr as "PROG: message". Returns 0 to go on,
- * 1 when the usage was shown (exit 0), -1 on a bad setting (exit 2). */
+ * stray argument is reported on stderr as "PROG: message"; --version prints
+ * "PROG VERSION" (the CMake project's version). Returns 0 to go on, 1 when the
+ * usage or the version was shown (exit 0), -1 on a bad setting (exit 2). */
 int config_cli(const OptSpec *specs, size_t n, int argc, char **argv, int first, const char *prog,
                const char *synopsis) WARN_UNUSED;
 

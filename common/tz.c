@@ -348,9 +348,14 @@ WARN_UNUSED static int load(const char *name, TzZone *z, Err *err)
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/usr/share/zoneinfo", name);
     FILE *f = fopen(path, "rb");
+    if (!f && (errno == ENOENT || errno == ENOTDIR))
+        return err_set(err, 400, "invalid-timezone",
+                       "unknown time zone '%s': use an IANA name such as Europe/Berlin, "
+                       "America/New_York or UTC",
+                       name);
     if (!f)
-        return err_set(err, 400, "invalid-timezone", "unknown time zone '%s' (%s)", name,
-                       strerror(errno));
+        return err_set(err, 400, "invalid-timezone", "time zone '%s' cannot be read from %s: %s",
+                       name, path, strerror(errno));
     unsigned char *buf = xmalloc(1 << 20);
     size_t len = fread(buf, 1, 1 << 20, f);
     fclose(f);

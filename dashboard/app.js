@@ -501,19 +501,22 @@ async function loadQueues() {
   }
   const count = (x, st) => h('td', {class: 'num', 'data-status': st},
     x[st] ? h('a', {href: `#/work?status=${st}&queue=${enc(x.queue)}`}, x[st]) : h('span', {class: 'muted'}, '0'));
+  // A queue's name and its flow control both open its panel (backlog per key,
+  // pause, limits); the counts open its work list. Flow control comes right
+  // after the name, so that a narrow window scrolls the counts, not it.
+  const opener = (x, action, title, ...label) => h('button', {type: 'button', class: 'link small',
+    'data-action': action, title, onclick: () => queuePanel.open(x.queue)}, ...label);
   fill(box, h('div', {class: 'scroll'}, h('table', {id: 'queues-table'},
-    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), STATUSES.map((s) => h('th', {class: 'num', title: FINAL.has(s)
+    h('thead', {}, h('tr', {}, h('th', {}, 'Queue'), h('th', {}, 'Flow control'),
+                               STATUSES.map((s) => h('th', {class: 'num', title: FINAL.has(s)
       ? `Counted at most ${q.finished_counts_age_s ?? 5} s ago` : 'Now'}, s)),
-                               h('th', {title: 'Age of the oldest pending work'}, 'Oldest'), h('th', {}, `Last ${Math.round((n * bucket) / 60)} min`),
-                               h('th', {}, 'Flow control'))),
+                               h('th', {title: 'Age of the oldest pending work'}, 'Oldest'), h('th', {}, `Last ${Math.round((n * bucket) / 60)} min`))),
     h('tbody', {}, queues.map((x) => h('tr', {'data-queue': x.queue, class: x.queue === queuePanel.name ? 'selected' : null},
-      h('td', {}, h('a', {href: `#/work?queue=${enc(x.queue)}`}, h('strong', {}, x.queue))),
+      h('td', {}, opener(x, 'queue-name', 'Open the queue: backlog per key, pause and limits', h('strong', {}, x.queue))),
+      h('td', {class: 'flow'}, opener(x, 'queue-open', 'Backlog per key, pause and limits', limitsText(x.limits))),
       STATUSES.map((st) => count(x, st)),
       h('td', {}, x.oldest_pending_at ? agoEl(x.oldest_pending_at) : h('span', {class: 'muted'}, '—')),
-      h('td', {}, activity[x.queue] ? sparkline(activity[x.queue]) : h('span', {class: 'muted'}, '—')),
-      h('td', {}, h('button', {type: 'button', class: 'link small', 'data-action': 'queue-open',
-                               title: 'Backlog per key, pause and limits',
-                               onclick: () => queuePanel.open(x.queue)}, limitsText(x.limits)))))))));
+      h('td', {}, activity[x.queue] ? sparkline(activity[x.queue]) : h('span', {class: 'muted'}, '—'))))))));
   queuePanel.update(queues.find((x) => x.queue === queuePanel.name));
 }
 
@@ -579,6 +582,7 @@ const queuePanel = {
     fill(box,
       h('h3', {}, 'Queue ', h('strong', {id: 'queue-detail-name'}, name), ' ',
         h('span', {id: 'queue-detail-state', class: 'badge'}), h('span', {class: 'grow'}),
+        h('a', {id: 'queue-detail-work', class: 'small', href: `#/work?queue=${enc(name)}`}, 'its work'),
         h('button', {type: 'button', id: 'queue-pause', class: 'small'}, 'Pause'),
         h('button', {type: 'button', class: 'link small', onclick: () => this.close()}, 'close')),
       h('p', {id: 'queue-message', class: 'message', hidden: true}),

@@ -1,9 +1,10 @@
 #!/bin/sh
 # The entrypoint of the workd image: refuses the example tokens and cluster
 # secret of docker-compose.yml (the words starting with "change-me") unless the
-# demo profile is on (COMPOSE_PROFILES=demo, passed on as WORKD_DEMO), then
-# runs the command. The examples are printed in a public file: anyone could use
-# them.
+# demo profile is on (COMPOSE_PROFILES, which the compose file passes on to
+# every container, names it), then runs the command. The examples are printed
+# in a public file: anyone could use them. The profile comes under its own name,
+# not a WORKD_* one: those are the options of the binaries this runs.
 set -eu
 example=""
 for word in ${WORKD_TOKENS:-} ${WORKD_TOKEN:-} ${WORKD_CLUSTER_SECRET:-}; do
@@ -12,8 +13,8 @@ for word in ${WORKD_TOKENS:-} ${WORKD_TOKEN:-} ${WORKD_CLUSTER_SECRET:-}; do
   esac
 done
 if [ -n "$example" ]; then
-  case ",${WORKD_DEMO:-}," in
-    *,demo,* | ,1, | ,true,)
+  case ",${COMPOSE_PROFILES:-}," in
+    *,demo,*)
       echo "workd-entrypoint: WARNING: running with the public example tokens${example};" \
         "this is a demo, not for real use" >&2
       ;;

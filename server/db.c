@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "util.h"
 
 /* Settings workd gives every connection unless its URL sets them itself. */
@@ -46,6 +47,21 @@ static void trim(char *s)
     size_t n = strlen(s);
     while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
         s[--n] = '\0';
+}
+
+/* What the server says beside a statement's answer (NOTICE, WARNING...), as a
+ * line of workd's log rather than libpq's raw line on stderr: `--log-format
+ * json` stays one object per line. A WARNING is worth a look; the rest (e.g.
+ * "trigger ... does not exist, skipping" of an idempotent DDL) is for
+ * debugging. arg: the session's name (a string that outlives it). */
+static void db_notice(void *arg, const PGresult *res)
+{
+    const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    bool warning = severity && !strcmp(severity, "WARNING");
+    log_emit(warning ? LOG_WARN : LOG_DEBUG, __FILE__, __LINE__, "PostgreSQL %s (%s session): %s",
+             severity ? severity : "notice", (const char *)arg,
+             primary ? primary : PQresultErrorMessage(res));
 }
 
 PGconn *db_connect(const char *url, const char *app, Err *err)
@@ -96,6 +112,7 @@ PGconn *db_connect(const char *url, const char *app, Err *err)
         PQfinish(c);
         return NULL;
     }
+    PQsetNoticeReceiver(c, db_notice, (void *)app);
     return c;
 }
 

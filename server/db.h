@@ -23,7 +23,9 @@
  * several); app is the application_name suffix ("manager", "listener"...).
  * Settings the URL gives itself win; workd fills in the rest (DB_CONNECT_DEFAULTS
  * in db.c: read-write target, keepalives, timeouts). Returns NULL and sets err
- * (503 database-unavailable) on failure. The caller PQfinish()es. */
+ * (503 database-unavailable) on failure. The caller PQfinish()es. The
+ * server's notices and warnings on the session go to workd's log (debug and
+ * warn), named by app, which must outlive the connection (a literal). */
 PGconn *db_connect(const char *url, const char *app, Err *err) WARN_UNUSED;
 
 /* For an idle connection that does not LISTEN (no query running): false if its

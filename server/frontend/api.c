@@ -1116,8 +1116,9 @@ static void results_stream(Req *r, const char *per_work)
         r->answered = true;
         return;
     }
+    /* A work's own stream ends with the work; /results?work_id= goes on. */
     r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue,
-                              progress && !strcmp(progress, "true"), &err);
+                              progress && !strcmp(progress, "true"), per_work != NULL, &err);
     if (!r->stream) {
         req_finish_problem(r, &err);
         return;

@@ -18,6 +18,7 @@
 typedef struct Entry {
     int64_t seq;
     bool progress; /* a progress event (only subscribers that asked get it) */
+    bool ends;     /* the work's end (completed, dead, cancelled): its stream ends here */
     char *work_id;
     char *queue;
     char *frame;
@@ -33,6 +34,8 @@ typedef struct Sub {
     SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
     bool suspended, catching_up, closed, keepalive_due;
+    bool until_end; /* a work's own stream: ends after the work's end */
+    bool ended;     /* ...which is in out: the stream ends once it is sent */
     int64_t last_write_ms, retry_at_ms;
     struct Sub *prev, *next;
 } Sub;
@@ -210,6 +213,14 @@ static bool is_progress(json_t *ev)
     return st && !strcmp(st, "progress");
 }
 
+/* The work's end: nothing follows it (bar an operator's retry of dead work,
+ * which a client follows by opening the stream again). */
+static bool ends_work(json_t *ev)
+{
+    const char *st = json_string_value(json_object_get(ev, "status"));
+    return st && (!strcmp(st, "completed") || !strcmp(st, "dead") || !strcmp(st, "cancelled"));
+}
+
 static char *frame_of(json_t *ev, size_t *len)
 {
     char *data = json_dumps(ev, JSON_COMPACT);
@@ -298,6 +309,7 @@ void hub_publish(Hub *h, json_t *ev)
     Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
     e->seq = seq;
     e->progress = is_progress(ev);
+    e->ends = ends_work(ev);
     e->work_id = xstrdup(work_id);
     e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
     e->frame = frame;
@@ -442,8 +454,11 @@ static bool fill(Hub *h, Sub *s, int64_t now)
                 break; /* the rest when this is sent */
             sbuf_append(&s->out, e->frame, e->len);
             atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+            s->ended = s->until_end && e->ends;
         }
         s->cursor = e->seq;
+        if (s->ended)
+            return false;
     }
     if (i == h->len && h->scanned_upto > s->cursor)
         s->cursor = h->scanned_upto;
@@ -467,7 +482,7 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
         else
             sbuf_reset(&s->out);
         s->out_pos = 0;
-        if (h->stopping) {
+        if (h->stopping || s->ended) {
             pthread_mutex_unlock(&h->lock);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
@@ -531,8 +546,11 @@ static void catch_up(PGconn *conn, void *arg)
                 sbuf_append(&s->out, f, len);
                 free(f);
                 atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+                s->ended = s->until_end && ends_work(ev);
             }
             s->cursor = seq;
+            if (s->ended)
+                break;
         }
         /* The last page saw every finished event committed before it started,
          * including all that the ring had already dropped. */
@@ -569,7 +587,8 @@ static void sub_free(void *cls)
 }
 
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
-                                   const char *work_id, const char *queue, bool progress, Err *err)
+                                   const char *work_id, const char *queue, bool progress,
+                                   bool until_end, Err *err)
 {
     pthread_mutex_lock(&h->lock);
     if (h->nsubs >= h->max_subs || h->stopping) {
@@ -585,6 +604,7 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->work_id = xstrdup(work_id);
     s->queue = xstrdup(queue);
     s->progress = progress;
+    s->until_end = until_end && work_id;
     s->cursor = after >= 0 ? after : h->scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it

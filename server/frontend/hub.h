@@ -60,11 +60,12 @@ int64_t hub_next_deadline(Hub *h);
 
 /* ---- subscribing (HTTP threads) ---- */
 /* A text/event-stream response for events after `after` (-1: from now on),
- * optionally filtered, with progress events if progress. NULL with err (503)
- * when the subscriber limit is reached. */
+ * optionally filtered, with progress events if progress. With until_end (a
+ * work's own stream, work_id given) it ends after the work's end (completed,
+ * dead, cancelled). NULL with err (503) when the subscriber limit is reached. */
 struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
                                    const char *work_id, const char *queue, bool progress,
-                                   Err *err) WARN_UNUSED;
+                                   bool until_end, Err *err) WARN_UNUSED;
 
 /* ---- throughput ---- */
 #define HUB_RATE_BUCKETS 60      /* ... of */

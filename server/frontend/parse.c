@@ -958,7 +958,7 @@ int parse_queue_limits(json_t *body, QueueLimits *out, int *set, Err *err)
                        "\"rate\": {\"limit\", \"per\"}}");
     static const char *const known[] = {"paused", "max_running", "max_running_per_key",
                                         "rate",   "key_weights", NULL};
-    if (parse_check_fields(body, known, "the queue's limits", err) != 0)
+    if (parse_check_fields(body, known, "the queue update", err) != 0)
         return -1;
     json_t *v = json_object_get(body, "paused");
     if (v) {

@@ -179,6 +179,26 @@ async function open() {
   await page.fill('#queue-limits-form textarea[name=key_weights]', '');
   await page.click('#queue-limits-form button[type=submit]');
   await page.locator('#queue-message', {hasText: 'Set: none.'}).waitFor();
+
+  begin('in a 1400-pixel window the queues fit, and clicking a queue opens its panel');
+  await page.click('#queue-detail button:has-text("close")');
+  await page.locator('#queue-detail').waitFor({state: 'hidden'});
+  await page.setViewportSize({width: 1400, height: 1000});
+  const fit = await page.evaluate(() => {
+    const scroll = document.querySelector('#queues .scroll').getBoundingClientRect();
+    const cut = [...document.querySelectorAll('#queues-table [data-action="queue-open"]')]
+      .filter((b) => { const r = b.getBoundingClientRect(); return r.left < scroll.left || r.right > scroll.right + 0.5; });
+    const t = document.querySelector('#queues .scroll');
+    return {cut: cut.length, overflow: t.scrollWidth - t.clientWidth};
+  });
+  check(fit.cut === 0, `${fit.cut} Flow control cell(s) cut off at 1400 px`);
+  check(fit.overflow <= 0, `the queues table is ${fit.overflow} px wider than its panel at 1400 px`);
+  await page.click('#queues-table tr[data-queue="default"] button[data-action="queue-name"]');
+  await page.locator('#queue-detail-name', {hasText: 'default'}).waitFor();
+  await page.locator('#queue-pause').waitFor();
+  const work = await page.getAttribute('#queue-detail-work', 'href');
+  check(work === '#/work?queue=default', `the queue's panel links to its work: ${work}`);
+  await page.setViewportSize({width: 1440, height: 1000});
   await page.evaluate(() => document.activeElement?.blur());
   await page.screenshot({path: opt.screenshot, fullPage: true});
   log(`  screenshot ${opt.screenshot}`);

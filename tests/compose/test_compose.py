@@ -1,17 +1,21 @@
 """The compose cluster for real (`make test-compose`): builds the image from the
-Dockerfile as it is, starts docker-compose.yml as it is (plus
+Dockerfile as it is and runs docker-compose.yml as it is (plus
 docker-compose.test.yml, which builds stand-ins for the PostgreSQL and HAProxy
-images that cannot be pulled here) with three workers, submits work through the
-load balancer, kills the leader's container while work flows, checks that every
-job completes exactly once, then `docker-compose down`.
+images that cannot be pulled here). First the demo exactly as README.md prints
+it (`COMPOSE_PROFILES=demo docker compose up --build --scale worker=3`, in the
+foreground): its workers process the demo producer's jobs and the consumer
+prints their results; Ctrl-C stops it and README's `down -v` removes it. Then
+with tokens of its own and three workers: submits work through the load
+balancer, kills the leader's container while work flows, checks that every job
+completes exactly once, then `docker-compose down`.
 
 Uses the Docker engine named by DOCKER_HOST, or /var/run/docker.sock; without
 one, Debian's podman serving the Docker API (scripts/container-env)."""
 
-import json
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import REPO_ROOT, free_port, http, run_tests, wait_until  # noqa: E402
 
 OVERRIDE = REPO_ROOT / "tests" / "compose" / "docker-compose.test.yml"
+README = REPO_ROOT / "README.md"
 PROJECT = f"workdtest{os.getpid()}"
 WORKERS = 3
 
@@ -71,6 +76,79 @@ class Compose:
         return states
 
 
+def compose_program(env):
+    """How compose is run here: `docker compose` (the Docker CLI plugin) when
+    it works, else the standalone docker-compose, which takes the same
+    arguments (README.md says so)."""
+    r = subprocess.run(["docker", "compose", "version"], env=env, capture_output=True)
+    return "docker compose" if r.returncode == 0 else "docker-compose"
+
+
+def readme_command(pattern):
+    """The first line of README.md that matches pattern: the command as a
+    reader meets it first."""
+    found = re.findall(rf"^{pattern}$", README.read_text(), re.M)
+    assert found, f"README.md must print a command matching {pattern!r}"
+    return found[0]
+
+
+def run_readme_demo(c, env, lb, log_path):
+    """README's compose demo, as printed, in the foreground as in a terminal;
+    its workers must process the producer's jobs. Ctrl-C, then README's down."""
+    up = readme_command(r"COMPOSE_PROFILES=demo docker[ -]compose up .*--scale worker=\d+")
+    down = readme_command(r"docker[ -]compose down -v")
+    workers = int(re.search(r"worker=(\d+)", up).group(1))
+    program = compose_program(env)
+    denv = {k: v for k, v in env.items() if not k.startswith("WORKD_") or k == "WORKD_LB_PORT"}
+    # The project and files as the `-p`/`-f` of the rest of the test, given
+    # through compose's own variables so that the command stays as printed.
+    denv.update(COMPOSE_PROJECT_NAME=PROJECT, COMPOSE_FILE=f"docker-compose.yml:{OVERRIDE}")
+    denv.pop("COMPOSE_PROFILES", None)
+    print(f"compose: README's demo: {up}", flush=True)
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(["sh", "-c", re.sub(r"docker[ -]compose", program, up)],
+                                cwd=REPO_ROOT, env=denv, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    client = {"Authorization": "Bearer change-me-client-token"}
+    try:
+        wait_until(lambda: http("GET", lb + "/readyz", timeout=3).status == 200, 300,
+                   interval=0.5, what="the demo's balancer to answer /readyz", ignore=(OSError,))
+
+        def demo_done():
+            assert proc.poll() is None, f"README's demo command exited {proc.returncode}"
+            r = http("GET", lb + "/work?status=completed&limit=100", headers=client, timeout=5)
+            done = [w for w in r.json()["items"] if w["id"].startswith("demo-")]
+            return len(done) >= 10 and done
+        done = wait_until(demo_done, 180, interval=1, ignore=(OSError,),
+                          what="the demo producer's jobs to be completed by the workers")
+        logs = c.run("logs", "--no-color", "worker", "consumer").stdout
+        completed = re.findall(r"job (demo-\S+) attempt \d+ completed", logs)
+        consumed = re.findall(r"consumed result of (demo-\S+):", logs)
+        assert len(completed) >= 10 and len(consumed) >= 10, \
+            f"the demo's workers and consumer must log the jobs:\n{logs[-3000:]}"
+        states = c.states()
+        running = [n for n, s in states.items()
+                   if re.search(r"[_-]worker[_-]", n) and s.startswith("Up")]
+        assert len(running) == workers, f"{workers} demo workers must stay up: {states}"
+        print(f"compose: README's demo completed {len(done)} jobs "
+              f"{time.monotonic() - t0:.0f}s after up", flush=True)
+    finally:
+        # Ctrl-C in the terminal of `up`: compose stops the containers.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(180)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        r = subprocess.run(["sh", "-c", re.sub(r"docker[ -]compose", program, down)],
+                           cwd=REPO_ROOT, env=denv, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"README's `{down}` failed:\n{r.stdout}{r.stderr}"
+    left = c.run("ps", "-q", check=False).stdout.strip()
+    assert not left, f"README's `{down}` left containers: {left}"
+
+
 def test_compose_cluster():
     env = engine_env()
     port = free_port()
@@ -88,15 +166,17 @@ def test_compose_cluster():
     c.run("build", timeout=1800, capture=False)
     print(f"compose: images built in {time.monotonic() - t0:.0f}s", flush=True)
     try:
+        run_readme_demo(c, env, lb, Path(os.environ.get("TMPDIR", "/tmp")) / f"{PROJECT}-up.log")
+
         # The example tokens of the compose file are refused outside the demo
         # profile, and accepted (with a warning) in it.
         example = ["-e", "WORKD_TOKENS=client:change-me-client-token"]
-        r = c.run("run", "--rm", "--no-deps", *example, "-e", "WORKD_DEMO=", "server-1",
+        r = c.run("run", "--rm", "--no-deps", *example, "-e", "COMPOSE_PROFILES=", "server-1",
                   "workd-server", "--help", check=False)
         assert r.returncode == 78 and "REFUSING TO START" in r.stderr + r.stdout, \
             f"the example tokens must be refused outside the demo profile: {r.returncode} " \
             f"{r.stdout}{r.stderr}"
-        r = c.run("run", "--rm", "--no-deps", *example, "-e", "WORKD_DEMO=demo", "server-1",
+        r = c.run("run", "--rm", "--no-deps", *example, "-e", "COMPOSE_PROFILES=demo", "server-1",
                   "workd-server", "--help", check=False)
         assert r.returncode == 0 and "WARNING" in r.stderr + r.stdout, \
             f"the demo profile runs with the example tokens: {r.returncode} {r.stdout}{r.stderr}"

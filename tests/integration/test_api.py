@@ -200,6 +200,30 @@ def test_priority_queues_and_schedule(cluster):
     assert time.monotonic() - t0 > 0.5, "scheduled work must wait for its time"
 
 
+def test_the_pull_names_the_queues(cluster):
+    """docs/worker-api.md: a pull takes from the queues it names (none: every
+    queue), whatever the heartbeat registered; the registered ones are what
+    GET /cluster shows, and a pull that names queues replaces them."""
+    s = server(cluster)
+    submit(s.url, {"id": "d1", "payload": 1})
+    submit(s.url, {"id": "m1", "payload": 1, "queue": "mail"})
+    heartbeat(s.url, "w1", capacity=2, queues=["mail"])
+    assert [j["id"] for j in pull(s.url, "w1", queues=["default"])] == ["d1"], \
+        "a pull's queues win over the heartbeat's"
+
+    def shown():
+        ws = http("GET", s.url + "/cluster").json()["workers"]
+        return next(w["queues"] for w in ws if w["id"] == "w1")
+    assert shown() == ["default"], f"a pull naming queues replaces the registered ones: {shown()}"
+    heartbeat(s.url, "w1", capacity=2, queues=["default"])
+    assert [j["id"] for j in pull(s.url, "w1")] == ["m1"], \
+        "a pull naming no queue takes from every queue"
+    assert shown() == ["default"], f"a pull naming no queue keeps the registered ones: {shown()}"
+    t0 = time.monotonic()
+    assert pull(s.url, "w1", wait=0.25) == [], "'wait' may be fractional"
+    assert time.monotonic() - t0 >= 0.2, "a fractional wait is waited"
+
+
 def test_pull_long_polls_and_wakes(cluster):
     s = server(cluster)
     got = {}

@@ -17,7 +17,8 @@ The block runs from a scratch directory that looks like a built clone
 block's own) replaced by free ports and nothing else changed. Commands run in order, as typed in terminals: one that finishes
 must exit 0 and print no problem+json error; one that stays up (a server, a
 worker, a demo client, `curl -N`, `workd tail` without `--count` or `--id`) is
-left running, as in its own terminal, and must still be up at the end.
+left running, as in its own terminal, and must still be up at the end
+(`curl -N .../work/ID/stream` must instead have ended after the work's end).
 Variables set by a command carry over to the next ones. `script` runs the block as one script in its own terminal instead.
 `check=NAME` runs check_NAME afterwards, with the processes still up."""
 
@@ -41,6 +42,8 @@ FENCE = re.compile(r"^```(?:sh|bash|shell|console)\n", re.M)
 # Commands that stay up, as in a terminal of their own.
 DAEMON = re.compile(r"workd-server|workd-worker|workd-demo|curl (-\S+ )*-N"
                     r"|workd tail(?!.*--(?:count|id)\b)")
+# A work's stream: it stays up until the work ends, then ends.
+WORK_STREAM = re.compile(r"curl (-\S+ )*-N \S*/work/[^/\s]+/stream")
 PG_PRIVATE = REPO_ROOT / "scripts" / "pg-private"
 
 
@@ -165,6 +168,19 @@ class Terminals:
 
     def check_still_up(self):
         for cmd, proc, n in self.up:
+            if WORK_STREAM.search(cmd):
+                # A work's stream ends after the work's end, as documented.
+                try:
+                    wait_until(lambda: proc.poll() is not None, 30, what="")
+                except AssertionError:
+                    pass
+                out = self.log(n).read_text(errors="replace")
+                assert proc.returncode == 0, \
+                    f"`{cmd}` must end after the work's end, not {proc.returncode}:\n{out[-2000:]}"
+                last = re.findall(r"^event: (\w+)$", out, re.M)
+                assert last and last[-1] in ("completed", "dead", "cancelled"), \
+                    f"`{cmd}` ended on another event than the work's end:\n{out[-2000:]}"
+                continue
             if proc.poll() is not None:
                 out = self.log(n).read_text(errors="replace")
                 raise AssertionError(f"`{cmd}` exited {proc.returncode}:\n{out[-3000:]}")

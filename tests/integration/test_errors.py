@@ -56,6 +56,20 @@ def test_bad_submissions(cluster):
     assert submit(u, {"payload": 1})["created"] is True, "a good request still works"
 
 
+def test_messages_read_as_sentences(cluster):
+    """Messages a user reads: a sentence about what they sent, not a system
+    call's errno or a broken agreement."""
+    s = cluster.start_server("s1")
+    wait_leader(s.url)
+    p = problem(http("PUT", s.url + "/queues/default", {"max_runing": 2}, JSON), 400,
+                "unknown field of a queue update", "'max_runing'")
+    assert p["detail"].startswith("the queue update has an unknown field 'max_runing'"), p
+    body = {"cron": "0 3 * * *", "timezone": "Europe/Berlim", "work": {"payload": 1}}
+    p = problem(http("PUT", s.url + "/schedules/nightly", body, JSON), 400, "unknown time zone",
+                "'Europe/Berlim'")
+    assert "No such file" not in p["detail"] and "IANA" in p["detail"], p
+
+
 def test_routes_methods_and_lookups(cluster):
     s = cluster.start_server("s1")
     wait_leader(s.url)
@@ -108,6 +122,22 @@ def test_slow_and_oversized_clients_do_not_hurt_others(cluster):
     assert time.monotonic() - t0 < 8 and not data.startswith(b"HTTP/1.1 2"), data
     slow.close()
     expect(http("GET", s.url + "/healthz"), 200, "still healthy")
+
+
+def test_version(cluster):
+    """`workd-server --version` and `workd-worker --version` print the
+    project's version (CMakeLists.txt), even beside a bad setting."""
+    import re
+    import subprocess
+    from harness import REPO_ROOT
+    version = re.search(r"project\(workd VERSION (\S+)",
+                        (REPO_ROOT / "CMakeLists.txt").read_text()).group(1)
+    for exe in ("workd-server", "workd-worker"):
+        for args in (["--version"], ["--version", "--bogus"]):
+            r = subprocess.run([str(cluster.bin_dir / exe), *args], capture_output=True,
+                               text=True, timeout=10)
+            assert r.returncode == 0 and r.stdout == f"{exe} {version}\n", \
+                f"{exe} {' '.join(args)}: exit {r.returncode}, {r.stdout!r} {r.stderr!r}"
 
 
 def test_bad_configuration_is_a_clear_error(cluster):

@@ -1126,8 +1126,13 @@ def progress_and_webhooks(L, F):
     data = check_messages(s)
     assert [d["status"] for d in data][-1] == "completed" and \
         [d["status"] for d in data][:2] == ["progress", "progress"], data
-    problem(Stream(F, "/work/pg1/stream").refused(), "too-many-subscribers")
+    # ...and then it ends (the spec: nothing else can follow).
+    assert s.resp.readline() == b"", f"{s.url}: the stream must end after the work's end"
     s.close()
+    hold = Stream(F, "/results")  # F's one subscriber
+    assert hold.check_open() is None
+    problem(Stream(F, "/work/pg1/stream").refused(), "too-many-subscribers")
+    hold.close()
     problem(Stream(L, "/work/pg1/stream?after=x").refused(), "invalid-parameter")
     p = Stream(L, f"/results?progress=true&work_id=pg1&after={data[0]['seq'] - 1}")
     assert p.check_open() is None

@@ -1,9 +1,13 @@
 """Progress and partial output: an --exec job's progress lines reach result
 streams in order, a stream that reconnects with Last-Event-ID resumes without
-a gap or a repeat, GET /work/{id} shows the last progress, and a job that
-floods progress is limited (429, 413) without holding up anyone else."""
+a gap or a repeat, GET /work/{id} shows the last progress, a work's stream
+(`curl -N .../work/ID/stream`, as README runs it) ends after the work's end,
+and a job that floods progress is limited (429, 413) without holding up anyone
+else."""
 
 import json
+import re
+import subprocess
 import sys
 import textwrap
 import time
@@ -122,6 +126,65 @@ def test_reconnect_resumes_after_last_event_id(cluster):
     assert ids == sorted(set(ids)), f"ids must increase across the reconnect: {ids}"
     # The last progress kept the fraction the attempt sent last, with a later message-less update.
     assert both[-2]["data"]["fraction"] == 19 / 20, both[-2]
+
+
+def test_work_stream_ends_after_the_work_ends(cluster):
+    """README's `curl -N .../work/ID/stream`: the work's history, then its end,
+    then the stream ends; live, from the table, and for cancelled work."""
+    srv = start_server(cluster)
+
+    def curl(work_id):
+        return subprocess.Popen(["curl", "-sS", "-N", f"{srv.url}/work/{work_id}/stream"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def ended(proc, work_id, last):
+        try:
+            out, _ = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+            raise AssertionError(f"the stream of {work_id} stayed open after its end:\n{out}")
+        assert proc.returncode == 0, f"curl ended {proc.returncode}:\n{out}"
+        events = re.findall(r"^event: (\w+)$", out, re.M)
+        assert events[-1] == last, f"the stream of {work_id} must end on {last}: {events}"
+        return events
+
+    # Live: the stream is open before the work ends.
+    submit(srv.url, {"id": "live", "payload": 1})
+    heartbeat(srv.url, "wk", capacity=1)
+    job = pull(srv.url, "wk")[0]
+    live = curl("live")
+    progress(srv.url, job, fraction=0.5)
+    time.sleep(0.2)  # a declared window: the stream is open, following live
+    assert live.poll() is None, "the stream ended before the work's end"
+    expect(http("POST", f"{srv.url}/work/live/attempts/{job['attempt']}/complete",
+                {"worker_id": "wk", "instance": "i1", "result": "ok"}, JSON), 200, "complete")
+    assert ended(live, "live", "completed") == ["ready", "progress", "completed"]
+    # After the end: its history, then the stream ends at once.
+    assert ended(curl("live"), "live", "completed") == ["ready", "progress", "completed"]
+    # /results filtered to that work is the results stream: it goes on.
+    results = subprocess.Popen(["curl", "-sS", "-N", f"{srv.url}/results?work_id=live&after=0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.3)  # a declared window: the work's end is long sent; the stream stays
+    assert results.poll() is None, f"/results?work_id= ended: {results.communicate()}"
+    results.kill()
+    results.communicate()
+    # Cancelled work ends its stream too.
+    submit(srv.url, {"id": "never", "payload": 1, "delay": 3600})
+    waiting = curl("never")
+    expect(http("DELETE", f"{srv.url}/work/never"), 200, "cancel")
+    ended(waiting, "never", "cancelled")
+    # Another work's end does not end a stream.
+    other = curl("other")
+    submit(srv.url, {"id": "other2", "payload": 1})
+    job = pull(srv.url, "wk")[0]
+    expect(http("POST", f"{srv.url}/work/other2/attempts/{job['attempt']}/complete",
+                {"worker_id": "wk", "instance": "i1", "result": "ok"}, JSON), 200, "complete")
+    wait_status(srv.url, "other2", "completed")
+    time.sleep(0.3)  # a declared window: nothing may end the stream of "other"
+    assert other.poll() is None, f"another work's end ended a stream: {other.communicate()}"
+    other.kill()
+    other.communicate()
 
 
 def test_progress_is_checked_and_bounded(cluster):

@@ -2,7 +2,11 @@
 whole process group while jobs run. The workers finish their jobs, report them
 and deregister before the servers stop; every line reaches the terminal and the
 logs; no work is left `running`. A second SIGINT stops everything at once.
-Each run lives in a temporary WORKD_RUN_DIR, never in var/."""
+The same through `2>&1 | tee run.log`, whose tee the Ctrl-C ends: nothing is
+left running, PostgreSQL included. The demo workers take only the demo's
+queue: a job on another queue waits for a worker of one's own, and README's
+sample of the story matches what is printed. Each run lives in a temporary
+WORKD_RUN_DIR, never in var/."""
 
 import os
 import re
@@ -28,9 +32,11 @@ def ignore_nothing():
 
 
 class RunLocal:
-    """scripts/run-local in a process group of its own, as a terminal's job."""
+    """scripts/run-local in a process group of its own, as a terminal's job;
+    with tee, as `scripts/run-local 2>&1 | tee FILE` (the tee in the same
+    job, so that a Ctrl-C ends it too)."""
 
-    def __init__(self, tmp, **env):
+    def __init__(self, tmp, tee=False, **env):
         self.dir = Path(tmp)
         self.ports = [free_port(), free_port()]
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
@@ -38,8 +44,13 @@ class RunLocal:
         e = {**os.environ, "WORKD_RUN_DIR": str(self.dir / "run"),
              "WORKD_PORTS": " ".join(map(str, self.ports)),
              "WORKD_BIN_DIR": str(harness.BIN_DIR), **env}
-        self.proc = subprocess.Popen([str(RUN_LOCAL)], env=e, stdin=subprocess.DEVNULL,
-                                     stdout=open(self.out_path, "wb"), stderr=subprocess.STDOUT,
+        argv = [str(RUN_LOCAL)]
+        out = open(self.out_path, "wb")
+        if tee:
+            argv = ["bash", "-c", f'"{RUN_LOCAL}" 2>&1 | tee "{self.out_path}"']
+            out = subprocess.DEVNULL
+        self.proc = subprocess.Popen(argv, env=e, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=ignore_nothing)
 
     @property
@@ -64,6 +75,39 @@ class RunLocal:
                 pass
         subprocess.run([str(PG_PRIVATE), "stop", str(self.dir / "run" / "pg")],
                        capture_output=True, timeout=60)
+
+
+def leftovers(run):
+    """What of the run is still up: its processes (named by its ports or its
+    directory on their command line) and its PostgreSQL."""
+    marks = [str(run.dir)] + [f"127.0.0.1:{p}" for p in run.ports]
+    left = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(m in cmd for m in marks):
+            left.append(f"{proc.name}: {cmd.strip()}")
+    st = subprocess.run([str(PG_PRIVATE), "status", str(run.dir / "run" / "pg")],
+                        capture_output=True, timeout=60)
+    if st.returncode == 0:
+        left.append("PostgreSQL")
+    return left
+
+
+def line_pattern(line):
+    """A regular expression for the log line as printed another time: any
+    time stamp, demo work id and number."""
+    parts = re.split(r"(\d{4}-\d\d-\d\dT\S+Z|demo-[0-9a-f]+-\d+|\d+)", line)
+    pattern = ""
+    for i, part in enumerate(parts):
+        pattern += (re.escape(part) if i % 2 == 0
+                    else r"\S+Z" if part.endswith("Z")
+                    else r"demo-[0-9a-f]+-\d+" if part.startswith("demo-") else r"\d+")
+    return "^" + pattern + "$"
 
 
 def running_jobs(log):
@@ -158,6 +202,82 @@ def test_second_ctrl_c_stops_at_once():
             except OSError:
                 pass
 
+
+def test_ctrl_c_through_a_closed_pipe_stops_everything():
+    """`make run 2>&1 | tee run.log`: the Ctrl-C ends the tee too, so every
+    later write of the cluster to the pipe fails. One Ctrl-C, or two, must
+    still stop every process and PostgreSQL."""
+    for presses in (1, 2):
+        with tempfile.TemporaryDirectory(prefix="workd-run-local-") as tmp:
+            run = RunLocal(tmp, tee=True, WORKD_DEMO_DELAY="3s", WORKD_INTERVAL="300ms")
+            try:
+                wait_until(lambda: "workd is running" in run.terminal, 60,
+                           what="run-local to start the cluster")
+                wait_until(lambda: running_jobs(run.log("worker-1")), 30,
+                           what="a worker to be running a job")
+                run.ctrl_c()
+                if presses == 2:
+                    wait_until(lambda: "run-local: stopping" in run.log("run-local"), 10,
+                               what="the graceful stop to begin (in var/log/run-local.log)")
+                    run.ctrl_c()
+                rc = run.proc.wait(90)
+                # The processes were signalled before the script ended: give
+                # the last of them a moment to be gone.
+                try:
+                    wait_until(lambda: not leftovers(run), 15, interval=0.2, what="")
+                except AssertionError:
+                    pass
+                left = leftovers(run)
+                assert not left, f"left running after {presses} Ctrl-C through a closed " \
+                    f"pipe:\n" + "\n".join(left)
+            finally:
+                run.close()
+                for left in leftovers(run):  # a failed stop leaves nothing behind here
+                    pid = left.split(":")[0]
+                    if pid.isdigit():
+                        os.kill(int(pid), signal.SIGKILL)
+            assert rc in (0, 130), f"run-local through a closed pipe ended {rc}"
+            log = run.log("run-local")
+            assert "run-local: stopped" in log or presses == 2, \
+                f"the stop's lines go to var/log/run-local.log when the terminal is gone:\n{log}"
+            for i in (1, 2):
+                if presses == 1:
+                    assert "deregistered from" in run.log(f"worker-{i}"), \
+                        f"worker-{i} did not stop gracefully:\n{run.log(f'worker-{i}')[-2000:]}"
+
+
+def test_demo_workers_leave_other_queues_alone():
+    """A job on a queue of one's own waits for a worker of one's own while the
+    demo's jobs complete around it; README's story is what the terminal shows."""
+    with tempfile.TemporaryDirectory(prefix="workd-run-local-") as tmp:
+        run = RunLocal(tmp, WORKD_DEMO_DELAY="200ms", WORKD_INTERVAL="100ms")
+        try:
+            wait_until(lambda: "workd is running" in run.terminal, 60,
+                       what="run-local to start the cluster")
+            url = run.urls[0]
+            r = http("POST", url + "/work", {"id": "mine", "queue": "py", "payload": 4})
+            assert r.status == 202, r
+            r = http("POST", url + "/work", {"id": "squared", "payload": 7})
+            assert r.status == 202, r
+            before = run.terminal.count("consumed result of demo-")
+            wait_until(lambda: run.terminal.count("consumed result of demo-") >= before + 6, 60,
+                       what="six more demo jobs to complete")
+            r = http("GET", url + "/work/squared?wait=30")
+            assert r.json()["status"] == "completed" and r.json()["result"] == "7 * 7 = 49", \
+                f"work on the default queue is the demo's: {r.json()}"
+            r = http("GET", url + "/work/mine")
+            assert r.status == 200 and r.json()["status"] == "pending" \
+                and not r.json().get("attempts"), \
+                f"a demo worker took the job on queue 'py': {r.json()}"
+            out = run.terminal
+        finally:
+            run.close()
+    readme = (REPO_ROOT / "README.md").read_text()
+    sample = re.search(r"their logs tell the story:\n\n```\n(.*?)\n```", readme, re.S)
+    assert sample, "README.md's sample of make run's story is gone"
+    for line in sample.group(1).splitlines():
+        assert re.search(line_pattern(line), out, re.M), \
+            f"README's sample line is not printed as shown: {line}\n{out[:3000]}"
 
 if __name__ == "__main__":
     run_tests(globals())

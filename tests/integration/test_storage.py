@@ -1,7 +1,9 @@
 """The database side: migrations apply once (also when run twice or by several
-processes at once), the event table refuses rewrites, and a restarted
-PostgreSQL loses no accepted work."""
+processes at once), the event table refuses rewrites, a restarted PostgreSQL
+loses no accepted work, and what PostgreSQL says beside an answer (NOTICE)
+goes through workd's log, so `--log-format json` stays one object per line."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -187,6 +189,31 @@ def test_retention_drops_whole_parts(cluster):
     for name in ("workd_storage_bytes", "workd_parts ", "workd_retention_last_run_timestamp_seconds",
                  "workd_parts_dropped_total"):
         assert name in metrics, f"/metrics lacks {name}"
+
+
+def test_notices_go_through_the_log(cluster):
+    """Migrations and parts made ahead of the clock run DDL that PostgreSQL
+    answers with NOTICEs ("trigger ... does not exist, skipping"): each one is
+    a line of workd's log (debug), never libpq's raw line on stderr."""
+    s = cluster.start_server("s1", extra_args=["--retain", "3s", "--log-format", "json",
+                                               "--log-level", "debug"])
+    wait_leader(s.url)
+    first = int(cluster.psql("SELECT max(part) FROM workd_parts"))
+    wait_until(lambda: int(cluster.psql("SELECT max(part) FROM workd_parts")) >= first + 2, 30,
+               what="two parts made ahead of the clock")
+
+    def notices():
+        lines = [ln for ln in s.log_path.read_text().splitlines()
+                 if ln and not ln.startswith("==== harness")]
+        for ln in lines:
+            try:
+                json.loads(ln)
+            except ValueError:
+                raise AssertionError(f"--log-format json printed a line that is not JSON: {ln}")
+        return [json.loads(ln) for ln in lines if "does not exist, skipping" in ln]
+    found = wait_until(notices, 10, what="PostgreSQL's notices in the log")
+    assert all(n["level"] == "debug" and n["msg"].startswith("PostgreSQL NOTICE (")
+               for n in found), f"a notice is a debug line of the log: {found}"
 
 
 def _together(*calls):

@@ -1044,6 +1044,13 @@ void ws_batch_restore(WorkState *ws, const char *id, const WorkTemplate *callbac
     hmap_put(&ws->batches, b->id, b);
 }
 
+void ws_handed(WorkState *ws, const char *work_id, int attempt, int64_t now)
+{
+    WorkItem *it = hmap_get(&ws->items, work_id);
+    if (it && it->status == WORK_RUNNING && it->attempt == attempt && !it->handed_at)
+        it->handed_at = now;
+}
+
 void ws_restore_links(WorkState *ws)
 {
     const char *k;
@@ -1226,6 +1233,7 @@ void ws_apply(WorkState *ws, const Event *e)
         it->worker_id = xstrdup(e->worker_id);
         it->deadline = e->deadline;
         it->started_at = e->at;
+        it->handed_at = 0; /* until this attempt's start is committed (ws_handed) */
         it->run_at = 0;
         run_place(ws, it);
         if (after)
@@ -1404,6 +1412,7 @@ RunningList *ws_running_copy(const RunningList *l, size_t max)
     if (!l)
         return NULL;
     RunningList *c = xcalloc(1, sizeof *c);
+    c->as_of = l->as_of;
     c->n = l->n < max ? l->n : max;
     c->items = xcalloc(c->n + 1, sizeof *c->items);
     for (size_t i = 0; i < c->n; i++) {
@@ -1446,9 +1455,13 @@ static int64_t unclaimed_grace(const WorkState *ws)
 static void fail_unclaimed(const WorkState *ws, const char *worker_id, const RunningList *running,
                            int64_t now, EventList *out)
 {
+    /* The list says what the worker ran when it sent it, which may be well
+     * before this round (behind slow commits): the grace counts to then. */
+    int64_t as_of = running->as_of && running->as_of < now ? running->as_of : now;
     for (size_t i = 0; i < ws->running.len; i++) {
         const WorkItem *it = ws->running.items[i];
-        if (strcmp(it->worker_id, worker_id) != 0 || now - it->started_at < unclaimed_grace(ws) ||
+        if (strcmp(it->worker_id, worker_id) != 0 || !it->handed_at ||
+            as_of - it->handed_at < unclaimed_grace(ws) ||
             lists_attempt(running, it->id, it->attempt))
             continue;
         char why[256];
@@ -1539,7 +1552,8 @@ const WsWorker *ws_worker_next(const WorkState *ws, size_t *pos)
 void ws_adopt_running_workers(WorkState *ws, int64_t now)
 {
     for (size_t i = 0; i < ws->running.len; i++) {
-        const WorkItem *it = ws->running.items[i];
+        WorkItem *it = ws->running.items[i];
+        it->handed_at = now; /* its answer, if any, left before the last leader went */
         if (!hmap_get(&ws->workers, it->worker_id)) {
             WsWorker *w = xcalloc(1, sizeof *w);
             w->id = xstrdup(it->worker_id);

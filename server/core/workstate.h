@@ -59,6 +59,8 @@ typedef struct WorkItem {
     char *worker_id;  /* running: who holds the attempt */
     int64_t deadline; /* running: when the attempt times out */
     int64_t started_at;
+    int64_t handed_at; /* running: when its start was committed (its pull's answer could
+                          leave); 0: not yet */
     char *last_error;
     char **after;    /* parents named at submission (NULL-terminated); NULL: none */
     bool run_anyway; /* runs when a parent ends dead or cancelled (else cancelled too) */
@@ -81,6 +83,7 @@ typedef struct RunningAttempt {
 typedef struct RunningList {
     RunningAttempt *items;
     size_t n;
+    int64_t as_of; /* when the list was received (wall ms; 0: when it is decided) */
 } RunningList;
 
 typedef struct WsWorker {
@@ -332,7 +335,8 @@ size_t ws_worker_count(const WorkState *ws);
 /* Iteration over workers: for (size_t i = 0; (w = ws_worker_next(ws, &i));) */
 const WsWorker *ws_worker_next(const WorkState *ws, size_t *pos);
 /* After recovery: every worker named by a running attempt gets a placeholder
- * that must heartbeat within the worker timeout from now. */
+ * that must heartbeat within the worker timeout from now, and the attempt's
+ * unclaimed grace (ws_handed) counts from now. */
 void ws_adopt_running_workers(WorkState *ws, int64_t now);
 
 /* ---- reading ---- */
@@ -366,6 +370,11 @@ void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, 
 
 /* Inserts an open item as the projection holds it (recovery). Takes copies. */
 void ws_restore(WorkState *ws, const WorkItem *item);
+/* The start of attempt `attempt` of work_id is committed at time now: its
+ * answer may be on its way to the worker from now on (fail_unclaimed counts
+ * the grace from here, not from the decision: a slow commit is not a lost
+ * answer). Recovered running attempts count from their recovery. */
+void ws_handed(WorkState *ws, const char *work_id, int attempt, int64_t now);
 
 /* Deterministic retry delay for the given attempt: exponential, capped, with
  * jitter in [50%, 100%] derived from the id. */

@@ -1091,7 +1091,7 @@ static void results_stream(Req *r, const char *per_work)
     }
     if (per_work && !check_id(r, per_work, "work id"))
         return;
-    if (work_id && !id_valid(work_id)) {
+    if (work_id && !work_id_valid(work_id)) {
         problem(r, 400, "invalid-parameter", "'work_id' is not a valid work id");
         return;
     }

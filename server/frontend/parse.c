@@ -656,6 +656,7 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
     }
     if (running) {
         out->running = xcalloc(1, sizeof *out->running);
+        out->running->as_of = wall_ms(); /* received now: it says what ran until now */
         out->running->n = json_array_size(running);
         out->running->items = xcalloc(out->running->n + 1, sizeof *out->running->items);
         json_array_foreach(running, i, r)

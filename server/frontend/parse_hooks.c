@@ -102,7 +102,7 @@ int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, siz
         }
         if (parse_check_fields(o, known_update, where, err) != 0)
             break;
-        if (!json_is_string(id) || !id_valid(json_string_value(id))) {
+        if (!json_is_string(id) || !work_id_valid(json_string_value(id))) {
             err_set(err, 400, "invalid-field", "%s: 'id' must be a work id", where);
             break;
         }

@@ -74,12 +74,13 @@ struct Manager {
     HMap finished; /* work id -> KnownWork: work this round finished (owned copies), so that
                       the round decides from its own decisions, not only from the database */
     ProgressBook *progress; /* budgets of the attempts that sent progress */
-    /* Work ids whose accepted event was in an append the database refused
-     * (not a lost session: the statement itself), -> how often (a counter in
-     * the pointer). Kept across step-downs, so that one bad item cannot make
-     * this node step down over and over: on its second failure it is refused
-     * (a submission) or skipped (a tick) instead of written. */
-    HMap poison;
+    /* What was in an append the database refused for what it held (it
+     * would refuse it again): commands by fingerprint ("c:..."), and work ids
+     * workd made ("w:<id>", a tick's) -> Suspect. Kept across step-downs, so
+     * that one bad command cannot make this node step down over and over: a
+     * suspect is decided alone in its round (its append is then its own) and
+     * one refused twice is refused (409 append-refused) or, a tick, skipped. */
+    HMap suspects;
 };
 
 /* ---- commands ---- */
@@ -323,52 +324,190 @@ static const KnownWork *known_get(const Manager *m, const KnownSet *known, const
     return NULL;
 }
 
-#define POISON_MAX 10000 /* ids remembered; past it the memory starts again */
-#define POISON_ISOLATE 2 /* refused appends after which an item is no longer tried */
+#define SUSPECTS_MAX 10000 /* remembered; past it the memory starts again */
+#define SUSPECT_ISOLATE 2  /* refused appends after which a command is not tried again */
 
-/* A work id in m->poison (the key is its id). */
-typedef struct Poison {
-    unsigned refused; /* appends the database refused that would have accepted it */
-    char id[];
-} Poison;
+typedef struct Suspect {
+    unsigned refused; /* appends the database refused that held it */
+    char key[];
+} Suspect;
 
-static void poison_clear(Manager *m)
+static void suspects_clear(Manager *m)
 {
     const char *k;
     void *v;
-    for (size_t i = 0; hmap_next(&m->poison, &i, &k, &v);)
+    for (size_t i = 0; hmap_next(&m->suspects, &i, &k, &v);)
         free(v);
-    hmap_free(&m->poison);
-    hmap_init(&m->poison);
+    hmap_free(&m->suspects);
+    hmap_init(&m->suspects);
 }
 
-/* Remembers the work that a refused append would have accepted. */
-static void poison_note(Manager *m, const EventList *batch, const char *why)
+static uint64_t fp_str(uint64_t h, const char *s)
 {
-    for (size_t i = 0; i < batch->len; i++) {
-        const Event *e = &batch->items[i];
-        if (e->type != EV_ACCEPTED)
-            continue;
-        Poison *p = hmap_get(&m->poison, e->work_id);
-        if (!p) {
-            if (m->poison.len >= POISON_MAX)
-                poison_clear(m);
-            size_t len = strlen(e->work_id) + 1;
-            p = xcalloc(1, sizeof *p + len);
-            memcpy(p->id, e->work_id, len);
-            hmap_put(&m->poison, p->id, p);
-        }
-        if (++p->refused == POISON_ISOLATE)
-            log_error("work %s: the database refused twice the append that accepts it (%s): "
-                      "it is not tried again",
-                      e->work_id, why);
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL; /* FNV-1a */
+    return (h ^ 0xff) * 1099511628211ULL;               /* an end, so "ab"+"c" != "a"+"bc" */
+}
+
+static uint64_t fp_int(uint64_t h, long long v)
+{
+    char b[24];
+    snprintf(b, sizeof b, "%lld", v);
+    return fp_str(h, b);
+}
+
+/* A command's fingerprint: its type and what it names, so that the same
+ * request sent again (a client retrying after a 503) has the same one. */
+static void cmd_key(const MgrCmd *c, char out[24])
+{
+    uint64_t h = fp_int(14695981039346656037ULL, c->type);
+    for (size_t i = 0; i < c->n_items; i++)
+        h = fp_str(h, c->items[i].id);
+    for (size_t i = 0; i < c->n_reports; i++)
+        h = fp_int(fp_str(h, c->reports[i].work_id), c->reports[i].attempt);
+    for (size_t i = 0; i < c->n_updates; i++)
+        h = fp_int(fp_str(h, c->updates[i].work_id), c->updates[i].attempt);
+    h = fp_str(fp_str(fp_str(h, c->work_id), c->worker_id), c->queue);
+    h = fp_str(fp_str(h, c->name), c->batch_id);
+    snprintf(out, 24, "c:%016llx", (unsigned long long)h);
+}
+
+/* Whether c may have put events into its round's append. */
+static bool cmd_may_write(const MgrCmd *c)
+{
+    if (c->status >= 400)
+        return false;
+    switch (c->type) {
+    case MC_CLUSTER:
+    case MC_SUBSCRIPTION_GET:
+    case MC_QUEUE_FLOW:
+        return false;
+    case MC_PULL:
+        return c->n_jobs > 0;
+    default:
+        return true;
     }
 }
 
-static bool poisoned(const Manager *m, const char *id)
+static unsigned suspicion(const Manager *m, const char *key)
 {
-    const Poison *p = hmap_get(&m->poison, id);
-    return p && p->refused >= POISON_ISOLATE;
+    const Suspect *x = hmap_get(&m->suspects, key);
+    return x ? x->refused : 0;
+}
+
+static unsigned cmd_suspicion(const Manager *m, const MgrCmd *c)
+{
+    if (!m->suspects.len)
+        return 0;
+    char key[24];
+    cmd_key(c, key);
+    return suspicion(m, key);
+}
+
+static void suspect(Manager *m, const char *key, const char *what, const char *why)
+{
+    Suspect *x = hmap_get(&m->suspects, key);
+    if (!x) {
+        if (m->suspects.len >= SUSPECTS_MAX)
+            suspects_clear(m);
+        size_t len = strlen(key) + 1;
+        x = xcalloc(1, sizeof *x + len);
+        memcpy(x->key, key, len);
+        hmap_put(&m->suspects, x->key, x);
+    }
+    if (++x->refused == SUSPECT_ISOLATE)
+        log_error("%s: the database refused twice the append that held it (%s): it is not tried "
+                  "again",
+                  what, why);
+}
+
+static void unsuspect(Manager *m, const char *key)
+{
+    free(hmap_del(&m->suspects, key));
+}
+
+/* The database refused f for what it held: every command that may have
+ * written to it becomes suspect (the one at fault among them is found by
+ * deciding each alone next time); the work ids workd made (ticks) only when
+ * no command was in it. */
+static void suspects_note(Manager *m, const Flight *f, const char *why)
+{
+    size_t n = 0;
+    char key[ID_MAX + 8];
+    for (const MgrCmd *c = f->done_head; c; c = c->next)
+        if (cmd_may_write(c)) {
+            cmd_key(c, key);
+            suspect(m, key, "a command", why);
+            n++;
+        }
+    for (size_t i = 0; !n && i < f->batch.len; i++) {
+        const Event *e = &f->batch.items[i];
+        if (e->type == EV_ACCEPTED && strchr(e->work_id, SYSTEM_ID_MARK)) {
+            snprintf(key, sizeof key, "w:%s", e->work_id);
+            suspect(m, key, e->work_id, why);
+        }
+    }
+}
+
+/* f committed: nothing it held is suspect. */
+static void suspects_cleared(Manager *m, const Flight *f)
+{
+    if (!m->suspects.len)
+        return;
+    char key[ID_MAX + 8];
+    for (const MgrCmd *c = f->done_head; c; c = c->next) {
+        cmd_key(c, key);
+        unsuspect(m, key);
+    }
+    for (size_t i = 0; i < f->batch.len; i++)
+        if (f->batch.items[i].type == EV_ACCEPTED) {
+            snprintf(key, sizeof key, "w:%s", f->batch.items[i].work_id);
+            unsuspect(m, key);
+        }
+}
+
+static bool tick_isolated(const Manager *m, const char *work_id)
+{
+    char key[ID_MAX + 8];
+    snprintf(key, sizeof key, "w:%s", work_id);
+    return suspicion(m, key) >= SUSPECT_ISOLATE;
+}
+
+/* Puts list back at the head of the mailbox, in order, for the next round. */
+static void requeue(Manager *m, MgrCmd *list)
+{
+    if (!list)
+        return;
+    MgrCmd *tail = list;
+    while (tail->next)
+        tail = tail->next;
+    pthread_mutex_lock(&m->lock);
+    tail->next = m->head;
+    m->head = list;
+    if (!m->tail)
+        m->tail = tail;
+    pthread_mutex_unlock(&m->lock);
+    wake_poke(m->efd);
+}
+
+/* When *mail holds a suspect that is not isolated yet, leaves it alone in
+ * *mail (the rest goes back to the mailbox) and returns true. */
+static bool take_suspect(Manager *m, MgrCmd **mail)
+{
+    if (!m->suspects.len)
+        return false;
+    for (MgrCmd **p = mail; *p; p = &(*p)->next) {
+        unsigned n = cmd_suspicion(m, *p);
+        if (n == 0 || n >= SUSPECT_ISOLATE)
+            continue;
+        MgrCmd *c = *p;
+        *p = c->next;
+        c->next = NULL;
+        requeue(m, *mail);
+        *mail = c;
+        return true;
+    }
+    return false;
 }
 
 /* Whether id names work already: open, finished this round, or (known, may be
@@ -593,7 +732,7 @@ WARN_UNUSED static int land_flight(Manager *m)
     Err err = {0};
     if (journal_append_recv(m->conn, f->batch.len, &err) != 0) {
         if (!strcmp(err.type, "database-refused")) /* it would fail again */
-            poison_note(m, &f->batch, err.msg);
+            suspects_note(m, f, err.msg);
         step_down(m, err.msg);
         return -1;
     }
@@ -603,6 +742,11 @@ WARN_UNUSED static int land_flight(Manager *m)
     if (m->cfg.on_commit)
         m->cfg.on_commit(COMMIT_DONE, &f->batch, m->cfg.on_commit_ud);
     webhooks_committed(m->webhooks, &f->batch);
+    suspects_cleared(m, f);
+    int64_t now = wall_ms();
+    for (size_t i = 0; i < f->batch.len; i++)
+        if (f->batch.items[i].type == EV_STARTED)
+            ws_handed(m->ws, f->batch.items[i].work_id, f->batch.items[i].attempt, now);
     histogram_observe(&m->stats.commit_us, us);
     histogram_observe(&m->stats.commit_events, (int64_t)f->batch.len);
     for (size_t i = 0; i < f->batch.len; i++) {
@@ -819,18 +963,12 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     return (int)c->n_jobs;
 }
 
-/* What refuses a submission before its items are decided: an item whose
- * append the database refused twice, or a batch opened again under an id
- * whose earlier callback is still known (its callback's id is taken). */
+/* What refuses a submission before its items are decided: a batch opened
+ * again under an id whose earlier callback is still known (its callback's id
+ * is taken). */
 WARN_UNUSED static int submit_refused(const Manager *m, const MgrCmd *c, const KnownSet *known,
                                       Err *err)
 {
-    for (size_t i = 0; i < c->n_items; i++)
-        if (poisoned(m, c->items[i].id))
-            return err_set(err, 409, "append-refused",
-                           "work '%s' was refused twice by the database when it was written to "
-                           "the log; it is not tried again (see the leader's log)",
-                           c->items[i].id);
     if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
         char cb[ID_MAX + 1];
         ws_callback_id(c->batch_id, cb, sizeof cb);
@@ -1389,7 +1527,9 @@ WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
  * under its id). A full queue leaves it in the inbox for a later round. */
 static void inbox_decided(Manager *m, const MgrCmd *c)
 {
-    if (c->status == 429 || c->status >= 500)
+    /* Left in the inbox: a full queue, a failure, and an entry the database
+     * refuses to log (committed by its application: never dropped). */
+    if (c->status == 429 || c->status >= 500 || !strcmp(c->err.type, "append-refused"))
         return;
     if (c->status >= 400) {
         log_warn("work %s submitted in SQL is refused: %s", c->items[0].id, c->err.msg);
@@ -1403,11 +1543,33 @@ static void inbox_decided(Manager *m, const MgrCmd *c)
     atomic_fetch_add(&m->stats.inbox_taken, 1);
 }
 
+/* Whether c is isolated: the database refused twice an append that held it
+ * (alone the second time). A submission whose items all exist already is
+ * answered as ever (idempotent), wherever they were written. */
+static bool isolated(const Manager *m, const MgrCmd *c, const KnownSet *known)
+{
+    if (cmd_suspicion(m, c) < SUSPECT_ISOLATE)
+        return false;
+    for (size_t i = 0; i < c->n_items; i++)
+        if (!id_taken(m, known, c->items[i].id))
+            return true;
+    return c->type != MC_SUBMIT;
+}
+
 static void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
+    if (isolated(m, c, known)) {
+        cmd_fail(c, 409, "append-refused",
+                 "the database refused twice the change this request makes when it was written "
+                 "to the log; it is not tried again (the leader's log says why)");
+        if (c->inbox_n)
+            inbox_decided(m, c);
+        queue_done(m, c);
+        return;
+    }
     switch (c->type) {
     case MC_SUBMIT:
         handle_submit(m, c, known, now);
@@ -1588,7 +1750,7 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
         const char *why = NULL;
         if (e->type == EV_ACCEPTED)
             why = id_taken(m, &known, e->work_id) ? "duplicate-id"
-                  : poisoned(m, e->work_id)       ? "append-refused"
+                  : tick_isolated(m, e->work_id)  ? "append-refused"
                                                   : NULL;
         if (!why) {
             tmp->items[kept++] = *e;
@@ -1698,8 +1860,36 @@ static int64_t earliest_waiter(const Manager *m)
     return t;
 }
 
-/* One round as leader: wait for mail, a deadline or the database; then decide,
- * commit once, reply. */
+/* What the clock brings about: attempts past their deadline or of silent
+ * workers, due ticks (screened), waiting pulls served. -1: stepped down. */
+WARN_UNUSED static int decide_timers(Manager *m, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_decide_timers(m->ws, now, &tmp);
+    for (size_t i = 0; i < tmp.len; i++) {
+        const Event *e = &tmp.items[i];
+        if (e->type == EV_FAILED) /* from the timers: its worker went silent */
+            atomic_fetch_add(&m->stats.workers_lost, 1);
+        if (e->type == EV_DEAD)
+            log_info("work %s is dead: %s", e->work_id, e->error ? e->error : "");
+        else
+            log_info("work %s attempt %d %s: %s", e->work_id, e->attempt, event_type_name(e->type),
+                     e->error ? e->error : "");
+    }
+    emit(m, &tmp, now);
+    ws_decide_ticks(m->ws, now, &tmp);
+    if (tmp.len && screen_ticks(m, &tmp) != 0) {
+        eventlist_free(&tmp);
+        return -1;
+    }
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    ws_advance(m->ws, now);
+    serve_waiters(m, now);
+    return 0;
+}
+
 /* Lands the appends whose answers libpq already holds (read with an earlier
  * answer, say): the socket will not wake the poll for them. -1: stepped down. */
 WARN_UNUSED static int land_answered(Manager *m)
@@ -1710,6 +1900,8 @@ WARN_UNUSED static int land_answered(Manager *m)
     return 0;
 }
 
+/* One round as leader: wait for mail, a deadline or the database; then decide,
+ * commit once, reply. */
 static void lead_round(Manager *m)
 {
     if (land_answered(m) != 0)
@@ -1750,6 +1942,10 @@ static void lead_round(Manager *m)
     MgrCmd *mail = take_mailbox(m);
     if (take_inbox(m, &mail) != 0)
         return;
+    char alone_key[24];
+    bool alone = take_suspect(m, &mail);
+    if (alone)
+        cmd_key(mail, alone_key);
     if (!mail && mono_ms() - m->last_db_ok >= HEALTH_CHECK_MS) {
         Err err = {0};
         if (settle(m) != 0)
@@ -1777,29 +1973,12 @@ static void lead_round(Manager *m)
         mail = following;
     }
     journal_known_free(&known);
-    EventList tmp;
-    eventlist_init(&tmp);
-    ws_decide_timers(m->ws, now, &tmp);
-    for (size_t i = 0; i < tmp.len; i++) {
-        const Event *e = &tmp.items[i];
-        if (e->type == EV_FAILED) /* from the timers: its worker went silent */
-            atomic_fetch_add(&m->stats.workers_lost, 1);
-        if (e->type == EV_DEAD)
-            log_info("work %s is dead: %s", e->work_id, e->error ? e->error : "");
-        else
-            log_info("work %s attempt %d %s: %s", e->work_id, e->attempt, event_type_name(e->type),
-                     e->error ? e->error : "");
-    }
-    emit(m, &tmp, now);
-    ws_decide_ticks(m->ws, now, &tmp);
-    if (tmp.len && screen_ticks(m, &tmp) != 0) {
-        eventlist_free(&tmp);
+    /* A suspect's round holds it alone: if the database refuses this append
+     * too, it is the suspect's own. */
+    if (!alone && decide_timers(m, now) != 0)
         return;
-    }
-    emit(m, &tmp, now);
-    eventlist_free(&tmp);
-    ws_advance(m->ws, now);
-    serve_waiters(m, now);
+    if (alone && !m->batch.len)
+        unsuspect(m, alone_key); /* it wrote nothing: nothing of it can be refused */
     if (commit_batch(m) != 0)
         return;
     flush_done(m); /* what waits for no append out */
@@ -1897,7 +2076,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     if (!(m->retention = retention_start(&rc, err)))
         goto cleanup;
     m->progress = progress_new(&cfg->progress);
-    hmap_init(&m->poison);
+    hmap_init(&m->suspects);
     WebhooksConfig wc = {.database_url = cfg->database_url,
                          .pause_after_ms = cfg->webhook_pause_after_ms,
                          .timeout_ms = cfg->webhook_timeout_ms,
@@ -1953,8 +2132,8 @@ void manager_free(Manager *m)
     free(m->parts);
     free(m->inbox_ack);
     progress_free(m->progress);
-    poison_clear(m);
-    hmap_free(&m->poison);
+    suspects_clear(m);
+    hmap_free(&m->suspects);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

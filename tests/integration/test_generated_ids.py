@@ -6,15 +6,18 @@ hostile and unlucky ids, at three depths:
    the schedule's and stops no leader;
 2. the screen: a tick whose id is taken anyway (a row restored by hand) is
    recorded as skipped (`duplicate-id`), never written a second time;
-3. isolation: an item whose append the database refuses (here a constraint
-   the leader does not know of) stops the leader at most twice, then is
-   refused (`409 append-refused`) while everything else goes on.
+3. isolation: a request whose append the database refuses (here a rule the
+   leader does not know of) stops the leader at most twice, then is refused
+   (`409 append-refused`) while everything else goes on, including requests
+   that were in the refused appends with it and SQL submissions.
 """
 
-import json
+import http.client as hc
 import sys
+import threading
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import http, run_tests, wait_leader, wait_until  # noqa: E402
@@ -115,18 +118,21 @@ def test_a_batch_reopened_with_a_callback_needs_its_callback_id_free(cluster):
     expect(http("POST", s.url + "/work", body, JSON), 202, "reopen without a callback")
 
 
+# A rule the leader does not know of: the database refuses this one id.
+REFUSE_POISON = """
+    CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.id = 'poison' THEN RAISE EXCEPTION 'no poison here'; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER refuse_poison BEFORE INSERT ON workd_open
+      FOR EACH ROW EXECUTE FUNCTION refuse_poison();"""
+
+
 def test_an_item_the_database_refuses_stops_the_leader_at_most_twice(cluster):
     s = cluster.start_server("s1", extra_args=FAST)
     wait_leader(s.url)
-    # A rule the leader does not know of: the database refuses this one id.
-    cluster.psql("""
-        CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-          IF NEW.id = 'poison' THEN RAISE EXCEPTION 'no poison here'; END IF;
-          RETURN NEW;
-        END $$;
-        CREATE TRIGGER refuse_poison BEFORE INSERT ON workd_open
-          FOR EACH ROW EXECUTE FUNCTION refuse_poison();""")
+    cluster.psql(REFUSE_POISON)
     before = step_downs(s.url)
     answers = []
     deadline = time.monotonic() + 30
@@ -148,6 +154,85 @@ def test_an_item_the_database_refuses_stops_the_leader_at_most_twice(cluster):
     assert "refused twice" in s.log_text(), s.log_tail(20)
     assert not [e for e in events_of(cluster, ["accepted"]) if e["work_id"] == "poison"]
 
+
+
+def test_requests_refused_with_the_culprit_are_not_isolated(cluster):
+    """Two requests in one round, one of them the culprit: each is decided
+    alone the next time it comes, and only the culprit is isolated. A request
+    holding the culprit and another item is refused as a whole, the other
+    item alone is not."""
+    s = cluster.start_server("s1", extra_args=FAST)
+    wait_leader(s.url)
+    cluster.psql(REFUSE_POISON)
+    final = {}
+
+    def send(wid):
+        while True:
+            r = http("POST", s.url + "/work", {"id": wid, "payload": 1}, JSON, timeout=30)
+            if r.status != 503:
+                final[wid] = (r.status, r.text)
+                return
+            wait_leader(s.url)
+    threads = [threading.Thread(target=send, args=(w,)) for w in ("poison", "innocent")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert final["innocent"][0] == 202, final
+    assert final["poison"][0] == 409 and "append-refused" in final["poison"][1], final
+    for _ in range(2):
+        r = http("POST", s.url + "/work", [{"id": "mate", "payload": 1},
+                                           {"id": "poison", "payload": 1}], JSON, timeout=30)
+        assert r.status in (503, 409), r.text
+        wait_leader(s.url)
+    r = http("POST", s.url + "/work", {"id": "mate", "payload": 1}, JSON)
+    assert r.status == 202, r.text
+    assert get_status(s.url, "innocent") == 200 and get_status(s.url, "mate") == 200
+
+
+def test_a_sql_submission_refused_by_the_database_stays_in_the_inbox(cluster):
+    """An application committed it: it is never dropped, and the other
+    entries read with it are taken."""
+    s = cluster.start_server("s1", extra_args=FAST)
+    wait_leader(s.url)
+    cluster.psql(REFUSE_POISON)
+    cluster.psql("SELECT workd.submit('1'::jsonb, 'poison'); "
+                 "SELECT workd.submit('2'::jsonb, 'innocent-sql');")
+    wait_until(lambda: get_status(s.url, "innocent-sql") == 200, 30,
+               what="the innocent SQL submission", ignore=(OSError,))
+    wait_until(lambda: "refused twice" in s.log_text(), 30, what="the culprit isolated")
+    assert cluster.psql("SELECT id FROM workd_inbox") == "poison"
+    before = step_downs(s.url)
+    submit(s.url, {"id": "after", "payload": 1})
+    assert step_downs(s.url) == before
+
+
+def test_jobs_with_ids_workd_made_take_progress_and_filters(cluster):
+    s = cluster.start_server("s1", extra_args=FAST)
+    wait_leader(s.url)
+    every_second(s.url, "t")
+    submit(s.url, {"id": "plain", "payload": 1, "queue": "ticks"})
+    jobs = []
+
+    def got():
+        r = http("POST", s.url + "/workers/w1/pull",
+                 {"max": 5, "wait": 1, "queues": ["ticks"], "instance": "i1"}, JSON)
+        jobs.extend(r.json()["jobs"])
+        return any("~" in j["id"] for j in jobs) and any(j["id"] == "plain" for j in jobs)
+    wait_until(got, 15, what="a tick's job and a plain one")
+    r = http("POST", s.url + "/workers/w1/progress", {"instance": "i1", "progress": [
+        {"id": j["id"], "attempt": j["attempt"], "fraction": 0.5} for j in jobs]}, JSON)
+    assert r.status == 200 and all(x["accepted"] for x in r.json()["results"]), r.text
+    tick = next(j["id"] for j in jobs if "~" in j["id"])
+    u = urlparse(s.url)
+    c = hc.HTTPConnection(u.hostname, u.port, timeout=5)
+    c.request("GET", f"/results?work_id={tick}")
+    assert c.getresponse().status == 200
+    c.close()
+
+
+def get_status(url, wid):
+    return http("GET", f"{url}/work/{wid}").status
 
 if __name__ == "__main__":
     run_tests(globals())

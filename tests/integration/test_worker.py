@@ -629,8 +629,29 @@ def test_a_pull_answer_that_never_arrived_is_retried_within_a_heartbeat(cluster)
     assert any("never reached" in (e["data"].get("error") or "") for e in failed), failed
     assert took < 15, f"retried after {took:.1f}s: that is the worker timeout's bound, not " \
                       "the heartbeat interval's"
-    jobs = pull(s.url, "lossy")
+    jobs = pull(s.url, "lossy", wait=5)  # after its backoff
     assert [(j["id"], j["attempt"]) for j in jobs] == [(wid, 2)], jobs
+
+
+def test_a_slow_commit_is_not_a_lost_answer(cluster):
+    """Each append takes longer than a heartbeat interval: a pull's answer
+    leaves only after its start commits, so the grace for an unreceived job
+    counts from the commit, and no job that reached its worker is failed as
+    'never reached'."""
+    s = cluster.start_server("s1")  # heartbeat interval 2 s
+    wait_leader(s.url)
+    cluster.psql("""
+        CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN PERFORM pg_sleep(2.5); RETURN NULL; END $$;
+        CREATE TRIGGER zz_slow_commit AFTER INSERT ON workd_events
+          FOR EACH STATEMENT EXECUTE FUNCTION slow_commit();""")
+    cluster.start_worker("w1", s.url, ["--noop", "--concurrency", "4"])
+    ids = [submit(s.url, {"payload": i, "max_attempts": 3})["id"] for i in range(3)]
+    wait_until(lambda: all(i in completions_by_id(cluster) for i in ids), 90,
+               what="the jobs to complete through slow commits")
+    lost = [e for e in events_of(cluster, ["failed"])
+            if "never reached" in (e["data"].get("error") or "")]
+    assert not lost, lost
 
 
 def test_idle_worker_is_quiet(cluster):

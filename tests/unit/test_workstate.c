@@ -1509,6 +1509,7 @@ typedef struct Prop {
                       a retry of dead work takes it out again */
     HMap accepted; /* id -> id, from the events */
     PropWorker workers[N_WORKERS];
+    int64_t failover_at; /* the last failover: a recovered attempt's grace starts there */
 } Prop;
 
 static void prop_fail(const Prop *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -2000,7 +2001,8 @@ static const char *why_heartbeat(const Prop *p, json_t *item, const void *arg)
     if (lists_attempt(b->running, jstr(item, "id"), jint(item, "attempt")))
         return NULL;
     const WorkItem *it = ws_get(p->s.ws, jstr(item, "id"));
-    return p->s.now - it->started_at >= p->s.cfg.worker_timeout_ms ? "never reached" : NULL;
+    int64_t handed = it->started_at > p->failover_at ? it->started_at : p->failover_at;
+    return p->s.now - handed >= p->s.cfg.worker_timeout_ms ? "never reached" : NULL;
 }
 
 static void cmd_heartbeat(Prop *p)
@@ -2158,6 +2160,7 @@ static void cmd_failover(Prop *p)
     char *d = state_diff("the state recovered from the projection", s, ws);
     PCHECK(p, !d, "%s", d);
     ws_adopt_running_workers(ws, s->now);
+    p->failover_at = s->now;
     ws_free(s->ws);
     s->ws = ws;
     s->term++;

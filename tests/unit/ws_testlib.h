@@ -518,6 +518,8 @@ static inline void sim_emit_one(Sim *s, Event *e)
     e->at = s->now;
     ws_decide_followups(s->ws, e, s->now, &more);
     ws_apply(s->ws, e);
+    if (e->type == EV_STARTED) /* the sim's commit is at once, as its answer's hand-out */
+        ws_handed(s->ws, e->work_id, e->attempt, s->now);
     proj_apply(&s->proj, e);
     Event *dst = eventlist_push(&s->log);
     *dst = *e;

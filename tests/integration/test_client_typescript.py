@@ -40,7 +40,9 @@ def install_and_build():
 
 
 class Control(ThreadingHTTPServer):
-    """POST /kill/NAME, /start/NAME: what the node tests do to the cluster's nodes."""
+    """POST /kill/NAME (SIGKILL), /start/NAME (again, until ready), /stop/NAME
+    (SIGSTOP: a node that hangs), /cont/NAME: what the node tests do to the
+    cluster's nodes."""
 
     daemon_threads = True
 
@@ -57,11 +59,15 @@ class ControlHandler(BaseHTTPRequestHandler):
         _, action, name = (self.path.split("/") + ["", ""])[:3]
         node = self.server.nodes.get(name)
         try:
-            if node is None or action not in ("kill", "start"):
+            if node is None or action not in ("kill", "start", "stop", "cont"):
                 raise ValueError(f"no such action: {self.path}")
             with self.server.lock:
                 if action == "kill":
                     node.kill()
+                elif action == "stop":
+                    node.suspend()
+                elif action == "cont":
+                    node.resume()
                 else:
                     self.server.cluster.restart_server(node)
                     wait_leader(node.url)

@@ -100,7 +100,8 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
     this.opts = opts;
     this.untilFinished = untilFinished;
     if (opts.after !== undefined) this.lastEventId = String(opts.after);
-    opts.signal?.addEventListener("abort", () => this.stopper.abort(opts.signal!.reason), { once: true });
+    if (opts.signal?.aborted) this.stopper.abort(opts.signal.reason);
+    else opts.signal?.addEventListener("abort", () => this.stopper.abort(opts.signal!.reason), { once: true });
   }
 
   /** Ends the stream: a pending or later `next()` finishes the iteration. */
@@ -118,20 +119,30 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
       stop.addEventListener("abort", onStop, { once: true });
       const idleMs = this.opts.idleTimeout ?? 45_000;
       let idle: ReturnType<typeof setTimeout> | undefined;
+      let release: (() => void) | undefined;
+      let server: string | undefined;
       const touch = () => {
         clearTimeout(idle);
-        idle = setTimeout(() => conn.abort(new DOMException("stream idle", "TimeoutError")), idleMs);
+        idle = setTimeout(() => {
+          // A node that sends nothing, not even keep-alives, is passed over.
+          if (server !== undefined) this.transport.passOver(server);
+          conn.abort(new DOMException("stream idle", "TimeoutError"));
+        }, idleMs);
       };
       try {
         const headers: Record<string, string> = { Accept: "text/event-stream" };
         if (this.lastEventId !== undefined) headers["Last-Event-ID"] = this.lastEventId;
-        touch();
-        const { response } = await this.transport.open(this.path, {
+        // The wait for an answer's head is bounded by the same time, per server.
+        const opened = await this.transport.open(this.path, {
           headers,
           signal: conn.signal,
           timeout: idleMs,
           retryFor: Infinity,
         });
+        release = opened.release;
+        server = opened.server;
+        touch();
+        const response = opened.response;
         if (!response.body) throw new WorkdError(`GET ${this.path}: the answer has no body`);
         failures = 0;
         const messages = parseEventStream(response.body, { onChunk: touch, onRetry: (ms) => (retryMs = ms) });
@@ -145,7 +156,9 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
           if (this.lastEventId !== undefined && BigInt(msg.id) <= BigInt(this.lastEventId)) continue;
           const data = JSON.parse(msg.data) as E & { status?: string };
           this.lastEventId = msg.id;
+          clearTimeout(idle); // the consumer's time is not the server's silence
           yield data;
+          touch();
           if (this.untilFinished && TERMINAL.has(String(data.status))) return;
           if (stop.aborted) return;
         }
@@ -158,6 +171,7 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
         clearTimeout(idle);
         stop.removeEventListener("abort", onStop);
         conn.abort();
+        release?.();
       }
       try {
         await sleep(Math.min(retryMs * Math.max(1, failures), 10_000), stop);

@@ -2,7 +2,7 @@
 // and retries while no server can answer (connection refused, 503).
 import { WorkdError } from "./errors.js";
 import type { Problem } from "./types.js";
-import { anySignal, env, sleep } from "./util.js";
+import { env, sleep } from "./util.js";
 
 export interface ConnectionOptions {
   /**
@@ -89,6 +89,11 @@ export class Transport {
     if (this.current === from && this.servers.length > 1) this.current = (from + 1) % this.servers.length;
   }
 
+  /** Moves on from `server` (a stream found it silent), unless requests did already. */
+  passOver(server: string): void {
+    this.failover(this.servers.indexOf(server));
+  }
+
   headers(extra?: Record<string, string>): Record<string, string> {
     const h: Record<string, string> = { ...extra };
     if (this.token !== undefined) h["Authorization"] = `Bearer ${this.token}`;
@@ -99,13 +104,17 @@ export class Transport {
    * Sends a request and gives back the answer that is not a connection
    * failure or a 503, trying the servers in turn with backoff until
    * `retryFor` has passed. A 2xx answer's JSON body is `data`; any other
-   * answer is thrown as a WorkdError. `raw` keeps the body unread (for
-   * streams).
+   * answer is thrown as a WorkdError.
    */
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<Answer<T>> {
     const res = await this.send(method, path, opts);
+    let text: string;
+    try {
+      text = await res.response.text();
+    } finally {
+      res.release();
+    }
     let data: unknown = undefined;
-    const text = await res.response.text();
     if (text !== "") {
       const type = res.response.headers.get("content-type") ?? "";
       data = /json/.test(type) ? JSON.parse(text) : text;
@@ -114,11 +123,16 @@ export class Transport {
     return { status: res.response.status, headers: res.response.headers, data: data as T, server: res.server };
   }
 
-  /** Like request, but the body is left to the caller (a 2xx answer only). */
-  async open(path: string, opts: RequestOptions = {}): Promise<{ response: Response; server: string }> {
-    const res = await this.send("GET", path, opts);
+  /**
+   * Like request, for a body the caller reads (a stream): `timeout` bounds
+   * the wait for the answer's head only, and `signal` keeps aborting the
+   * body until `release()` is called. A 2xx answer only.
+   */
+  async open(path: string, opts: RequestOptions = {}): Promise<{ response: Response; server: string; release: () => void }> {
+    const res = await this.send("GET", path, opts, true);
     if (res.response.status >= 400) {
       const text = await res.response.text().catch(() => "");
+      res.release();
       let data: unknown = text;
       try {
         data = JSON.parse(text);
@@ -134,9 +148,11 @@ export class Transport {
     method: string,
     path: string,
     opts: RequestOptions,
-  ): Promise<{ response: Response; server: string }> {
+    headOnly = false,
+  ): Promise<{ response: Response; server: string; release: () => void }> {
     const retryFor = opts.retryFor ?? this.retryFor;
     const giveUp = Date.now() + retryFor;
+    const timeoutMs = opts.timeout ?? 30_000;
     const headers = this.headers(opts.headers);
     let body: string | undefined;
     if (opts.body !== undefined) {
@@ -145,17 +161,31 @@ export class Transport {
     }
     let backoff = BACKOFF_FIRST_MS;
     for (let tries = 1; ; tries++) {
+      if (opts.signal?.aborted) throw opts.signal.reason;
       const index = this.current;
       const base = this.servers[index]!;
-      const timeout = AbortSignal.timeout(opts.timeout ?? 30_000);
-      const { signal, dispose } = anySignal([opts.signal, timeout]);
+      // One controller per try: the caller's signal and this try's timeout abort it.
+      const ctrl = new AbortController();
+      const onAbort = () => ctrl.abort(opts.signal!.reason);
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      const timer = setTimeout(
+        () => ctrl.abort(new DOMException(`no answer within ${timeoutMs}ms`, "TimeoutError")),
+        timeoutMs,
+      );
+      const release = () => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener("abort", onAbort);
+      };
       let why: WorkdError;
       let wait = backoff;
       try {
-        const init: RequestInit = { method, headers, signal };
+        const init: RequestInit = { method, headers, signal: ctrl.signal };
         if (body !== undefined) init.body = body;
         const response = await this.fetchFn(base + path, init);
-        if (response.status !== 503) return { response, server: base };
+        if (response.status !== 503) {
+          if (headOnly) clearTimeout(timer);
+          return { response, server: base, release };
+        }
         const text = await response.text().catch(() => "");
         let data: unknown = text;
         try {
@@ -165,12 +195,12 @@ export class Transport {
         }
         why = problemError(method, path, response, data);
         if (why.retryAfter !== undefined) wait = Math.max(wait, why.retryAfter * 1000);
+        release();
       } catch (e) {
+        release();
         if (opts.signal?.aborted) throw opts.signal.reason;
         if (!isNetworkError(e)) throw e;
         why = new WorkdError(`${method} ${path}: ${base} did not answer (${describe(e)})`, { cause: e });
-      } finally {
-        dispose();
       }
       this.failover(index);
       // Each server once without waiting, then back off between rounds.

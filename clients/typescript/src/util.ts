@@ -48,26 +48,6 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/**
- * A signal that aborts when any of `signals` does (AbortSignal.any, which
- * older browsers lack). `dispose` drops the listeners it added.
- */
-export function anySignal(signals: (AbortSignal | undefined)[]): { signal: AbortSignal; dispose: () => void } {
-  const ctrl = new AbortController();
-  const undo: (() => void)[] = [];
-  for (const s of signals) {
-    if (!s) continue;
-    if (s.aborted) {
-      ctrl.abort(s.reason);
-      break;
-    }
-    const on = () => ctrl.abort(s.reason);
-    s.addEventListener("abort", on, { once: true });
-    undo.push(() => s.removeEventListener("abort", on));
-  }
-  return { signal: ctrl.signal, dispose: () => undo.forEach((f) => f()) };
-}
-
 /** The message of a thrown value, for a report or a log. */
 export function errorText(e: unknown): string {
   if (e instanceof Error) return e.message || e.name;

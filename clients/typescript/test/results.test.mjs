@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Client, Worker } from "../dist/index.js";
-import { NODES, SERVERS, control, memoryLogger, needsCluster, unique, waitUntil } from "./helpers.mjs";
+import { NODES, SERVERS, control, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
 
 /** Reads a stream into `seen` in the background until it yields `stopId`. */
 function collect(stream, stopId) {
@@ -73,6 +73,43 @@ describe("results()", needsCluster, () => {
     assert.equal(onlyA.seen.length, ids.length);
     assert.equal(either.seen.length, ids.length);
     for (const ev of onlyA.seen) assert.equal(ev.status, "completed");
+  });
+
+  test("moves on from a node that hangs (no keep-alive within idleTimeout; the cluster sends one every 2 s) and resumes where it was", async (t) => {
+    // Hang the node that does not lead (a stopped leader would hold its lock).
+    const client = new Client({ servers: SERVERS });
+    const leader = (await client.cluster()).leader;
+    const i = SERVERS.indexOf(leader);
+    assert.ok(i >= 0, `the leader ${leader} should be one of ${SERVERS}`);
+    const [follower, followerNode] = [SERVERS[1 - i], NODES[1 - i]];
+    const queue = unique("r-hang");
+    const worker = new Worker({ servers: [leader], id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
+    worker.handle(queue, (job) => job.payload);
+    const running = worker.run();
+    t.after(async () => {
+      await control("cont", followerNode);
+      await worker.stop();
+      await running;
+    });
+    const submitter = new Client({ servers: [leader] });
+    const stopId = unique("last");
+    const s = collect(new Client({ servers: [follower, leader] }).results({ queue, after: 0, idleTimeout: 3000 }), stopId);
+    const ids = [];
+    const submitOne = async (payload, id) => {
+      const r = await submitter.submit({ queue, payload, ...(id ? { id } : {}) });
+      ids.push(r.id);
+      await submitter.wait(r.id, { timeout: 20 });
+    };
+    await submitOne(1);
+    await waitUntil(() => s.seen.length === 1, "the first result on the follower's stream");
+    await control("stop", followerNode);
+    const t0 = Date.now();
+    await submitOne(2);
+    await submitOne(3, stopId);
+    await within(s.done, 15_000, "the stream to move on to the leader after its node hung");
+    assert.ok(Date.now() - t0 < 10_000, `it took ${Date.now() - t0}ms (idleTimeout 3000 ms)`);
+    checkOnceInOrder(s.seen, ids, "the stream whose node hung");
+    assert.equal(s.seen.length, 3);
   });
 
   test("a stream ended by the consumer can be resumed from its lastEventId", async (t) => {

@@ -8,6 +8,6 @@ export { EventStream, parseEventStream } from "./sse.js";
 export type { SseMessage, StreamOptions } from "./sse.js";
 export type { ConnectionOptions } from "./transport.js";
 export { formatTraceContext, parseTraceparent } from "./trace.js";
-export type { OpenTelemetryApi, OpenTelemetryOption, SpanContextLike } from "./trace.js";
+export type { OpenTelemetryOption, SpanContextLike } from "./trace.js";
 export { VERSION } from "./version.js";
 export type * from "./types.js";

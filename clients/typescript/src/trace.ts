@@ -31,8 +31,7 @@ interface SpanOptionsLike {
 }
 
 /**
- * The members of `@opentelemetry/api` that workd uses: pass the module itself
- * (`import * as otel from "@opentelemetry/api"`).
+ * The members of `@opentelemetry/api` that workd uses.
  */
 export interface OpenTelemetryApi {
   trace: {
@@ -56,8 +55,18 @@ export interface OpenTelemetryApi {
   createTraceState(raw?: string): { serialize(): string };
 }
 
-/** Option for Client and Worker: the API module, `false` for none, or undefined to look for it. */
-export type OpenTelemetryOption = OpenTelemetryApi | false | undefined;
+/**
+ * Option for Client and Worker: the `@opentelemetry/api` module
+ * (`import * as otel from "@opentelemetry/api"`), `false` for none, or
+ * undefined to import it when it is installed. Typed loosely so that any
+ * 1.x version of the API fits.
+ */
+export type OpenTelemetryOption = object | false | undefined;
+
+function isApi(m: unknown): m is OpenTelemetryApi {
+  const api = m as Partial<OpenTelemetryApi> | undefined;
+  return typeof api?.trace?.getTracer === "function" && typeof api.context?.with === "function";
+}
 
 const SPAN_KIND_CONSUMER = 4;
 const STATUS_ERROR = 2;
@@ -68,13 +77,16 @@ let found: Promise<OpenTelemetryApi | undefined> | undefined;
 /** `@opentelemetry/api` when it can be imported, else undefined (looked for once). */
 export function loadOpenTelemetry(option: OpenTelemetryOption): Promise<OpenTelemetryApi | undefined> {
   if (option === false) return Promise.resolve(undefined);
-  if (option !== undefined) return Promise.resolve(option);
+  if (option !== undefined) {
+    if (!isApi(option)) throw new TypeError("workd: the opentelemetry option is not @opentelemetry/api");
+    return Promise.resolve(option);
+  }
   if (!found) {
     // A name in a variable: bundlers leave the import alone, so a browser
     // build without the package still works (the import just fails).
     const name = "@opentelemetry/api";
     found = import(/* webpackIgnore: true */ /* @vite-ignore */ name).then(
-      (m: OpenTelemetryApi) => (m && m.trace && m.context ? m : undefined),
+      (m: unknown) => (isApi(m) ? m : undefined),
       () => undefined,
     );
   }

@@ -1,7 +1,10 @@
 // Parts that need no cluster: the event-stream parser, trace context, the
 // generated types' freshness, and the package's metadata.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
 import { test } from "node:test";
 import { VERSION, formatTraceContext, parseEventStream, parseTraceparent } from "../dist/index.js";
 import { generate } from "../scripts/generate-types.mjs";
@@ -13,6 +16,16 @@ test("the types were generated from the openapi.yaml of this tree (npm run build
   const { SPEC_SHA256 } = await import("../dist/generated/openapi.js");
   const sha = /openapi\.yaml sha256: ([0-9a-f]{64})/.exec(fresh)[1];
   assert.equal(SPEC_SHA256, sha, "dist/ was built from another openapi.yaml: run `npm run build`");
+});
+
+test("a user's TypeScript (test/usage.ts) type-checks against dist/'s declarations", async () => {
+  const tsc = fileURLToPath(new URL("../node_modules/typescript/bin/tsc", import.meta.url));
+  const project = fileURLToPath(new URL("./tsconfig.json", import.meta.url));
+  try {
+    await promisify(execFile)(process.execPath, [tsc, "-p", project]);
+  } catch (e) {
+    assert.fail(`tsc -p test/tsconfig.json:\n${e.stdout}${e.stderr}`);
+  }
 });
 
 test("VERSION is package.json's version", async () => {

@@ -25,6 +25,11 @@ FAST = ["--election-interval", "100ms", "--worker-timeout", "2s", "--lease-grace
         "--backoff-base", "50ms", "--backoff-max", "200ms", "--heartbeat-interval", "500ms",
         "--sse-keepalive", "2s"]
 NODE_TESTS_TIMEOUT = 240
+# The cluster wants tokens, so that the tests see the worker-id rules as a
+# deployment has them: an admin token for the clients, a worker token shared
+# by workers, and one bound to the worker ids ts-bound-*.
+ADMIN, WORKER, BOUND = "ts-admin-0123456789abcdef", "ts-worker-0123456789abcde", "ts-bound-0123456789abcdef"
+TOKENS = f"admin:{ADMIN} worker:{WORKER} worker[ts-bound-*]:{BOUND}"
 
 
 def run(argv, what, timeout=300, **kw):
@@ -87,14 +92,15 @@ class ControlHandler(BaseHTTPRequestHandler):
 
 def test_node_tests_against_a_cluster(cluster):
     install_and_build()
-    a = cluster.start_server("a", extra_args=FAST)
+    a = cluster.start_server("a", extra_args=FAST, env={"WORKD_TOKENS": TOKENS})
     wait_leader(a.url)
-    b = cluster.start_server("b", extra_args=FAST)
+    b = cluster.start_server("b", extra_args=FAST, env={"WORKD_TOKENS": TOKENS})
     wait_leader(b.url)
     control = Control(cluster, {"a": a, "b": b})
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKD_")}
     env.update(WORKD_TEST_SERVERS=f"{a.url} {b.url}", WORKD_TEST_NODES="a b",
-               WORKD_TEST_CONTROL=control.url)
+               WORKD_TEST_CONTROL=control.url, WORKD_TEST_ADMIN_TOKEN=ADMIN,
+               WORKD_TEST_WORKER_TOKEN=WORKER, WORKD_TEST_BOUND_TOKEN=BOUND)
     try:
         tests = sorted(str(p.relative_to(PKG)) for p in (PKG / "test").glob("*.test.mjs"))
         r = subprocess.run(["node", "--test", "--test-concurrency=1", "--test-reporter=spec",

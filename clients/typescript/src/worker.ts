@@ -214,14 +214,18 @@ export class Worker {
   /**
    * Stops gracefully: no new work is taken, running jobs get `grace` ms to
    * finish, then are aborted and given back. Resolves when the worker has
-   * stopped. `{ now: true }` skips the grace period.
+   * stopped (run() says whether it stopped because of an error).
+   * `{ now: true }` skips the grace period.
    */
   stop(options: { now?: boolean } = {}): Promise<void> {
     if (options.now) this.hurry.abort();
     this.stopping.abort();
     this.pullCtrl.abort();
     this.slotWaiter?.();
-    return this.done ?? Promise.resolve();
+    return (this.done ?? Promise.resolve()).then(
+      () => {},
+      () => {},
+    );
   }
 
   private info(m: string) {

@@ -4,6 +4,14 @@
 import { randomBytes } from "node:crypto";
 
 export const SERVERS = (process.env.WORKD_TEST_SERVERS ?? "").split(/\s+/).filter(Boolean);
+// The cluster wants tokens: an admin token (every scope), a worker token
+// shared by workers, and one bound to the worker ids `ts-bound-*`.
+export const ADMIN_TOKEN = process.env.WORKD_TEST_ADMIN_TOKEN;
+export const WORKER_TOKEN = process.env.WORKD_TEST_WORKER_TOKEN;
+export const BOUND_TOKEN = process.env.WORKD_TEST_BOUND_TOKEN;
+/** Options of a Client of the cluster, and of a Worker. */
+export const AS_CLIENT = { servers: SERVERS, token: ADMIN_TOKEN };
+export const AS_WORKER = { servers: SERVERS, token: WORKER_TOKEN };
 export const NODES = (process.env.WORKD_TEST_NODES ?? "").split(/\s+/).filter(Boolean);
 const CONTROL = process.env.WORKD_TEST_CONTROL;
 

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Client, Worker } from "../dist/index.js";
-import { NODES, SERVERS, control, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
+import { AS_CLIENT, AS_WORKER, NODES, SERVERS, control, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
 
 /** Reads a stream into `seen` in the background until it yields `stopId`. */
 function collect(stream, stopId) {
@@ -33,8 +33,9 @@ describe("results()", needsCluster, () => {
   test("follows the results across a node's restart: nothing lost, nothing repeated", async (t) => {
     const [a, b] = NODES;
     const queue = unique("r-restart");
-    const client = new Client({ servers: SERVERS });
-    const worker = new Worker({ servers: [...SERVERS].reverse(), id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
+    const client = new Client({ ...AS_CLIENT });
+    // The worker talks to node a first too: the kill cuts its pull, its heartbeats move on.
+    const worker = new Worker({ ...AS_WORKER, id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
     worker.handle(queue, (job) => job.payload * 10);
     const running = worker.run();
     t.after(async () => {
@@ -44,7 +45,7 @@ describe("results()", needsCluster, () => {
     const stopId = unique("last");
     // One stream that can only use node a (it waits for a to come back), one
     // that may move on to b; both from the start of the log, filtered by queue.
-    const onlyA = collect(new Client({ servers: [SERVERS[0]] }).results({ queue, after: 0, idleTimeout: 10_000 }), stopId);
+    const onlyA = collect(new Client({ ...AS_CLIENT, servers: [SERVERS[0]] }).results({ queue, after: 0, idleTimeout: 10_000 }), stopId);
     const either = collect(client.results({ queue }), stopId);
     // Without `after`, a stream starts at its node's present: wait for that.
     await waitUntil(() => either.stream.lastEventId !== undefined, "the stream from now to start");
@@ -77,13 +78,13 @@ describe("results()", needsCluster, () => {
 
   test("moves on from a node that hangs (no keep-alive within idleTimeout; the cluster sends one every 2 s) and resumes where it was", async (t) => {
     // Hang the node that does not lead (a stopped leader would hold its lock).
-    const client = new Client({ servers: SERVERS });
+    const client = new Client({ ...AS_CLIENT });
     const leader = (await client.cluster()).leader;
     const i = SERVERS.indexOf(leader);
     assert.ok(i >= 0, `the leader ${leader} should be one of ${SERVERS}`);
     const [follower, followerNode] = [SERVERS[1 - i], NODES[1 - i]];
     const queue = unique("r-hang");
-    const worker = new Worker({ servers: [leader], id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
+    const worker = new Worker({ ...AS_WORKER, servers: [leader], id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
     worker.handle(queue, (job) => job.payload);
     const running = worker.run();
     t.after(async () => {
@@ -91,9 +92,9 @@ describe("results()", needsCluster, () => {
       await worker.stop();
       await running;
     });
-    const submitter = new Client({ servers: [leader] });
+    const submitter = new Client({ ...AS_CLIENT, servers: [leader] });
     const stopId = unique("last");
-    const s = collect(new Client({ servers: [follower, leader] }).results({ queue, after: 0, idleTimeout: 3000 }), stopId);
+    const s = collect(new Client({ ...AS_CLIENT, servers: [follower, leader] }).results({ queue, after: 0, idleTimeout: 3000 }), stopId);
     const ids = [];
     const submitOne = async (payload, id) => {
       const r = await submitter.submit({ queue, payload, ...(id ? { id } : {}) });
@@ -114,8 +115,8 @@ describe("results()", needsCluster, () => {
 
   test("a stream ended by the consumer can be resumed from its lastEventId", async (t) => {
     const queue = unique("r-resume");
-    const client = new Client({ servers: SERVERS });
-    const worker = new Worker({ servers: SERVERS, id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
+    const client = new Client({ ...AS_CLIENT });
+    const worker = new Worker({ ...AS_WORKER, id: unique("ts-r"), logger: memoryLogger(), handleSignals: false });
     worker.handle(queue, (job) => job.payload);
     const running = worker.run();
     t.after(async () => {

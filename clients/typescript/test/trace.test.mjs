@@ -9,7 +9,7 @@ import * as otel from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { Client, Worker } from "../dist/index.js";
-import { SERVERS, memoryLogger, needsCluster, unique } from "./helpers.mjs";
+import { AS_CLIENT, AS_WORKER, memoryLogger, needsCluster, unique } from "./helpers.mjs";
 
 const NO_SERVER_SUPPORT =
   "the server does not hand traceparent to workers yet (issue 32 item 5: the pull answer has no traceparent)";
@@ -28,7 +28,7 @@ describe("trace context across the queue", needsCluster, () => {
 
     const queue = unique("t-trace");
     const seen = []; // what each attempt's handler saw
-    const worker = new Worker({ servers: SERVERS, id: unique("ts-t"), logger: memoryLogger(), handleSignals: false });
+    const worker = new Worker({ ...AS_WORKER, id: unique("ts-t"), logger: memoryLogger(), handleSignals: false });
     worker.handle(queue, (job) => {
       const active = otel.trace.getActiveSpan()?.spanContext();
       seen.push({ attempt: job.attempt, traceparent: job.traceparent, active });
@@ -41,7 +41,7 @@ describe("trace context across the queue", needsCluster, () => {
       await running;
     });
 
-    const client = new Client({ servers: SERVERS });
+    const client = new Client({ ...AS_CLIENT });
     const tracer = otel.trace.getTracer("producer");
     let producer;
     const id = await tracer.startActiveSpan("POST /checkout", async (span) => {
@@ -90,7 +90,7 @@ describe("trace context across the queue", needsCluster, () => {
   test("submit sends a given traceparent and tracestate instead of the active context", async (t) => {
     const queue = unique("t-given");
     const got = [];
-    const worker = new Worker({ servers: SERVERS, id: unique("ts-t"), logger: memoryLogger(), handleSignals: false, opentelemetry: false });
+    const worker = new Worker({ ...AS_WORKER, id: unique("ts-t"), logger: memoryLogger(), handleSignals: false, opentelemetry: false });
     worker.handle(queue, (job) => {
       got.push({ traceparent: job.traceparent, tracestate: job.tracestate });
       return null;
@@ -106,7 +106,7 @@ describe("trace context across the queue", needsCluster, () => {
       if (init.method === "POST") headers.push([h.get("traceparent"), h.get("tracestate")]);
       return fetch(url, init);
     };
-    const client = new Client({ servers: SERVERS, fetch: recording, opentelemetry: false });
+    const client = new Client({ ...AS_CLIENT, fetch: recording, opentelemetry: false });
     const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     const { id } = await client.submit({ queue, payload: 1 }, { traceparent, tracestate: "vendor=1" });
     await client.wait(id, { timeout: 20 });

@@ -8,14 +8,14 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 import { Client, PermanentError, Worker } from "../dist/index.js";
-import { SERVERS, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
+import { AS_CLIENT, AS_WORKER, BOUND_TOKEN, SERVERS, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
 
-const client = new Client({ servers: SERVERS });
+const client = new Client({ ...AS_CLIENT });
 
 /** Runs `fn(worker)` with a started Worker on `queue`, and stops it afterwards. */
 async function withWorker(queue, handler, options, fn) {
   const logger = memoryLogger();
-  const worker = new Worker({ servers: SERVERS, id: unique("ts-w"), logger, handleSignals: false, ...options });
+  const worker = new Worker({ ...AS_WORKER, id: unique("ts-w"), logger, handleSignals: false, ...options });
   worker.handle(queue, handler);
   const running = worker.run();
   try {
@@ -140,13 +140,54 @@ describe("Worker", needsCluster, () => {
     });
   });
 
+  test("an id held by a live instance: a second one is refused; one with a token bound to the id takes over", async () => {
+    const queue = unique("w-taken");
+    const id = unique("ts-bound"); // WORKD_TEST_BOUND_TOKEN is bound to ts-bound-*
+    const first = new Worker({ ...AS_WORKER, id, logger: memoryLogger(), handleSignals: false });
+    first.handle(queue, () => "first");
+    const firstRun = first.run();
+    try {
+      await waitUntil(async () => (await client.cluster()).workers.some((w) => w.id === id), `worker ${id} to register`);
+      const twin = new Worker({ ...AS_WORKER, id, logger: memoryLogger(), handleSignals: false });
+      twin.handle(queue, () => "twin");
+      await assert.rejects(within(twin.run(), 10_000, "the twin's run()"), (e) => e.kind === "worker-id-taken",
+        "a shared worker token cannot take a live worker's id");
+      assert.equal(first.stopped, false, "the first instance goes on");
+
+      // A restart with a token bound to the id: the new instance takes over, the old one stops.
+      const successor = new Worker({ ...AS_WORKER, token: BOUND_TOKEN, id, logger: memoryLogger(), handleSignals: false });
+      successor.handle(queue, () => "successor");
+      const successorRun = successor.run();
+      try {
+        await assert.rejects(within(firstRun, 10_000, "the first instance to stop"), (e) => e.kind === "worker-id-taken");
+        const { id: workId } = await client.submit({ queue, payload: 1 });
+        assert.equal((await client.wait(workId, { timeout: 20 })).result, "successor", "the new instance works on");
+      } finally {
+        await successor.stop();
+        await successorRun;
+      }
+    } finally {
+      await first.stop();
+    }
+  });
+
   const child = fileURLToPath(new URL("./fixtures/worker-process.mjs", import.meta.url));
 
   /** Starts test/fixtures/worker-process.mjs; `next(pred)` waits for a line it prints. */
-  function startChild(queue, grace) {
+  async function startChild(queue, grace) {
     const id = unique("ts-child");
+    // The leader first: a follower forwards DELETE /workers/{id} without its
+    // ?instance=, which a cluster with tokens then refuses (server/frontend/proxy.c).
+    const leader = (await client.cluster()).leader;
+    const servers = [leader, ...SERVERS.filter((s) => s !== leader)].join(" ");
     const proc = spawn(process.execPath, [child], {
-      env: { ...process.env, WORKD_TEST_QUEUE: queue, WORKD_TEST_WORKER_ID: id, WORKD_TEST_GRACE: String(grace) },
+      env: {
+        ...process.env,
+        WORKD_TEST_SERVERS: servers,
+        WORKD_TEST_QUEUE: queue,
+        WORKD_TEST_WORKER_ID: id,
+        WORKD_TEST_GRACE: String(grace),
+      },
       stdio: ["ignore", "pipe", "inherit"],
     });
     const lines = [];
@@ -174,7 +215,7 @@ describe("Worker", needsCluster, () => {
 
   test("SIGTERM: no new work, the running job finishes and is reported, the worker deregisters", async (t) => {
     const queue = unique("w-sigterm");
-    const c = startChild(queue, 10_000);
+    const c = await startChild(queue, 10_000);
     t.after(() => c.proc.kill("SIGKILL"));
     const { id } = await client.submit({ queue, payload: { ms: 1000 } });
     await c.next((l) => l.event === "started" && l.id === id, "job start");
@@ -189,13 +230,13 @@ describe("Worker", needsCluster, () => {
     assert.equal(w.status, "completed", "its result was reported before the worker went");
     assert.equal(w.result, "slept 1000ms");
     assert.equal((await client.get(later.id)).status, "pending", "a stopping worker takes no new work");
-    assert.ok(!(await workersListed()).includes(c.id), "the worker deregistered");
+    assert.ok(!(await workersListed()).includes(c.id), `the worker deregistered: ${JSON.stringify(c.lines)}`);
     await client.cancel(later.id);
   });
 
   test("SIGTERM: a job still running when the grace period ends is aborted and given back", async (t) => {
     const queue = unique("w-grace");
-    const c = startChild(queue, 300);
+    const c = await startChild(queue, 300);
     t.after(() => c.proc.kill("SIGKILL"));
     const { id } = await client.submit({ queue, payload: { ms: 60_000 } });
     await c.next((l) => l.event === "started" && l.id === id, "job start");

@@ -38,8 +38,8 @@ export interface SubmitOptions extends TraceContext {
   signal?: AbortSignal;
 }
 
-/** A bulk item may carry its own trace context. */
-export type SubmitManyItem = SubmitItem & TraceContext;
+/** A bulk item; its own `traceparent`/`tracestate` win over the request's. */
+export type SubmitManyItem = SubmitItem;
 
 export interface ResultsOptions extends StreamOptions {
   /** Only events of this work item. */

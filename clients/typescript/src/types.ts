@@ -31,7 +31,7 @@ export type Cluster = Schemas["Cluster"];
 export type Problem = Schemas["Problem"];
 
 /** A job as a pull answers it; `traceparent`/`tracestate` when the producer sent them. */
-export type PulledJob = Schemas["Job"] & { traceparent?: string; tracestate?: string };
+export type PulledJob = Schemas["Job"];
 export type HeartbeatRequest = Schemas["HeartbeatRequest"];
 export type HeartbeatResponse = Schemas["HeartbeatResponse"];
 export type PullRequest = Schemas["PullRequest"];

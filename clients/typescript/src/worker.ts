@@ -29,7 +29,7 @@ export interface WorkerOptions extends ConnectionOptions {
   /** The worker id, stable for this worker (default `WORKD_WORKER_ID`, or a random one). */
   id?: string;
   /** Jobs run at once (default 1): the worker pulls only for free slots. */
-  concurrency?: number;
+  capacity?: number;
   /** Queues to take work from (default: the queues that have a handler; every queue with a `"*"` handler). */
   queues?: string[];
   /** Seconds a pull waits for work (default 30, capped by the server's `--pull-wait-max`). */
@@ -137,7 +137,7 @@ function randomHex(bytes: number): string {
  * A worker: handlers per queue, run by `run()` until `stop()` (or SIGTERM).
  *
  * ```ts
- * const worker = new Worker({ concurrency: 4 });
+ * const worker = new Worker({ capacity: 4 });
  * worker.handle("email", async (job) => {
  *   job.progress({ fraction: 0.5, message: "rendering" });
  *   return await send(job.payload, { signal: job.signal });
@@ -149,7 +149,7 @@ export class Worker {
   readonly id: string;
   /** This process's instance (128 random bits), sent with every request. */
   readonly instance = randomHex(16);
-  readonly concurrency: number;
+  readonly capacity: number;
   private readonly transport: Transport;
   private readonly options: WorkerOptions;
   private readonly handlers = new Map<string, Handler>();
@@ -173,7 +173,7 @@ export class Worker {
     this.options = options;
     this.transport = new Transport(options);
     this.id = options.id ?? nodeProcess()?.env?.["WORKD_WORKER_ID"] ?? `worker-${randomHex(4)}`;
-    this.concurrency = Math.max(1, Math.floor(options.concurrency ?? 1));
+    this.capacity = Math.max(1, Math.floor(options.capacity ?? 1));
     this.log = options.logger === undefined ? console : options.logger;
     const base = `/workers/${encodeURIComponent(this.id)}`;
     this.reporter = new Reporter(this.transport, `${base}/reports`, this.instance, this.stopping.signal, (m) =>
@@ -244,7 +244,7 @@ export class Worker {
     try {
       if (!this.stopped) {
         await this.heartbeat(true);
-        this.info(`registered with ${this.transport.server} (capacity ${this.concurrency})`);
+        this.info(`registered with ${this.transport.server} (capacity ${this.capacity})`);
         this.scheduleHeartbeat();
         this.progress.start();
         await this.pullLoop();
@@ -291,7 +291,7 @@ export class Worker {
   private async heartbeat(first: boolean): Promise<void> {
     const body: HeartbeatRequest = {
       instance: this.instance,
-      capacity: this.concurrency,
+      capacity: this.capacity,
       queues: this.queues,
     };
     if (!first) body.running = this.runningList();
@@ -337,7 +337,7 @@ export class Worker {
   // ---- pulling
 
   private waitForSlot(): Promise<void> {
-    if (this.running.size < this.concurrency || this.stopped) return Promise.resolve();
+    if (this.running.size < this.capacity || this.stopped) return Promise.resolve();
     return new Promise((resolve) => (this.slotWaiter = resolve));
   }
 
@@ -356,7 +356,7 @@ export class Worker {
       let jobs: PulledJob[];
       try {
         const res = await this.transport.request<PullResponse>("POST", path, {
-          body: { instance: this.instance, max: this.concurrency - this.running.size, wait, queues: this.queues },
+          body: { instance: this.instance, max: this.capacity - this.running.size, wait, queues: this.queues },
           signal: this.pullCtrl.signal,
           timeout: (wait + 15) * 1000,
           retryFor: Infinity,

@@ -20,7 +20,7 @@ export async function usage(): Promise<void> {
   } catch (e) {
     if (e instanceof WorkdError && e.kind === "not-cancellable") console.log(e.status, e.detail);
   }
-  const worker = new Worker({ id: "mailer-1", concurrency: 4, opentelemetry: otel });
+  const worker = new Worker({ id: "mailer-1", capacity: 4, opentelemetry: otel });
   worker.handle("email", async (job: Job) => {
     job.progress({ fraction: 0.5, message: "rendering", output: "..." });
     if (job.signal.aborted) throw new PermanentError("no");

@@ -46,12 +46,12 @@ describe("Worker", needsCluster, () => {
       busy--;
       return job.payload * job.payload;
     };
-    await withWorker(queue, handler, { concurrency: 2 }, async (worker, logger) => {
+    await withWorker(queue, handler, { capacity: 2 }, async (worker, logger) => {
       const res = await client.submitMany([1, 2, 3, 4, 5].map((n) => ({ queue, payload: n })));
       const done = await Promise.all(res.items.map((it) => client.wait(it.id, { timeout: 20 })));
       assert.deepEqual(done.map((w) => [w.status, w.result, w.attempts, w.worker_id]),
         [1, 2, 3, 4, 5].map((n) => ["completed", n * n, 1, worker.id]));
-      assert.equal(most, 2, "a worker of concurrency 2 runs two jobs at once, never more");
+      assert.equal(most, 2, "a worker of capacity 2 runs two jobs at once, never more");
       assert.ok(done.every((w) => w.progress?.fraction === 1), "the last progress went before the result");
 
       const events = [];
@@ -110,7 +110,7 @@ describe("Worker", needsCluster, () => {
         }),
       );
     };
-    await withWorker(queue, handler, { concurrency: 1 }, async (worker, logger) => {
+    await withWorker(queue, handler, { capacity: 1 }, async (worker, logger) => {
       const { id } = await client.submit({ queue, payload: "long" });
       await within(started.promise, 15_000, "the job to start");
       const t0 = Date.now();

@@ -3,7 +3,8 @@ tests (node --test, clients/typescript/test/) submit, read, wait, cancel and
 retry work, follow the results stream across a server restart with nothing
 lost or repeated, run Workers that process, report progress, fail and retry,
 are cancelled and stop gracefully, and follow one trace from a producer's
-span to the worker's span with the OpenTelemetry SDK. This file gives them a
+span to the worker's span with the OpenTelemetry SDK; Chromium runs a Client
+and a Worker in a page (test/browser.mjs). This file gives the node tests a
 two-node cluster and a small control endpoint to kill and restart its nodes;
 the package is installed from its lock file (scripts/install-client-typescript),
 built, and packed."""
@@ -110,6 +111,25 @@ def test_node_tests_against_a_cluster(cluster):
         control.shutdown()
     print(r.stdout[-20000:], r.stderr[-5000:], sep="\n", flush=True)
     assert r.returncode == 0, f"node --test failed (exit {r.returncode}); its output is above"
+
+
+def test_in_a_browser(cluster):
+    """test/browser.mjs: Chromium loads the built modules from the server's
+    origin and runs a Worker and a Client in the page (fetch only, results
+    over fetch streaming)."""
+    install_and_build()
+    r = subprocess.run([str(REPO_ROOT / "scripts" / "install-browser-test")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, ("the browser test cannot run: scripts/install-browser-test "
+                               f"failed (exit {r.returncode}):\n{r.stdout}{r.stderr}")
+    s = cluster.start_server("s1", extra_args=FAST, env={"WORKD_TOKENS": TOKENS})
+    wait_leader(s.url)
+    r = subprocess.run(["node", "test/browser.mjs", "--url", s.url, "--token", ADMIN,
+                        "--playwright", str(REPO_ROOT / "tests/browser/node_modules/playwright-core"),
+                        "--chromium", os.environ.get("WORKD_CHROMIUM", "/usr/bin/chromium")],
+                       cwd=PKG, capture_output=True, text=True, timeout=120)
+    print(r.stdout, r.stderr, sep="\n", flush=True)
+    assert r.returncode == 0, f"the library failed in Chromium (exit {r.returncode}); output above"
 
 
 def test_npm_pack_installs_offline():

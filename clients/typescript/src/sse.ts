@@ -58,8 +58,9 @@ export async function* parseEventStream(
       }
     }
   } finally {
-    reader.releaseLock();
-    await body.cancel().catch(() => {});
+    // Not awaited: a browser may settle the cancel of a fetch body only once
+    // the connection is gone, which the caller does next.
+    reader.cancel().catch(() => {});
   }
 }
 

@@ -46,9 +46,9 @@ def install_and_build():
 
 
 class Control(ThreadingHTTPServer):
-    """POST /kill/NAME (SIGKILL), /start/NAME (again, until ready), /stop/NAME
-    (SIGSTOP: a node that hangs), /cont/NAME: what the node tests do to the
-    cluster's nodes."""
+    """What the node tests do to the cluster: POST /kill/NAME (SIGKILL),
+    /start/NAME (again, until ready), /stop/NAME (SIGSTOP: a node that
+    hangs), /cont/NAME, /pg-stop/db and /pg-start/db (PostgreSQL)."""
 
     daemon_threads = True
 
@@ -60,23 +60,43 @@ class Control(ThreadingHTTPServer):
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
+def restart_node(cluster, node):
+    cluster.restart_server(node)
+    wait_leader(node.url)
+
+
+def pg_start(cluster, nodes):
+    cluster.pg_start()
+    for n in nodes.values():
+        wait_leader(n.url, timeout=30)
+
+
+# POST /ACTION/NAME: what each action does to the node NAME (or, for the
+# database's, to PostgreSQL: any NAME).
+NODE_ACTIONS = {
+    "kill": lambda cluster, node: node.kill(),
+    "start": restart_node,
+    "stop": lambda cluster, node: node.suspend(),
+    "cont": lambda cluster, node: node.resume(),
+}
+DB_ACTIONS = {
+    "pg-stop": lambda cluster, nodes: cluster.pg_stop(),
+    "pg-start": pg_start,
+}
+
+
 class ControlHandler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - http.server's name
         _, action, name = (self.path.split("/") + ["", ""])[:3]
-        node = self.server.nodes.get(name)
+        srv = self.server
         try:
-            if node is None or action not in ("kill", "start", "stop", "cont"):
-                raise ValueError(f"no such action: {self.path}")
-            with self.server.lock:
-                if action == "kill":
-                    node.kill()
-                elif action == "stop":
-                    node.suspend()
-                elif action == "cont":
-                    node.resume()
+            with srv.lock:
+                if action in DB_ACTIONS:
+                    DB_ACTIONS[action](srv.cluster, srv.nodes)
+                elif action in NODE_ACTIONS and name in srv.nodes:
+                    NODE_ACTIONS[action](srv.cluster, srv.nodes[name])
                 else:
-                    self.server.cluster.restart_server(node)
-                    wait_leader(node.url)
+                    raise ValueError(f"no such action: {self.path}")
             status, body = 200, {"ok": True}
         except Exception as e:  # noqa: BLE001 - reported to the node test
             status, body = 500, {"error": f"{type(e).__name__}: {e}"}

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { Client, WorkdError } from "../dist/index.js";
-import { ADMIN_TOKEN, AS_CLIENT, SERVERS, needsCluster, unique } from "./helpers.mjs";
+import { ADMIN_TOKEN, AS_CLIENT, SERVERS, control, needsCluster, unique, waitUntil } from "./helpers.mjs";
 
 describe("Client", needsCluster, () => {
   const client = new Client({ ...AS_CLIENT });
@@ -141,5 +141,30 @@ describe("Client", needsCluster, () => {
       delete process.env.WORKD_SERVER;
     }
     await assert.rejects(new Client({ servers: SERVERS }).queues(), (e) => e.status === 401, "no token, no answer");
+  });
+
+  test("a 503 (PostgreSQL down) is retried, as Retry-After says, until the server can answer", async () => {
+    const { id } = await client.submit({ queue: unique("c-503"), payload: 1 });
+    const statuses = [];
+    const recording = async (url, init) => {
+      const res = await fetch(url, init);
+      statuses.push(res.status);
+      return res;
+    };
+    const c = new Client({ ...AS_CLIENT, servers: [SERVERS[0]], fetch: recording, retryFor: 60_000 });
+    const auth = { Authorization: `Bearer ${ADMIN_TOKEN}` };
+    let reading;
+    await control("pg-stop", "db");
+    try {
+      await waitUntil(async () => (await fetch(`${SERVERS[0]}/work/${id}`, { headers: auth })).status === 503,
+        "GET /work/{id} to answer 503 without PostgreSQL", 20_000);
+      reading = c.get(id);
+      await waitUntil(() => statuses.filter((s) => s === 503).length >= 2, "the client to be answered 503 twice");
+    } finally {
+      await control("pg-start", "db");
+    }
+    const work = await reading;
+    assert.equal(work.id, id);
+    assert.equal(statuses.at(-1), 200, `answers seen: ${statuses}`);
   });
 });

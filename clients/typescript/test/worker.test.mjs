@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 import { Client, PermanentError, Worker } from "../dist/index.js";
-import { AS_CLIENT, AS_WORKER, BOUND_TOKEN, SERVERS, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
+import { AS_CLIENT, AS_WORKER, BOUND_TOKEN, NODES, SERVERS, control, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
 
 const client = new Client({ ...AS_CLIENT });
 
@@ -169,6 +169,31 @@ describe("Worker", needsCluster, () => {
     } finally {
       await first.stop();
     }
+  });
+
+  test("a report outlives the death of every server: it is sent again until one acknowledges it", async () => {
+    const queue = unique("w-report");
+    const started = deferred();
+    const release = deferred();
+    const handler = async (job) => {
+      started.resolve();
+      await release.promise;
+      return `done while the cluster was down (attempt ${job.attempt})`;
+    };
+    await withWorker(queue, handler, {}, async (worker, logger) => {
+      const { id } = await client.submit({ queue, payload: null, timeout: 120 });
+      await within(started.promise, 15_000, "the job to start");
+      for (const node of NODES) await control("kill", node);
+      release.resolve();
+      await waitUntil(() => logger.lines.some((l) => l.includes("reports not delivered")),
+        "the worker to find no server for its report");
+      for (const node of NODES) await control("start", node);
+      const w = await client.wait(id, { timeout: 30 });
+      assert.equal(w.status, "completed");
+      assert.equal(w.attempts, 1, "the report of the first attempt was taken: nothing was run twice");
+      assert.equal(w.result, "done while the cluster was down (attempt 1)");
+      assert.equal(w.worker_id, worker.id);
+    });
   });
 
   const child = fileURLToPath(new URL("./fixtures/worker-process.mjs", import.meta.url));

@@ -161,7 +161,7 @@ def test_npm_pack_installs_offline():
         r = run(["npm", "pack", "--json", "--pack-destination", tmp], "npm pack")
         info = json.loads(r.stdout)[0]
         files = {f["path"] for f in info["files"]}
-        for want in ("package.json", "README.md", "dist/index.js", "dist/index.d.ts",
+        for want in ("package.json", "README.md", "LICENSE", "dist/index.js", "dist/index.d.ts",
                      "dist/worker.js", "dist/generated/openapi.d.ts"):
             assert want in files, f"the tarball lacks {want}: {sorted(files)}"
         assert not any(f.startswith(("src/", "test/", "node_modules/")) for f in files), \

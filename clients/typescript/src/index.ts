@@ -1,0 +1,13 @@
+// workd: the client and worker library of the workd work queue.
+export { Client } from "./client.js";
+export type { ClientOptions, ResultsOptions, SubmitManyItem, SubmitOptions, WaitOptions } from "./client.js";
+export { Worker, Job } from "./worker.js";
+export type { Handler, Logger, ProgressUpdate, WorkerOptions } from "./worker.js";
+export { WorkdError, PermanentError } from "./errors.js";
+export { EventStream, parseEventStream } from "./sse.js";
+export type { SseMessage, StreamOptions } from "./sse.js";
+export type { ConnectionOptions } from "./transport.js";
+export { formatTraceContext, parseTraceparent } from "./trace.js";
+export type { OpenTelemetryOption, SpanContextLike } from "./trace.js";
+export { VERSION } from "./version.js";
+export type * from "./types.js";

@@ -197,6 +197,26 @@ const char *req_query(Req *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
+typedef struct QueryEach {
+    void (*fn)(void *ud, const char *key, const char *value);
+    void *ud;
+} QueryEach;
+
+static enum MHD_Result query_one(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    QueryEach *q = cls;
+    q->fn(q->ud, key, value);
+    return MHD_YES;
+}
+
+void req_query_each(Req *r, void (*fn)(void *ud, const char *key, const char *value), void *ud)
+{
+    QueryEach q = {fn, ud};
+    MHD_get_connection_values(r->conn, MHD_GET_ARGUMENT_KIND, query_one, &q);
+}
+
 /* ---- the request head: framing (RFC 9112) ---- */
 
 static enum MHD_Result on_header_line(void *cls, enum MHD_ValueKind kind, const char *key,

@@ -84,6 +84,8 @@ bool req_alive(Req *r);
 /* ---- request data (HTTP thread only, while the handler runs) ---- */
 const char *req_header(Req *r, const char *name);
 const char *req_query(Req *r, const char *name);
+/* Calls fn for each query argument of r, in order (value NULL: a bare key). */
+void req_query_each(Req *r, void (*fn)(void *ud, const char *key, const char *value), void *ud);
 
 /* ---- routing (the table lives in api.c) ---- */
 typedef void (*Handler)(Req *r, char *const *params);

@@ -405,26 +405,39 @@ static void add_header(Fwd *f, Req *r, const char *name)
     f->hdrs = curl_slist_append(f->hdrs, line);
 }
 
+typedef struct Query {
+    SBuf *u;
+    char sep; /* '?' before the first argument, '&' after */
+} Query;
+
+static void add_query(void *ud, const char *key, const char *value)
+{
+    Query *q = ud;
+    if (!strcmp(key, "access_token"))
+        return;
+    char *k = curl_easy_escape(NULL, key, 0);
+    sbuf_printf(q->u, "%c%s", q->sep, k);
+    q->sep = '&';
+    curl_free(k);
+    if (value) {
+        char *v = curl_easy_escape(NULL, value, 0);
+        sbuf_printf(q->u, "=%s", v);
+        curl_free(v);
+    }
+}
+
 void proxy_forward(Proxy *p, Req *r, char *body)
 {
     Fwd *f = xcalloc(1, sizeof *f);
     f->req = r;
     sbuf_init(&f->resp);
-    /* Rebuild path?query from the connection's arguments. */
+    /* Rebuild path?query from the connection's arguments: every one (a
+     * leader-only route must see what its client sent), but a token, which
+     * goes on as a header below. */
     SBuf u;
     sbuf_init(&u);
     sbuf_puts(&u, r->path);
-    const char *keys[] = {"wait", "after", "work_id", "queue", NULL};
-    char sep = '?';
-    for (size_t i = 0; keys[i]; i++) {
-        const char *v = req_query(r, keys[i]);
-        if (!v)
-            continue;
-        char *esc = curl_easy_escape(NULL, v, 0);
-        sbuf_printf(&u, "%c%s=%s", sep, keys[i], esc);
-        curl_free(esc);
-        sep = '&';
-    }
+    req_query_each(r, add_query, &(Query){&u, '?'});
     f->url_path = sbuf_steal(&u);
     if (body) {
         f->body = body;

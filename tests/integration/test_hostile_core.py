@@ -213,5 +213,27 @@ def test_a_node_that_can_lead_serves_http(cluster):
            "a submission through the front-end-only node")
 
 
+
+def test_a_follower_forwards_every_query_argument(cluster):
+    """A leader-only route behind a follower sees the query its client sent:
+    a deregistration names its instance in the query, and the follower used
+    to pass on only the arguments it knew (the instance was dropped, so a
+    worker id held by a live instance could not be deregistered through it)."""
+    a = cluster.start_server("a", extra_args=["--election-interval", "100ms"])
+    wait_leader(a.url)
+    b = cluster.start_server("b", extra_args=["--election-interval", "100ms"])
+    wait_leader(b.url)
+    follower = b.url if leader_url(a.url) == a.url else a.url
+    expect(http("PUT", follower + "/workers/wq", {"instance": "i-live", "capacity": 1}, JSON),
+           200, "register through the follower")
+    r = http("DELETE", follower + "/workers/wq?instance=i-other")
+    assert r.status == 409, f"another instance, through the follower: {r.status} {r.text}"
+    expect(http("DELETE", follower + "/workers/wq?instance=i-live"), 204,
+           "deregister the live instance through the follower")
+
+
+def leader_url(url):
+    return http("GET", url + "/cluster").json()["leader"]
+
 if __name__ == "__main__":
     run_tests(globals())

@@ -201,10 +201,10 @@ describe("Worker", needsCluster, () => {
   /** Starts test/fixtures/worker-process.mjs; `next(pred)` waits for a line it prints. */
   async function startChild(queue, grace) {
     const id = unique("ts-child");
-    // The leader first: a follower forwards DELETE /workers/{id} without its
-    // ?instance=, which a cluster with tokens then refuses (server/frontend/proxy.c).
+    // A follower first: its deregistration (DELETE /workers/{id}?instance=)
+    // goes through the proxy to the leader.
     const leader = (await client.cluster()).leader;
-    const servers = [leader, ...SERVERS.filter((s) => s !== leader)].join(" ");
+    const servers = [...SERVERS.filter((s) => s !== leader), leader].join(" ");
     const proc = spawn(process.execPath, [child], {
       env: {
         ...process.env,

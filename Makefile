@@ -88,7 +88,7 @@ format:
 lint: deps build
 	@cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
 		--inline-suppr --suppress=missingIncludeSystem -D__GNUC__ \
-		-I common -I server -I server/core -I server/manager -I server/frontend -I worker -I cli \
+		-I common -I server -I server/core -I server/store -I server/manager -I server/frontend -I worker -I cli \
 		common server worker cli
 
 # The benchmarks: each figure on its own private PostgreSQL (default durability)

@@ -15,7 +15,7 @@
 #include "dbwatch.h"
 #include "http.h"
 #include "httpc.h"
-#include "journal.h"
+#include "view.h"
 #include "leaderinfo.h"
 #include "listener.h"
 #include "log.h"
@@ -252,7 +252,7 @@ static int serve(Server *s)
     }
     int64_t last_seq = 0;
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    if (!c || journal_last_seq(c, &last_seq, &err) != 0) {
+    if (!c || view_last_seq(c, &last_seq, &err) != 0) {
         PQfinish(c);
         log_error("cannot read the event log: %s", err.msg);
         return 1;

@@ -10,7 +10,7 @@
 #include "dbpool.h"
 #include "dbwatch.h"
 #include "http.h"
-#include "journal.h"
+#include "view.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -478,8 +478,8 @@ static void get_task(PGconn *conn, void *arg)
         problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
         goto cleanup;
     }
-    json_t *o = t->events ? journal_work_events(conn, t->id, t->after, t->limit, &err)
-                          : journal_work_get(conn, t->id, wall_ms(), &err);
+    json_t *o = t->events ? view_work_events(conn, t->id, t->after, t->limit, &err)
+                          : view_work_get(conn, t->id, wall_ms(), &err);
     if (!o) {
         req_finish_problem(r, &err);
         goto cleanup;
@@ -683,8 +683,8 @@ static void flow_read_task(PGconn *conn, void *arg)
     FlowRead *t = arg;
     Err err = {0};
     json_t *o = !conn      ? NULL
-                : t->batch ? journal_batch_get(conn, t->key, wall_ms(), &err)
-                           : journal_schedules(conn, t->key, wall_ms(), &err);
+                : t->batch ? view_batch_get(conn, t->key, wall_ms(), &err)
+                           : view_schedules(conn, t->key, wall_ms(), &err);
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -794,7 +794,7 @@ static void list_task(PGconn *conn, void *arg)
     ListTask *t = arg;
     Err err = {0};
     json_t *o =
-        conn ? journal_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
+        conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -878,7 +878,7 @@ static void queues_task(PGconn *conn, void *arg)
     Req *r = arg;
     Server *s = r->srv;
     Err err = {0};
-    json_t *open = conn ? journal_open_counts(conn, &err) : NULL;
+    json_t *open = conn ? view_open_counts(conn, &err) : NULL;
     if (!open) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -888,7 +888,7 @@ static void queues_task(PGconn *conn, void *arg)
     Api *a = s->api;
     pthread_mutex_lock(&a->stats_lock);
     if (!a->finished_counts || mono_ms() - a->finished_counts_ms > FINISHED_COUNTS_MS) {
-        json_t *fc = journal_finished_counts(conn, &err);
+        json_t *fc = view_finished_counts(conn, &err);
         if (fc) {
             json_decref(a->finished_counts);
             a->finished_counts = fc;
@@ -902,7 +902,7 @@ static void queues_task(PGconn *conn, void *arg)
         req_finish_problem(r, &err);
         return;
     }
-    json_t *limits = journal_queue_limits(conn, &err);
+    json_t *limits = view_queue_limits(conn, &err);
     if (!limits) {
         json_decref(open);
         json_decref(finished);
@@ -1000,14 +1000,14 @@ static void activity_task(PGconn *conn, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    read_finish(t, conn, conn ? journal_activity(conn, t->n, &err) : NULL, &err);
+    read_finish(t, conn, conn ? view_activity(conn, t->n, &err) : NULL, &err);
 }
 
 static void keys_task(PGconn *conn, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    json_t *all = conn ? journal_key_backlog(conn, t->queue, t->n, &err) : NULL;
+    json_t *all = conn ? view_key_backlog(conn, t->queue, t->n, &err) : NULL;
     json_t *o = NULL;
     if (all) {
         json_t *q = json_object_get(all, t->queue);
@@ -1369,9 +1369,9 @@ static void metrics_task(PGconn *conn, void *arg)
         .leader_term = leaderinfo_get(s->leader, url, sizeof url),
         .is_leader = s->mgr && manager_is_leader(s->mgr),
         .database_up = listener_db_ok(s->listener),
-        .open_counts = conn ? journal_open_counts(conn, &err) : NULL,
-        .limits = conn ? journal_queue_limits(conn, &err) : NULL,
-        .backlog = conn ? journal_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
+        .open_counts = conn ? view_open_counts(conn, &err) : NULL,
+        .limits = conn ? view_queue_limits(conn, &err) : NULL,
+        .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
         .tokens = flow ? flow->reply : NULL,
         .mgr = s->mgr,
     };

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "http.h"
-#include "journal.h"
+#include "view.h"
 #include "log.h"
 #include "util.h"
 
@@ -525,7 +525,7 @@ static void catch_up(PGconn *conn, void *arg)
     bool at_end = false;
     /* work_id and progress are the subscriber's own, never changed after it
      * was made: read without the lock. */
-    int n = conn ? journal_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
+    int n = conn ? view_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
                                           s->work_id, rows, &at_end, &err)
                  : -1;
     pthread_mutex_lock(&h->lock);

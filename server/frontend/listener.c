@@ -10,7 +10,7 @@
 
 #include "db.h"
 #include "http.h"
-#include "journal.h"
+#include "view.h"
 #include "log.h"
 #include "hub.h"
 #include "util.h"
@@ -47,7 +47,7 @@ WARN_UNUSED static int refresh_leader(Listener *l)
     Err err = {0};
     char url[256];
     int64_t term;
-    if (journal_leader(l->conn, &term, url, sizeof url, &err) != 0) {
+    if (view_leader(l->conn, &term, url, sizeof url, &err) != 0) {
         drop(l, err.msg);
         return -1;
     }
@@ -66,7 +66,7 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
         json_t *rows = json_array();
         Err err = {0};
         bool at_end = false;
-        int n = journal_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE,
+        int n = view_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE,
                                        l->cfg.page_bytes, true, NULL, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
@@ -116,7 +116,7 @@ WARN_UNUSED static int connect_listen(Listener *l)
         log_info("listener reached the database again");
     l->down_logged = false;
     int64_t last = 0;
-    if (journal_last_seq(l->conn, &last, &err) != 0) {
+    if (view_last_seq(l->conn, &last, &err) != 0) {
         drop(l, err.msg);
         return -1;
     }

@@ -446,7 +446,7 @@ static void read_pages(Webhooks *w)
         json_t *rows = json_array();
         bool at_end = false;
         Err err = {0};
-        int got = w->conn ? journal_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
+        int got = w->conn ? view_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
                                                    false, NULL, rows, &at_end, &err)
                           : -1;
         if (got < 0 && w->conn)

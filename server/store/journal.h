@@ -1,12 +1,10 @@
-/* journal: the event log and the work tables in PostgreSQL. All SQL that
- * reads or writes workd_events, workd_open, workd_done and workd_leader lives
- * here; adding and dropping parts (partitions) lives in retention.c. */
+/* journal: the store's writing face, the leader's log writer. The append (in
+ * pipeline mode), the SQL inbox, recovery, the parts and the ids the leader
+ * must look up, all through the one session that holds the leader lock.
+ * What any node reads is view.h; adding and dropping parts (partitions) is
+ * retention.c's. */
 #ifndef WORKD_JOURNAL_H
 #define WORKD_JOURNAL_H
-
-/* workd_activity: buckets of this many seconds, kept this long (retention). */
-#define ACTIVITY_BUCKET_S 10
-#define ACTIVITY_KEEP_S 3600
 
 #include <jansson.h>
 #include <libpq-fe.h>
@@ -16,6 +14,7 @@
 #include "err.h"
 #include "event.h"
 #include "projection.h"
+#include "view.h" /* ACTIVITY_*: the append keeps workd_activity */
 #include "workstate.h"
 
 /* ---- writing (the leader, through the session holding the leader lock) ---- */
@@ -114,79 +113,5 @@ void journal_known_free(KnownSet *k);
 /* Dead work of a queue and key (NULL: any), oldest first, at most limit. */
 int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
                           Err *err) WARN_UNUSED;
-
-/* The work row as the API shows it (a new reference), or NULL with err 404.
- * Finished work is found while its part is kept (the retention window). */
-json_t *journal_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
-
-/* Schedules as workd_schedules holds them, with their next fire times after
- * now and their last run: {"schedules": [...]} when name is NULL, else the one
- * named (404 if none). */
-json_t *journal_schedules(PGconn *c, const char *name, int64_t now, Err *err) WARN_UNUSED;
-
-/* A batch: when it opened and finished, its callback, and its work counted by
- * status (a new reference; 404 if none). */
-json_t *journal_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
-
-/* The history of one work item, a page at a time: {"id", "events": [at most
- * limit events with seq > after], "next_after": the `after` of the next page,
- * or null after the last}; 404 if the work has no event (after == 0). */
-json_t *journal_work_events(PGconn *c, const char *id, int64_t after, int limit,
-                            Err *err) WARN_UNUSED;
-
-/* Events after seq that finish work (completed, dead, cancelled) and, with
- * progress, progress events, of work_id only if not NULL, oldest first, at
- * most limit and about max_bytes of event data (at least one event, so a
- * large result still gets through), as SSE-ready objects {seq, id, queue,
- * status, ...}, appended to out (a JSON array). Sets *at_end when no such
- * event is left after the ones appended (as of the read). Returns the number
- * appended, or -1. */
-int journal_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                           const char *work_id, json_t *out, bool *at_end, Err *err) WARN_UNUSED;
-
-/* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
-/* Every subscription as its events left it: [{name, url, secret, queues
- * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
- * reference), or NULL with err. */
-json_t *journal_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
-
-/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
- * are told apart by run_at) and queue (NULL: any), before accepted seq
- * `before` (0: from the newest), at most limit: {"items": [...], "next_before": N|null}. */
-json_t *journal_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
-                          int limit, Err *err) WARN_UNUSED;
-
-/* Open work by queue from the projection: {queue: {pending, scheduled, running,
- * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
- * open work. */
-json_t *journal_open_counts(PGconn *c, Err *err) WARN_UNUSED;
-/* The dashboard's chart: per queue and bucket of ACTIVITY_BUCKET_S seconds,
- * the last `buckets` buckets up to the database's now, from workd_activity
- * (kept by the leader's append): {"bucket_seconds", "start" (the first
- * bucket's time), "buckets", "queues": {queue: {"accepted": [n...],
- * "completed", "failed", "dead", "cancelled"}}}, oldest first. New reference,
- * NULL on error. */
-json_t *journal_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
-/* The backlog of each key of a queue (all queues when queue is NULL), bounded:
- * the `top` keys with the most ready work, the rest added up as "other":
- * {queue: {"keys": [{"key": k|null, "pending", "scheduled", "running"}...],
- * "other": {"keys": n, "pending", "scheduled", "running"}}}. One pass over
- * the open work (workd_open). New reference, NULL on error. */
-json_t *journal_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
-
-/* Every queue's flow control as operators set it: {queue: {paused,
- * max_running, rate}} (a new reference; queues never set are absent). */
-json_t *journal_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
-
-/* The highest seq in the table (0 if empty). */
-int journal_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
-
-/* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
-int journal_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
-
-/* Counts of finished work by queue and status within the retention window
- * (dead work: all of it) (a new reference: {"queue": {"completed": n, "dead":
- * n, "cancelled": n}}). */
-json_t *journal_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
 
 #endif

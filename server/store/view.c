@@ -1,0 +1,650 @@
+/* view: see view.h. */
+#include "view.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "event.h"
+#include "log.h"
+#include "rows.h"
+#include "util.h"
+
+json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
+{
+    const char *params[] = {id};
+    PGresult *r = db_exec(
+        c,
+        "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
+        "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
+        "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
+        "       updated_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
+        "       trace->>'tracestate'"
+        "  FROM workd_open WHERE id = $1"
+        " UNION ALL "
+        "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
+        "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
+        "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
+        "       finished_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
+        "       trace->>'tracestate'"
+        "  FROM workd_done WHERE id = $1"
+        " LIMIT 1",
+        1, params, "reading work", err);
+    /* The last progress (the (work_id, seq) index, newest first): a progress
+     * event carries the attempt's latest fraction and message. */
+    PGresult *pr = r && PQntuples(r) ? db_exec(c,
+                                               "SELECT seq, workd_epoch_ms(at), data::text"
+                                               "  FROM workd_events"
+                                               " WHERE work_id = $1 AND type = 'progress'"
+                                               " ORDER BY seq DESC LIMIT 1",
+                                               1, params, "reading progress", err)
+                                     : NULL;
+    if (r && PQntuples(r) && !pr) {
+        PQclear(r);
+        return NULL;
+    }
+    if (!r)
+        return NULL;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no work with id '%s'", id);
+        return NULL;
+    }
+    const char *status = db_str(r, 0, 4);
+    if (!strcmp(status, "pending") && !PQgetisnull(r, 0, 8) && db_int(r, 0, 8) > now)
+        status = "scheduled";
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(db_str(r, 0, 0)));
+    json_object_set_new(o, "queue", json_string(db_str(r, 0, 1)));
+    json_object_set_new(o, "priority", json_integer(db_int(r, 0, 2)));
+    json_object_set_new(o, "status", json_string(status));
+    json_object_set_new(o, "payload", rows_json(r, 0, 3));
+    json_object_set_new(o, "attempts", json_integer(db_int(r, 0, 5)));
+    json_object_set_new(o, "max_attempts", json_integer(db_int(r, 0, 6)));
+    json_object_set_new(o, "timeout_ms", json_integer(db_int(r, 0, 7)));
+    rows_time_field(o, "run_at", r, 0, 8);
+    rows_time_field(o, "created_at", r, 0, 9);
+    rows_time_field(o, "started_at", r, 0, 10);
+    rows_time_field(o, "finished_at", r, 0, 11);
+    const char *w = db_str(r, 0, 12);
+    json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
+    rows_time_field(o, "deadline", r, 0, 13);
+    json_object_set_new(o, "result", rows_json(r, 0, 14));
+    const char *le = db_str(r, 0, 15);
+    json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
+    json_object_set_new(o, "updated_seq", json_integer(db_int(r, 0, 16)));
+    const char *key = db_str(r, 0, 17);
+    json_object_set_new(o, "key", key ? json_string(key) : json_null());
+    json_t *after = PQgetisnull(r, 0, 18) ? NULL : rows_json(r, 0, 18);
+    json_object_set_new(o, "after", after ? after : json_array());
+    json_object_set_new(o, "run_anyway",
+                        json_boolean(db_str(r, 0, 19) && !strcmp(db_str(r, 0, 19), "run")));
+    const char *batch = db_str(r, 0, 20);
+    json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
+    if (!PQgetisnull(r, 0, 21)) { /* the producer's trace context: only when there is one */
+        json_object_set_new(o, "traceparent", json_string(db_str(r, 0, 21)));
+        if (!PQgetisnull(r, 0, 22))
+            json_object_set_new(o, "tracestate", json_string(db_str(r, 0, 22)));
+    }
+    PQclear(r);
+    json_t *progress = json_null();
+    if (PQntuples(pr)) {
+        json_t *d = rows_json(pr, 0, 2);
+        progress = json_pack(
+            "{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
+            json_object_get(d, "attempt") ? json_object_get(d, "attempt") : json_null(), "fraction",
+            json_object_get(d, "fraction") ? json_object_get(d, "fraction") : json_null(),
+            "message", json_object_get(d, "message") ? json_object_get(d, "message") : json_null());
+        rows_time_field(progress, "at", pr, 0, 1);
+        json_decref(d);
+    }
+    PQclear(pr);
+    json_object_set_new(o, "progress", progress);
+    /* Its children: work that names it in after, open or kept (GIN indexes). */
+    json_t *probe = json_pack("[s]", id);
+    char *probe_text = json_dumps(probe, JSON_COMPACT);
+    json_decref(probe);
+    const char *cp[] = {probe_text};
+    r = db_exec(c,
+                "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
+                "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
+                "                UNION ALL"
+                "                SELECT id, accepted_seq FROM workd_done"
+                "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
+                " ORDER BY accepted_seq LIMIT 1000",
+                1, cp, "reading children", err);
+    free(probe_text);
+    if (!r) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *kids = json_array();
+    for (int i = 0; i < PQntuples(r); i++)
+        json_array_append_new(kids, json_string(db_str(r, i, 0)));
+    json_object_set_new(o, "children", kids);
+    PQclear(r);
+    return o;
+}
+
+json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
+{
+    const char *params[] = {name};
+    PGresult *r = db_exec(
+        c,
+        "SELECT s.name, s.spec::text, s.last_tick, s.last_work, workd_epoch_ms(s.last_fired_at),"
+        "       coalesce((SELECT status FROM workd_open WHERE id = s.last_work),"
+        "                (SELECT status FROM workd_done WHERE id = s.last_work)),"
+        "       workd_epoch_ms(s.updated_at)"
+        "  FROM workd_schedules s WHERE $1::text IS NULL OR s.name = $1 ORDER BY s.name",
+        1, params, "reading schedules", err);
+    if (!r)
+        return NULL;
+    if (name && PQntuples(r) == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no schedule '%s'", name);
+        return NULL;
+    }
+    json_t *list = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *spec = rows_json(r, i, 1);
+        ScheduleSpec sp;
+        Err e = {0};
+        json_t *o;
+        if (schedspec_decode(spec, &sp, &e) == 0) {
+            o = sched_json(db_str(r, i, 0), &sp, db_int(r, i, 2), now);
+            free(sp.cron_text);
+            free(sp.tz);
+            template_clear(&sp.work);
+        } else { /* shown as stored, with why it does not fire */
+            o = json_deep_copy(spec);
+            json_object_del(o, "since");
+            json_object_del(o, "schedule");
+            json_object_set_new(o, "name", json_string(db_str(r, i, 0)));
+            json_object_set_new(o, "next", json_array());
+            json_object_set_new(o, "error", json_string(e.msg));
+        }
+        json_decref(spec);
+        const char *lw = db_str(r, i, 3);
+        json_t *last = json_null();
+        if (lw) {
+            char at[40];
+            time_format(db_int(r, i, 4), at, sizeof at);
+            const char *st = db_str(r, i, 5);
+            last = json_pack("{s:s, s:s, s:s}", "id", lw, "fired_at", at, "status",
+                             st ? st : "unknown");
+        }
+        json_object_set_new(o, "last_run", last);
+        char upd[40];
+        time_format(db_int(r, i, 6), upd, sizeof upd);
+        json_object_set_new(o, "updated_at", json_string(upd));
+        json_array_append_new(list, o);
+    }
+    PQclear(r);
+    if (name) {
+        json_t *one = json_incref(json_array_get(list, 0));
+        json_decref(list);
+        return one;
+    }
+    return json_pack("{s:o}", "schedules", list);
+}
+
+json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
+{
+    const char *params[] = {id};
+    PGresult *r =
+        db_exec(c,
+                "SELECT workd_epoch_ms(opened_at), workd_epoch_ms(finished_at), callback::text,"
+                "       callback_id"
+                "  FROM workd_batches WHERE id = $1",
+                1, params, "reading a batch", err);
+    if (!r)
+        return NULL;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no batch '%s'", id);
+        return NULL;
+    }
+    char opened[40];
+    time_format(db_int(r, 0, 0), opened, sizeof opened);
+    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "opened_at", opened, "finished",
+                          !PQgetisnull(r, 0, 1));
+    if (!PQgetisnull(r, 0, 1)) {
+        char fin[40];
+        time_format(db_int(r, 0, 1), fin, sizeof fin);
+        json_object_set_new(o, "finished_at", json_string(fin));
+    } else {
+        json_object_set_new(o, "finished_at", json_null());
+    }
+    json_object_set_new(o, "callback", PQgetisnull(r, 0, 2) ? json_null() : rows_json(r, 0, 2));
+    const char *cb = db_str(r, 0, 3);
+    json_object_set_new(o, "callback_id", cb ? json_string(cb) : json_null());
+    PQclear(r);
+    char nowv[24];
+    snprintf(nowv, sizeof nowv, "%lld", (long long)now);
+    const char *p2[] = {id, nowv};
+    r = db_exec(c,
+                "SELECT CASE WHEN status = 'pending' AND run_at > workd_ts($2::bigint)"
+                "            THEN 'scheduled' ELSE status END, count(*)"
+                "  FROM workd_open WHERE batch = $1 GROUP BY 1"
+                " UNION ALL "
+                "SELECT status, count(*) FROM workd_done WHERE batch = $1 GROUP BY 1",
+                2, p2, "counting a batch", err);
+    if (!r) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *counts =
+        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
+                  "running", 0, "completed", 0, "dead", 0, "cancelled", 0);
+    json_int_t total = 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_int_t n = db_int(r, i, 1);
+        const char *st = db_str(r, i, 0);
+        json_object_set_new(counts, st,
+                            json_integer(json_integer_value(json_object_get(counts, st)) + n));
+        total += n;
+    }
+    PQclear(r);
+    json_object_set_new(o, "counts", counts);
+    json_object_set_new(o, "total", json_integer(total));
+    return o;
+}
+
+json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
+{
+    char a[24], l[16];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(l, sizeof l, "%d", limit + 1); /* one more: is there a next page? */
+    const char *params[] = {id, a, l};
+    PGresult *r = db_exec(c,
+                          "SELECT seq, term, workd_epoch_ms(at), type, version, data::text"
+                          "  FROM workd_events WHERE work_id = $1 AND seq > $2"
+                          " ORDER BY seq LIMIT $3",
+                          3, params, "reading work events", err);
+    if (!r)
+        return NULL;
+    int n = PQntuples(r);
+    if (n == 0 && after == 0) {
+        PQclear(r);
+        err_set(err, 404, "not-found", "no work with id '%s'", id);
+        return NULL;
+    }
+    bool more = n > limit;
+    if (more)
+        n = limit;
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "seq", json_integer(db_int(r, i, 0)));
+        json_object_set_new(e, "term", json_integer(db_int(r, i, 1)));
+        rows_time_field(e, "at", r, i, 2);
+        json_object_set_new(e, "type", json_string(db_str(r, i, 3)));
+        json_object_set_new(e, "version", json_integer(db_int(r, i, 4)));
+        json_object_set_new(e, "data", rows_json(r, i, 5));
+        json_array_append_new(arr, e);
+    }
+    json_t *next = more ? json_integer(db_int(r, n - 1, 0)) : json_null();
+    PQclear(r);
+    return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
+}
+
+/* Planned once per session (db_exec_cached): planning it over every part of
+ * two partitioned tables took 2.6 ms, six times its execution. Two forms: the
+ * log's tail (result streams, the listener, webhooks), and one work item's
+ * events through the (work_id, seq) index (its stream reads from its start). */
+#define FINISHED_AFTER_SQL(where)                                                                  \
+    "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"               \
+    "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"                          \
+    "                    - octet_length(c.data) AS before"                                         \
+    "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"      \
+    "                       e.work_id, e.data::text AS data, p.n_page,"                            \
+    "                       coalesce(e.data->>'queue',"                                            \
+    "                                (SELECT queue FROM workd_done WHERE id = e.work_id"           \
+    "                                 UNION ALL"                                                   \
+    "                                 SELECT queue FROM workd_open WHERE id = e.work_id"           \
+    "                                 LIMIT 1), '') AS queue,"                                     \
+    "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"                 \
+    "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"      \
+    "                       END AS attempts"                                                       \
+    "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"                           \
+    "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"             \
+    "                                 AS before"                                                   \
+    "                          FROM (SELECT e.seq,"                                                \
+    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"        \
+    "                                         AS stored"                                           \
+    "                                  FROM workd_events e"                                        \
+    "                                 WHERE " where                                                \
+    "                                   AND (e.type IN (" SQL_PUBLISHED_TYPES ")"                  \
+    "                                        OR ($4::boolean AND e.type = 'progress'))"            \
+    "                                 ORDER BY e.seq LIMIT $2::int) p0) p"                         \
+    "                  JOIN workd_events e ON e.seq = p.seq"                                       \
+    "                 WHERE p.before < $3::bigint) c) q"                                           \
+    " WHERE before < $3::bigint ORDER BY seq"
+static const char finished_after_sql[] = FINISHED_AFTER_SQL("e.seq > $1::bigint");
+static const char finished_after_work_sql[] =
+    FINISHED_AFTER_SQL("e.work_id = $5::text AND e.seq > $1::bigint");
+
+int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
+                        const char *work_id, json_t *out, bool *at_end, Err *err)
+{
+    char a[24], l[16], b[24];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(l, sizeof l, "%d", limit);
+    snprintf(b, sizeof b, "%lld", (long long)max_bytes);
+    const char *params[] = {a, l, b, progress ? "t" : "f", work_id};
+    /* Final events carry their queue and attempt since schema 4; older ones
+     * take them from the work's row while it is kept.
+     * The page is cut by bytes over at most `limit` events: an event is read
+     * when the events before it hold less than max_bytes of text. Sizing
+     * every event as text would convert all `limit` of them, each page, so
+     * the size of its text recorded at the append (data_bytes, schema 14)
+     * picks the candidates first, cheaply, and only those are converted and
+     * measured. Events older than that column fall back to their stored size,
+     * which compression can make far smaller than the text: large results
+     * that compress well then cost conversions the page does not use. n_page
+     * says how many events the count limit alone would have read. */
+    PGresult *r = work_id ? db_exec_cached(c, "workd_finished_after_work", finished_after_work_sql,
+                                           5, params, "reading a work item's events", err)
+                          : db_exec_cached(c, "workd_finished_after", finished_after_sql, 4, params,
+                                           "reading finished work", err);
+    if (!r)
+        return -1;
+    int n = PQntuples(r);
+    int64_t n_page = n ? db_int(r, 0, 9) : 0;
+    for (int i = 0; i < n; i++) {
+        json_t *data = rows_json(r, i, 6);
+        Event e;
+        if (event_decode(db_int(r, i, 0), db_int(r, i, 1), db_int(r, i, 2), db_str(r, i, 3),
+                         (int)db_int(r, i, 4), db_str(r, i, 5), data, &e, err) != 0) {
+            json_decref(data);
+            PQclear(r);
+            return -1;
+        }
+        json_decref(data);
+        free(e.queue);
+        e.queue = xstrdup(db_str(r, i, 7));
+        if (e.type == EV_DEAD && !e.attempt && !PQgetisnull(r, i, 8)) /* logs before schema 3 */
+            e.attempt = (int)db_int(r, i, 8);
+        json_array_append_new(out, event_result_json(&e));
+        event_clear(&e);
+    }
+    PQclear(r);
+    *at_end = n == n_page && n_page < limit;
+    return n;
+}
+
+json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before, int limit,
+                       Err *err)
+{
+    char b[24], l[16];
+    snprintf(b, sizeof b, "%lld", (long long)before);
+    snprintf(l, sizeof l, "%d", limit);
+    const char *params[] = {status, queue, b, l};
+    PGresult *r = db_exec(
+        c,
+        "SELECT * FROM ("
+        "  SELECT id, queue, priority,"
+        "         CASE WHEN status = 'pending' AND run_at > now() THEN 'scheduled' ELSE status END"
+        "           AS status,"
+        "         attempts, max_attempts, workd_epoch_ms(created_at), workd_epoch_ms(finished_at),"
+        "         worker_id, last_error, accepted_seq"
+        "    FROM workd_open"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "     AND ($2::text IS NULL OR queue = $2)"
+        "     AND ($1::text IS NULL OR $1 IN ('waiting', 'pending', 'scheduled', 'running', "
+        "'dead'))"
+        "  UNION ALL"
+        "  SELECT id, queue, priority, status, attempts, max_attempts, workd_epoch_ms(created_at),"
+        "         workd_epoch_ms(finished_at), worker_id, last_error, accepted_seq"
+        "    FROM workd_done"
+        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "     AND ($2::text IS NULL OR queue = $2)"
+        "     AND ($1::text IS NULL OR $1 IN ('completed', 'cancelled'))"
+        ") w"
+        " WHERE $1::text IS NULL OR w.status = $1"
+        " ORDER BY accepted_seq DESC LIMIT $4::int",
+        4, params, "listing work", err);
+    if (!r)
+        return NULL;
+    json_t *items = json_array();
+    int n = PQntuples(r);
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(db_str(r, i, 0)));
+        json_object_set_new(o, "queue", json_string(db_str(r, i, 1)));
+        json_object_set_new(o, "priority", json_integer(db_int(r, i, 2)));
+        json_object_set_new(o, "status", json_string(db_str(r, i, 3)));
+        json_object_set_new(o, "attempts", json_integer(db_int(r, i, 4)));
+        json_object_set_new(o, "max_attempts", json_integer(db_int(r, i, 5)));
+        rows_time_field(o, "created_at", r, i, 6);
+        rows_time_field(o, "finished_at", r, i, 7);
+        const char *w = db_str(r, i, 8), *le = db_str(r, i, 9);
+        json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
+        json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
+        json_array_append_new(items, o);
+    }
+    json_t *next = n == limit && n > 0 ? json_integer(db_int(r, n - 1, 10)) : json_null();
+    PQclear(r);
+    return json_pack("{s:o, s:o}", "items", items, "next_before", next);
+}
+
+#define READY "status = 'pending' AND (run_at IS NULL OR run_at <= now())"
+
+json_t *view_open_counts(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(
+        c,
+        "SELECT queue,"
+        "       count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now())),"
+        "       count(*) FILTER (WHERE status = 'pending' AND run_at > now()),"
+        "       count(*) FILTER (WHERE status = 'running'),"
+        "       workd_epoch_ms(min(coalesce(run_at, created_at)) FILTER (WHERE " READY ")),"
+        "       extract(epoch from now() - min(coalesce(run_at, created_at))"
+        "                                  FILTER (WHERE " READY "))::float8,"
+        "       count(*) FILTER (WHERE status = 'waiting')"
+        "  FROM workd_open WHERE status IN ('pending', 'running', 'waiting') GROUP BY queue",
+        0, NULL, "counting open work", err);
+    if (!r)
+        return NULL;
+    json_t *o = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        json_t *q = json_pack("{s:I, s:I, s:I, s:I}", "waiting", (json_int_t)db_int(r, i, 6),
+                              "pending", (json_int_t)db_int(r, i, 1), "scheduled",
+                              (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
+        rows_time_field(q, "oldest_pending_at", r, i, 4);
+        json_object_set_new(q, "oldest_pending_age_s",
+                            PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));
+        json_object_set_new(o, db_str(r, i, 0), q);
+    }
+    PQclear(r);
+    return o;
+}
+
+json_t *view_activity(PGconn *c, int buckets, Err *err)
+{
+    char span[24], size[16];
+    snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
+    snprintf(size, sizeof size, "%d", ACTIVITY_BUCKET_S);
+    const char *params[] = {span, size};
+    PGresult *r = db_exec(
+        c,
+        "WITH w AS (SELECT (floor(extract(epoch from now()) / $2::int) * $2::int)::bigint AS last) "
+        "SELECT w.last, a.bucket, a.queue, a.accepted, a.completed, a.failed, a.dead, a.cancelled"
+        "  FROM w LEFT JOIN workd_activity a"
+        "    ON a.bucket > w.last - $1::bigint AND a.bucket <= w.last"
+        " ORDER BY a.bucket, a.queue",
+        2, params, "reading the activity", err);
+    if (!r)
+        return NULL;
+    static const char *const kinds[] = {"accepted", "completed", "failed", "dead", "cancelled"};
+    int64_t first = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
+    json_t *queues = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        if (PQgetisnull(r, i, 1))
+            continue; /* no activity at all: the left join's one row */
+        const char *name = db_str(r, i, 2);
+        json_t *q = json_object_get(queues, name);
+        if (!q) {
+            q = json_object();
+            for (int k = 0; k < 5; k++) {
+                json_t *arr = json_array();
+                for (int b = 0; b < buckets; b++)
+                    json_array_append_new(arr, json_integer(0));
+                json_object_set_new(q, kinds[k], arr);
+            }
+            json_object_set_new(queues, name, q);
+        }
+        size_t slot = (size_t)((db_int(r, i, 1) - first) / ACTIVITY_BUCKET_S);
+        for (int k = 0; k < 5; k++)
+            json_array_set_new(json_object_get(q, kinds[k]), slot,
+                               json_integer(db_int(r, i, 3 + k)));
+    }
+    PQclear(r);
+    char start[40];
+    time_format(first * 1000, start, sizeof start);
+    return json_pack("{s:i, s:s, s:i, s:o}", "bucket_seconds", ACTIVITY_BUCKET_S, "start", start,
+                     "buckets", buckets, "queues", queues);
+}
+
+json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
+{
+    char topv[16];
+    snprintf(topv, sizeof topv, "%d", top);
+    const char *params[] = {queue, topv};
+    PGresult *r = db_exec(
+        c,
+        "WITH k AS (SELECT queue, key,"
+        "       count(*) FILTER (WHERE status = 'pending' AND (run_at IS NULL OR run_at <= now()))"
+        "         AS pending,"
+        "       count(*) FILTER (WHERE status = 'pending' AND run_at > now()) AS scheduled,"
+        "       count(*) FILTER (WHERE status = 'running') AS running"
+        "  FROM workd_open WHERE status IN ('pending', 'running')"
+        "   AND ($1::text IS NULL OR queue = $1::text) GROUP BY queue, key),"
+        " r AS (SELECT *, row_number() OVER (PARTITION BY queue"
+        "                 ORDER BY pending DESC, running DESC, key NULLS FIRST) <= $2::int AS top"
+        "         FROM k)"
+        "SELECT queue, top, CASE WHEN top THEN key END, sum(pending)::bigint,"
+        "       sum(scheduled)::bigint, sum(running)::bigint, count(*)"
+        "  FROM r GROUP BY queue, top, CASE WHEN top THEN key END"
+        " ORDER BY queue, top DESC, 4 DESC, 6 DESC, 3 NULLS FIRST",
+        2, params, "counting the backlog per key", err);
+    if (!r)
+        return NULL;
+    json_t *out = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *name = db_str(r, i, 0);
+        json_t *q = json_object_get(out, name);
+        if (!q) {
+            q = json_pack("{s:[], s:{s:i, s:i, s:i, s:i}}", "keys", "other", "keys", 0, "pending",
+                          0, "scheduled", 0, "running", 0);
+            json_object_set_new(out, name, q);
+        }
+        json_t *counts =
+            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3), "scheduled",
+                      (json_int_t)db_int(r, i, 4), "running", (json_int_t)db_int(r, i, 5));
+        if (!strcmp(PQgetvalue(r, i, 1), "t")) {
+            const char *key = db_str(r, i, 2);
+            json_object_set_new(counts, "key", key ? json_string(key) : json_null());
+            json_array_append_new(json_object_get(q, "keys"), counts);
+        } else {
+            json_object_set_new(counts, "keys", json_integer(db_int(r, i, 6)));
+            json_object_set_new(q, "other", counts);
+        }
+    }
+    PQclear(r);
+    return out;
+}
+
+json_t *view_queue_limits(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(c, ROWS_QUEUES_SQL, 0, NULL, "reading the queues' limits", err);
+    if (!r)
+        return NULL;
+    json_t *o = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        QueueLimits lim = rows_queue_limits(r, i);
+        json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
+        queue_limits_clear(&lim);
+        json_object_del(l, "queue");
+        json_object_set_new(o, db_str(r, i, 0), l);
+    }
+    PQclear(r);
+    return o;
+}
+
+int view_last_seq(PGconn *c, int64_t *seq, Err *err)
+{
+    PGresult *r = db_exec(c, "SELECT coalesce(max(seq), 0) FROM workd_events", 0, NULL,
+                          "reading the last seq", err);
+    if (!r)
+        return -1;
+    *seq = db_int(r, 0, 0);
+    PQclear(r);
+    return 0;
+}
+
+int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err)
+{
+    PGresult *r = db_exec(c, "SELECT term, url FROM workd_leader WHERE id = 1", 0, NULL,
+                          "reading the leader", err);
+    if (!r)
+        return -1;
+    *term = 0;
+    url_out[0] = '\0';
+    if (PQntuples(r) == 1) {
+        *term = db_int(r, 0, 0);
+        snprintf(url_out, url_len, "%s", db_str(r, 0, 1));
+    }
+    PQclear(r);
+    return 0;
+}
+
+json_t *view_finished_counts(PGconn *c, Err *err)
+{
+    PGresult *r =
+        db_exec(c,
+                "SELECT queue, status, sum(n)::bigint FROM workd_counts GROUP BY queue, status"
+                " UNION ALL "
+                "SELECT queue, status, count(*) FROM workd_open WHERE status = 'dead' GROUP BY "
+                "queue, status",
+                0, NULL, "counting finished work", err);
+    if (!r)
+        return NULL;
+    json_t *o = json_object();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *q = db_str(r, i, 0);
+        json_t *qo = json_object_get(o, q);
+        if (!qo) {
+            qo = json_pack("{s:i, s:i, s:i}", "completed", 0, "dead", 0, "cancelled", 0);
+            json_object_set_new(o, q, qo);
+        }
+        json_object_set_new(qo, db_str(r, i, 1), json_integer(db_int(r, i, 2)));
+    }
+    PQclear(r);
+    return o;
+}
+
+json_t *view_subscriptions(PGconn *c, Err *err)
+{
+    PGresult *r = db_exec(c,
+                          "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
+                          "       paused, paused_reason, cursor"
+                          "  FROM workd_subscriptions ORDER BY name",
+                          0, NULL, "reading webhook subscriptions", err);
+    if (!r)
+        return NULL;
+    json_t *out = json_array();
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *reason = db_str(r, i, 6);
+        json_array_append_new(out,
+                              json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name",
+                                        db_str(r, i, 0), "url", db_str(r, i, 1), "secret",
+                                        db_str(r, i, 2), "queues", rows_json(r, i, 3), "kinds",
+                                        rows_json(r, i, 4), "paused", !strcmp(db_str(r, i, 5), "t"),
+                                        "paused_reason", reason ? json_string(reason) : json_null(),
+                                        "cursor", (json_int_t)db_int(r, i, 7)));
+    }
+    PQclear(r);
+    return out;
+}

@@ -793,8 +793,7 @@ static void list_task(PGconn *conn, void *arg)
 {
     ListTask *t = arg;
     Err err = {0};
-    json_t *o =
-        conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
+    json_t *o = conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");

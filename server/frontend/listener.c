@@ -66,8 +66,8 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
         json_t *rows = json_array();
         Err err = {0};
         bool at_end = false;
-        int n = view_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE,
-                                       l->cfg.page_bytes, true, NULL, rows, &at_end, &err);
+        int n = view_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE, l->cfg.page_bytes,
+                                    true, NULL, rows, &at_end, &err);
         if (n < 0) {
             json_decref(rows);
             drop(l, err.msg);

@@ -447,7 +447,7 @@ static void read_pages(Webhooks *w)
         bool at_end = false;
         Err err = {0};
         int got = w->conn ? view_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
-                                                   false, NULL, rows, &at_end, &err)
+                                                false, NULL, rows, &at_end, &err)
                           : -1;
         if (got < 0 && w->conn)
             log_warn("webhooks: reading results after seq %lld: %s", (long long)want[i].after,

@@ -843,6 +843,16 @@ static bool same_name(const char *key, size_t n, const char *name)
 
 void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value, size_t value_len)
 {
+    for (size_t i = 0; i < value_len && !h->bad_value; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            h->bad_value = true;
+            size_t o = 0;
+            for (size_t j = 0; j < key_len && o + 1 < sizeof h->value_of; j++)
+                h->value_of[o++] = key[j] > 0x20 && key[j] < 0x7f ? key[j] : '?';
+            h->value_of[o] = '\0';
+        }
+    }
     if (!is_token(key, key_len)) {
         if (!h->bad_name) {
             size_t o = 0;
@@ -869,17 +879,21 @@ void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value,
 }
 
 /* Whether a Transfer-Encoding value (up to end) is exactly "chunked" (any
- * case, optional whitespace), the only coding workd reads. */
+ * case), the only coding workd reads: libmicrohttpd frames a body as chunked
+ * only then, so "chunked " (trailing whitespace) is no framing to it. */
 static bool only_chunked(const char *v, const char *end)
+{
+    return end - v == 7 && strncasecmp(v, "chunked", 7) == 0;
+}
+
+/* Whether v (up to end) is "chunked" with whitespace around it. */
+static bool padded_chunked(const char *v, const char *end)
 {
     while (v < end && (*v == ' ' || *v == '\t'))
         v++;
-    if (end - v < 7 || strncasecmp(v, "chunked", 7) != 0)
-        return false;
-    for (v += 7; v < end; v++)
-        if (*v != ' ' && *v != '\t')
-            return false;
-    return true;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    return only_chunked(v, end);
 }
 
 int head_check(const HeadCheck *h, bool http11, Err *err)
@@ -888,6 +902,10 @@ int head_check(const HeadCheck *h, bool http11, Err *err)
         return err_set(err, 400, "bad-request",
                        "the header name '%s' is not a token (no whitespace before the colon)",
                        h->name);
+    if (h->bad_value)
+        return err_set(err, 400, "bad-request",
+                       "the value of the header '%s' holds a control character (NUL, CR or LF)",
+                       h->value_of);
     if (h->hosts > 1)
         return err_set(err, 400, "bad-request", "the request has %d Host headers; send one",
                        h->hosts);
@@ -909,10 +927,13 @@ int head_check(const HeadCheck *h, bool http11, Err *err)
     const char *v = h->encoding, *end = v + strlen(v);
     if (h->encodings == 1 && only_chunked(v, end))
         return 0;
+    if (h->encodings == 1 && padded_chunked(v, end))
+        return err_set(err, 400, "bad-request",
+                       "Transfer-Encoding must be 'chunked' without whitespace around it");
     /* "chunked" must come last, and once: anything else is a coding workd
      * does not read (501), a list not ending in chunked a framing error. */
     const char *last = strrchr(v, ',');
-    if (h->encodings == 1 && !only_chunked(last ? last + 1 : v, end))
+    if (h->encodings == 1 && !padded_chunked(last ? last + 1 : v, end))
         return err_set(err, 400, "bad-request",
                        "Transfer-Encoding must end with chunked (RFC 9112 section 6.1)");
     return err_set(err, 501, "not-implemented",

@@ -145,6 +145,33 @@ def test_framing_that_smuggling_needs(cluster):
         ("Transfer-Encoding in HTTP/1.0",
          head(["POST /work HTTP/1.0", "Content-Type: application/json",
                "Transfer-Encoding: chunked"], b"e\r\n" + body + b"\r\n0\r\n\r\n"), 400),
+        # Issue 27.7: libmicrohttpd frames "chunked " as no body at all and
+        # waited for the request timeout, then swallowed what followed.
+        ("'Transfer-Encoding: chunked ' (trailing space)",
+         head(post + ["Transfer-Encoding: chunked "], b"e\r\n" + body + b"\r\n0\r\n\r\n")
+         + smuggled, 400),
+        ("'Transfer-Encoding: chunked' with a tab after it",
+         head(post + ["Transfer-Encoding: chunked\t"], b"e\r\n" + body + b"\r\n0\r\n\r\n"),
+         400),
+        ("bare LF line endings",
+         b"POST /work HTTP/1.1\nHost: x\nContent-Type: application/json\nContent-Length: 14\n\n"
+         + body + smuggled, 400),
+        ("one bare LF among CRLFs",
+         b"GET /healthz HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n" + smuggled, 400),
+        ("a bare LF after the request line",
+         b"GET /healthz HTTP/1.1\nHost: x\r\n\r\n" + smuggled, 400),
+        ("a bare LF ending the head",
+         b"POST /work HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Content-Length: 14\r\n\n" + body, 400),
+        ("obs-fold (a header continued on the next line)",
+         b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n" + smuggled, 400),
+        ("obs-fold of Transfer-Encoding",
+         b"POST /work HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         b"Transfer-Encoding:\r\n chunked\r\n\r\ne\r\n" + body + b"\r\n0\r\n\r\n", 400),
+        ("a NUL in a header value",
+         b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\x00c\r\n\r\n" + smuggled, 400),
+        ("a bare CR in a header value",
+         b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\rc\r\n\r\n" + smuggled, 400),
     ]
     for what, data, status in cases:
         t0 = time.monotonic()

@@ -166,7 +166,9 @@ bool queue_name_valid(const char *s)
         if (n >= 64 || !(isalnum(c) || c == '_' || c == '-' || c == '.'))
             return false;
     }
-    return n > 0;
+    /* "." and ".." name no resource a URL can address (a client resolves
+     * them away): refused as for work ids. */
+    return n > 0 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
 /* where names the item in a bulk submission ("item 3: "), or is "". */
@@ -245,6 +247,15 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
         return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
+    /* As workd writes it: compact, and a number such as 0.1 written out to
+     * 17 digits, so up to several times its size in the request. */
+    size_t bytes =
+        lim->max_payload_bytes ? json_dumpb(payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    if (lim->max_payload_bytes && bytes > (size_t)lim->max_payload_bytes)
+        return err_set(err, 413, "payload-too-large",
+                       "%s: 'payload' is %zu bytes as workd writes it (compact JSON); the limit "
+                       "is %lld",
+                       where, bytes, (long long)lim->max_payload_bytes);
     it->payload = json_incref(payload);
 
     json_t *id = json_object_get(o, "id");
@@ -273,7 +284,8 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
     json_t *q = json_object_get(o, "queue");
     if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
         return err_set(err, 400, "invalid-field",
-                       "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -", where);
+                       "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)",
+                       where);
     it->queue = xstrdup(q ? json_string_value(q) : "default");
 
     json_t *key = json_object_get(o, "key");
@@ -594,8 +606,9 @@ WARN_UNUSED static int parse_queues(json_t *v, char ***out, Err *err)
     {
         if (!json_is_string(e) || !queue_name_valid(json_string_value(e))) {
             strv_free(q);
-            return err_set(err, 400, "invalid-field",
-                           "'queues' must hold queue names (1-64 of A-Z a-z 0-9 _ . -)");
+            return err_set(
+                err, 400, "invalid-field",
+                "'queues' must hold queue names (1-64 of A-Z a-z 0-9 _ . -, not . or ..)");
         }
         q[i] = xstrdup(json_string_value(e));
     }
@@ -1081,7 +1094,7 @@ int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, 
            *st = json_object_get(body, "status"), *l = json_object_get(body, "limit");
     if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
         return err_set(err, 400, "invalid-field",
-                       "'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -");
+                       "'queue' must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)");
     if (k && !(json_is_string(k) && id_valid(json_string_value(k))))
         return err_set(err, 400, "invalid-field",
                        "'key' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");

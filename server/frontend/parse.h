@@ -16,6 +16,9 @@
 typedef struct ParseLimits {
     size_t max_batch;
     size_t max_depth;
+    /* A payload's compact JSON text at most (--max-body), so that any job fits
+     * a pull's answer alone; 0: unchecked. */
+    int64_t max_payload_bytes;
     int64_t default_timeout_ms;
     int default_max_attempts;
 } ParseLimits;

@@ -269,13 +269,15 @@ def test_forwarding_header_cannot_be_forged(cluster):
     wait_leader(b.url)
     leader = leader_of([a.url, b.url])
     follower = b.url if leader == a.url else a.url
-    item = {"id": "forged", "payload": "x" * (2 * limit)}
+    # Twice the limit in all; each payload within it (a payload's own budget
+    # is --max-body, forwarded or not).
+    item = {"items": [{"id": f"forged-{i}", "payload": "x" * (limit * 2 // 3)} for i in range(3)]}
     for fwd in ("node=evil", "secret=wrong-secret-0123456789; node=evil",
                 f"secret={cluster.secret[:-1]}; node=evil", "secret=; node=evil"):
         r = http("POST", leader + "/work", item, {**JSON, "X-Workd-Forwarded": fwd})
         expect(r, 403, f"a forged X-Workd-Forwarded: {fwd}")
         assert r.json()["type"].endswith("/forwarding-refused"), r.text
-    expect(http("GET", leader + "/work/forged"), 404, "nothing was accepted")
+    expect(http("GET", leader + "/work/forged-0"), 404, "nothing was accepted")
     # The real secret (what a node sends) is believed.
     real = {**JSON, "X-Workd-Forwarded": f"secret={cluster.secret}; node=test"}
     expect(http("POST", leader + "/work", item, real), 202, "a node's forward of 2x the limit")

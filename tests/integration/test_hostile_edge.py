@@ -108,6 +108,21 @@ def test_no_attempt_starts_that_cannot_be_delivered(cluster):
     assert r.status == 200 and r.json()["jobs"] == [], r.text
     started = cluster.psql("SELECT count(*) FROM workd_events WHERE type = 'started'")
     assert started == "0", f"{started} attempts started"
+    # Work accepted under a larger --max-body than the leader has now: no
+    # pull's answer could carry it, so it is cancelled, never started.
+    leader.stop()
+    follower.stop()
+    roomy = cluster.start_server("c", extra_args=["--max-body", str(4 * SMALL),
+                                                  "--max-reply-bytes", str(8 * SMALL)])
+    wait_leader(roomy.url)
+    submit(roomy.url, {"id": "old-big", "payload": "o" * (3 * SMALL), "queue": "old"})
+    roomy.stop()
+    tight = cluster.start_server("d", extra_args=SMALL_ARGS)
+    wait_leader(tight.url)
+    assert pull(tight.url, "w2", max_jobs=5, queues=["old"]) == []
+    w = http("GET", tight.url + "/work/old-big").json()
+    assert w["status"] == "cancelled" and not w.get("attempts"), {k: v for k, v in w.items() if k != "payload"}
+    assert "old-big is cancelled" in tight.log_text()
 
 
 # ---------------------------------------------------- 27.6 the SQL function

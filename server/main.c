@@ -94,6 +94,8 @@ static const OptSpec options[] = {
      "bytes of recent results each node keeps in memory for result streams (older ones are "
      "read from the database)",
      65536, 1LL << 40},
+    {"max-schedules", OPT_INT, &C.max_schedules, "1000",
+     "schedules at most; past it a new schedule gets 409", 1, 1000000},
     {"max-workers", OPT_INT, &C.max_workers, "10000",
      "registered workers at most; past it a new worker id gets 429", 1, 10000000},
     {"max-reply-bytes", OPT_INT, &C.max_reply_bytes, "16777216",
@@ -123,6 +125,11 @@ static const OptSpec options[] = {
     {"webhook-pause-after", OPT_DURATION, &C.webhook_pause_after_ms, "24h",
      "a webhook subscription whose deliveries fail this long is paused (PUT resumes it)", 1000,
      MS(3650) * 86400000},
+    {"webhook-allow-networks", OPT_STRING, &C.webhook_allow_networks, "",
+     "networks webhook receivers may be in besides public ones, as CIDRs (e.g. 10.1.0.0/16, "
+     "127.0.0.1): loopback, private, link-local and other internal addresses are refused "
+     "otherwise",
+     0, 0},
     {"db-pool-size", OPT_INT, &C.db_pool_size, "2", "database sessions for reads on this node", 1,
      64},
     {"tokens", OPT_STRING, &C.tokens, "",
@@ -202,6 +209,16 @@ WARN_UNUSED static int finish_config(ServerConfig *c, Err *err)
         return err_set(err, 400, "bad-config",
                        "--cluster-secret must be %d to %d characters without spaces, ';' or ','",
                        AUTH_SECRET_MIN, AUTH_SECRET_MAX);
+    Err nerr = {0};
+    if (netpolicy_parse(c->webhook_allow_networks, &c->webhook_allow, &nerr) != 0)
+        return err_set(err, 400, "bad-config", "--webhook-allow-networks: %s", nerr.msg);
+    /* Every job fits a pull's answer alone, so none is started that a node
+     * forwarding the pull would refuse (502) after the leader started it. */
+    if (c->max_reply_bytes < c->max_body + MANAGER_JOB_ENVELOPE)
+        return err_set(err, 400, "bad-config",
+                       "--max-reply-bytes (%lld) must be at least --max-body (%lld) plus %d, so "
+                       "that a pull's answer holds any one job",
+                       (long long)c->max_reply_bytes, (long long)c->max_body, MANAGER_JOB_ENVELOPE);
     if (c->backoff_max_ms < c->backoff_base_ms)
         return err_set(err, 400, "bad-config", "--backoff-max must not be below --backoff-base");
     char roles_txt[64];
@@ -295,6 +312,9 @@ static int serve(Server *s)
             .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
             .max_workers = s->cfg.max_workers,
             .max_reply_bytes = s->cfg.max_reply_bytes,
+            .max_payload_bytes = s->cfg.max_body,
+            .max_json_depth = (int)s->cfg.max_json_depth,
+            .max_schedules = s->cfg.max_schedules,
             .ws = {.max_open = s->cfg.max_open,
                    .max_edges = s->cfg.max_edges,
                    .lease_grace_ms = s->cfg.lease_grace_ms,
@@ -315,6 +335,7 @@ static int serve(Server *s)
             .webhook_backoff_base_ms = s->cfg.webhook_backoff_base_ms,
             .webhook_backoff_max_ms = s->cfg.webhook_backoff_max_ms,
             .webhook_pause_after_ms = s->cfg.webhook_pause_after_ms,
+            .webhook_allow = &s->cfg.webhook_allow,
             .on_commit = on_commit,
             .on_commit_ud = s,
         };

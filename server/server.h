@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "manager.h"
+#include "netpolicy.h"
 
 typedef struct ServerConfig {
     char *listen;        /* HOST:PORT */
@@ -38,7 +39,8 @@ typedef struct ServerConfig {
     int64_t sse_buffer_bytes;   /* unsent bytes per result stream; page size of result reads */
     int64_t results_ring_bytes; /* finished events kept in memory for result streams */
     int64_t max_workers;        /* registered workers at most (429 past it) */
-    int64_t max_reply_bytes;    /* largest pull answer, and forwarded reply */
+    int64_t max_schedules;
+    int64_t max_reply_bytes; /* largest pull answer, and forwarded reply */
     int64_t default_timeout_ms;
     int64_t default_max_attempts;
     int64_t db_pool_size;
@@ -48,9 +50,11 @@ typedef struct ServerConfig {
     int64_t progress_max_bytes;   /* progress messages and output per attempt */
     int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
     int64_t webhook_pause_after_ms;
-    char *tokens;         /* "scopes:token ..." (WORKD_TOKENS) */
-    char *tokens_file;    /* one "scopes:token" per line */
-    char *cluster_secret; /* shared by the nodes: proves a forwarded request ("": none) */
+    char *webhook_allow_networks; /* as given */
+    NetPolicy webhook_allow;      /* ...read by finish_config */
+    char *tokens;                 /* "scopes:token ..." (WORKD_TOKENS) */
+    char *tokens_file;            /* one "scopes:token" per line */
+    char *cluster_secret;         /* shared by the nodes: proves a forwarded request ("": none) */
 } ServerConfig;
 
 struct Api;

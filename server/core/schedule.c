@@ -116,6 +116,11 @@ const Schedule *sched_get(const ScheduleSet *s, const char *name)
     return hmap_get(&s->by_name, name);
 }
 
+size_t sched_count(const ScheduleSet *s)
+{
+    return s->by_name.len;
+}
+
 int64_t sched_next_deadline(const ScheduleSet *s)
 {
     int64_t t = INT64_MAX;

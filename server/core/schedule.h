@@ -60,6 +60,7 @@ void sched_restore(ScheduleSet *s, const char *name, const ScheduleSpec *spec, i
 
 /* ---- reading ---- */
 const Schedule *sched_get(const ScheduleSet *s, const char *name);
+size_t sched_count(const ScheduleSet *s); /* for --max-schedules */
 /* A schedule as the API shows it: its definition, last_tick, and the next
  * five fire times after max(now, last_tick) (none while paused) (a new
  * reference). */

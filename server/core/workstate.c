@@ -835,6 +835,11 @@ int ws_decide_queue_set(const WorkState *ws, const char *queue, const QueueLimit
     return 0;
 }
 
+bool ws_queue_known(const WorkState *ws, const char *queue)
+{
+    return hmap_get(&ws->queues, queue) != NULL;
+}
+
 QueueLimits ws_queue_limits(const WorkState *ws, const char *queue)
 {
     const Queue *q = hmap_get(&ws->queues, queue);
@@ -1111,6 +1116,11 @@ int ws_decide_schedule_delete(const WorkState *ws, const char *name, int64_t now
 const Schedule *ws_schedule(const WorkState *ws, const char *name)
 {
     return sched_get(ws->sched, name);
+}
+
+size_t ws_schedule_count(const WorkState *ws)
+{
+    return sched_count(ws->sched);
 }
 
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,

@@ -226,6 +226,7 @@ void ws_decide_schedule_set(const WorkState *ws, const char *name, const Schedul
 int ws_decide_schedule_delete(const WorkState *ws, const char *name, int64_t now, EventList *out,
                               Err *err) WARN_UNUSED;
 const Schedule *ws_schedule(const WorkState *ws, const char *name);
+size_t ws_schedule_count(const WorkState *ws);
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
                          int64_t last_tick, const char *last_work);
 /* An open batch, or NULL. */
@@ -356,6 +357,9 @@ WsQueueStats *ws_queue_stats(const WorkState *ws, int64_t now, size_t *n);
  * for (size_t i = 0; (it = ws_item_next(ws, &i));) */
 const WorkItem *ws_item_next(const WorkState *ws, size_t *pos);
 
+/* Whether the state holds the queue: it has open work or flow control (an
+ * idle queue without either is forgotten, ws_advance). */
+bool ws_queue_known(const WorkState *ws, const char *queue);
 /* A queue's flow control (all zero: none). Its weights are borrowed: valid
  * until the state changes; do not clear it. */
 QueueLimits ws_queue_limits(const WorkState *ws, const char *queue);

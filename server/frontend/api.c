@@ -266,9 +266,17 @@ static void cmd_reply(Req *r)
         req_finish_json(r, c->status, o);
         return;
     }
-    case MC_QUEUE_SET:
-        req_finish_json(r, c->status, queue_limits_json(c->queue, &c->limits));
+    case MC_QUEUE_SET: {
+        json_t *o = queue_limits_json(c->queue, &c->limits);
+        if (c->queue_new) /* most often a misspelt name: say so */
+            json_object_set_new(
+                o, "warning",
+                json_pack("s++", "the queue '", c->queue,
+                          "' had no open work and no flow control: these settings start it "
+                          "(check the name)"));
+        req_finish_json(r, c->status, o);
         return;
+    }
     case MC_SCHEDULE_SET: /* not typed yet */
     case MC_SUBSCRIPTION_SET:
     case MC_SUBSCRIPTION_GET:
@@ -413,6 +421,7 @@ static void h_submit(Req *r, char *const *p)
     }
     ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
                        .max_depth = (size_t)s->cfg.max_json_depth,
+                       .max_payload_bytes = s->cfg.max_body,
                        .default_timeout_ms = s->cfg.default_timeout_ms,
                        .default_max_attempts = (int)s->cfg.default_max_attempts};
     MgrCmd *c = mgrcmd_new(MC_SUBMIT);
@@ -563,8 +572,8 @@ static bool check_name(Req *r, const char *name, const char *what)
     if (queue_name_valid(name))
         return true;
     char msg[128];
-    snprintf(msg, sizeof msg, "the %s in the path must be 1-64 characters of A-Z a-z 0-9 _ . -",
-             what);
+    snprintf(msg, sizeof msg,
+             "the %s in the path must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)", what);
     problem(r, 400, "invalid-path", msg);
     return false;
 }
@@ -632,6 +641,7 @@ static void h_schedule_put(Req *r, char *const *p)
     json_t *body = body_json(r, &err);
     ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
                        .max_depth = (size_t)s->cfg.max_json_depth,
+                       .max_payload_bytes = s->cfg.max_body,
                        .default_timeout_ms = s->cfg.default_timeout_ms,
                        .default_max_attempts = (int)s->cfg.default_max_attempts};
     ScheduleSpec *spec = body ? parse_schedule(body, &lim, &err) : NULL;
@@ -1212,7 +1222,8 @@ static void h_subscription_put(Req *r, char *const *p)
     Err err = {0};
     json_t *body = body_json(r, &err);
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
-    if (!body || parse_subscription(body, p[0], &c->detail, &err) != 0) {
+    if (!body ||
+        parse_subscription(body, p[0], &r->srv->cfg.webhook_allow, &c->detail, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);

@@ -226,6 +226,48 @@ static enum MHD_Result on_header_line(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
+/* Where the line before ended (its value's end), and whether a line did not
+ * start where a CRLF after it puts it. */
+typedef struct LineLayout {
+    const char *end;
+    bool bad;
+} LineLayout;
+
+static enum MHD_Result on_line_layout(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    LineLayout *l = cls;
+    /* The line before ended with two NULs (its CRLF), then this key; the
+     * key's colon is a NUL, then optional whitespace, then the value. */
+    if (key != l->end + 2 || l->end[0] || l->end[1])
+        l->bad = true;
+    const char *colon = key + key_size;
+    if (value <= colon || value - colon > 1024 || *colon)
+        l->bad = true;
+    for (const char *p = colon + 1; !l->bad && p < value; p++)
+        if (*p != ' ' && *p != '\t')
+            l->bad = true;
+    l->end = value + value_size;
+    return l->bad ? MHD_NO : MHD_YES;
+}
+
+/* libmicrohttpd 0.9.75 parses a head in place: the version, each header's
+ * name and value point into its read buffer, and it overwrites each line's
+ * end with NULs, two for a CRLF. It also takes a bare LF (or CR) as a line's
+ * end and joins an obs-fold continuation onto the value above (moving it),
+ * both of which RFC 9112 lets a server refuse and another party may read
+ * differently. Neither shows in the values, but both move the lines: the head
+ * is refused unless every line, and the blank line after the last, ends
+ * exactly where a CRLF would put it. */
+static bool lines_end_in_crlf(struct MHD_Connection *conn, const char *version)
+{
+    LineLayout l = {.end = version + strlen(version)};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, on_line_layout, &l);
+    /* The last line's CRLF, then the blank line's. */
+    return !l.bad && !l.end[0] && !l.end[1] && !l.end[2] && !l.end[3];
+}
+
 /* libmicrohttpd 0.9.75 takes the first of two Content-Lengths, lets
  * Transfer-Encoding win over Content-Length and serves a request without
  * Host: head_check (parse.c) judges every line it kept, before anything else
@@ -234,7 +276,13 @@ WARN_UNUSED static int check_framing(struct MHD_Connection *conn, const char *ve
 {
     HeadCheck h = {0};
     MHD_get_connection_values_n(conn, MHD_HEADER_KIND, on_header_line, &h);
-    return head_check(&h, strcmp(version, MHD_HTTP_VERSION_1_0) != 0, err);
+    if (head_check(&h, strcmp(version, MHD_HTTP_VERSION_1_0) != 0, err) != 0)
+        return -1;
+    if (!lines_end_in_crlf(conn, version))
+        return err_set(err, 400, "bad-request",
+                       "every line of the head must end with CRLF, and no header may continue "
+                       "on the next line (obs-fold; RFC 9112 sections 2.2 and 5.2)");
+    return 0;
 }
 
 /* ---- routing ---- */

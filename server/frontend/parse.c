@@ -166,7 +166,9 @@ bool queue_name_valid(const char *s)
         if (n >= 64 || !(isalnum(c) || c == '_' || c == '-' || c == '.'))
             return false;
     }
-    return n > 0;
+    /* "." and ".." name no resource a URL can address (a client resolves
+     * them away): refused as for work ids. */
+    return n > 0 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
 /* where names the item in a bulk submission ("item 3: "), or is "". */
@@ -245,6 +247,15 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
         return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
+    /* As workd writes it: compact, and a number such as 0.1 written out to
+     * 17 digits, so up to several times its size in the request. */
+    size_t bytes =
+        lim->max_payload_bytes ? json_dumpb(payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    if (lim->max_payload_bytes && bytes > (size_t)lim->max_payload_bytes)
+        return err_set(err, 413, "payload-too-large",
+                       "%s: 'payload' is %zu bytes as workd writes it (compact JSON); the limit "
+                       "is %lld",
+                       where, bytes, (long long)lim->max_payload_bytes);
     it->payload = json_incref(payload);
 
     json_t *id = json_object_get(o, "id");
@@ -273,7 +284,8 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
     json_t *q = json_object_get(o, "queue");
     if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
         return err_set(err, 400, "invalid-field",
-                       "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -", where);
+                       "%s: 'queue' must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)",
+                       where);
     it->queue = xstrdup(q ? json_string_value(q) : "default");
 
     json_t *key = json_object_get(o, "key");
@@ -594,8 +606,9 @@ WARN_UNUSED static int parse_queues(json_t *v, char ***out, Err *err)
     {
         if (!json_is_string(e) || !queue_name_valid(json_string_value(e))) {
             strv_free(q);
-            return err_set(err, 400, "invalid-field",
-                           "'queues' must hold queue names (1-64 of A-Z a-z 0-9 _ . -)");
+            return err_set(
+                err, 400, "invalid-field",
+                "'queues' must hold queue names (1-64 of A-Z a-z 0-9 _ . -, not . or ..)");
         }
         q[i] = xstrdup(json_string_value(e));
     }
@@ -843,6 +856,16 @@ static bool same_name(const char *key, size_t n, const char *name)
 
 void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value, size_t value_len)
 {
+    for (size_t i = 0; i < value_len && !h->bad_value; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) {
+            h->bad_value = true;
+            size_t o = 0;
+            for (size_t j = 0; j < key_len && o + 1 < sizeof h->value_of; j++)
+                h->value_of[o++] = key[j] > 0x20 && key[j] < 0x7f ? key[j] : '?';
+            h->value_of[o] = '\0';
+        }
+    }
     if (!is_token(key, key_len)) {
         if (!h->bad_name) {
             size_t o = 0;
@@ -869,17 +892,21 @@ void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value,
 }
 
 /* Whether a Transfer-Encoding value (up to end) is exactly "chunked" (any
- * case, optional whitespace), the only coding workd reads. */
+ * case), the only coding workd reads: libmicrohttpd frames a body as chunked
+ * only then, so "chunked " (trailing whitespace) is no framing to it. */
 static bool only_chunked(const char *v, const char *end)
+{
+    return end - v == 7 && strncasecmp(v, "chunked", 7) == 0;
+}
+
+/* Whether v (up to end) is "chunked" with whitespace around it. */
+static bool padded_chunked(const char *v, const char *end)
 {
     while (v < end && (*v == ' ' || *v == '\t'))
         v++;
-    if (end - v < 7 || strncasecmp(v, "chunked", 7) != 0)
-        return false;
-    for (v += 7; v < end; v++)
-        if (*v != ' ' && *v != '\t')
-            return false;
-    return true;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    return only_chunked(v, end);
 }
 
 int head_check(const HeadCheck *h, bool http11, Err *err)
@@ -888,6 +915,10 @@ int head_check(const HeadCheck *h, bool http11, Err *err)
         return err_set(err, 400, "bad-request",
                        "the header name '%s' is not a token (no whitespace before the colon)",
                        h->name);
+    if (h->bad_value)
+        return err_set(err, 400, "bad-request",
+                       "the value of the header '%s' holds a control character (NUL, CR or LF)",
+                       h->value_of);
     if (h->hosts > 1)
         return err_set(err, 400, "bad-request", "the request has %d Host headers; send one",
                        h->hosts);
@@ -909,10 +940,13 @@ int head_check(const HeadCheck *h, bool http11, Err *err)
     const char *v = h->encoding, *end = v + strlen(v);
     if (h->encodings == 1 && only_chunked(v, end))
         return 0;
+    if (h->encodings == 1 && padded_chunked(v, end))
+        return err_set(err, 400, "bad-request",
+                       "Transfer-Encoding must be 'chunked' without whitespace around it");
     /* "chunked" must come last, and once: anything else is a coding workd
      * does not read (501), a list not ending in chunked a framing error. */
     const char *last = strrchr(v, ',');
-    if (h->encodings == 1 && !only_chunked(last ? last + 1 : v, end))
+    if (h->encodings == 1 && !padded_chunked(last ? last + 1 : v, end))
         return err_set(err, 400, "bad-request",
                        "Transfer-Encoding must end with chunked (RFC 9112 section 6.1)");
     return err_set(err, 501, "not-implemented",
@@ -1060,7 +1094,7 @@ int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, 
            *st = json_object_get(body, "status"), *l = json_object_get(body, "limit");
     if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
         return err_set(err, 400, "invalid-field",
-                       "'queue' must be 1-64 characters of A-Z a-z 0-9 _ . -");
+                       "'queue' must be 1-64 characters of A-Z a-z 0-9 _ . - (not . or ..)");
     if (k && !(json_is_string(k) && id_valid(json_string_value(k))))
         return err_set(err, 400, "invalid-field",
                        "'key' must be 1-128 characters of A-Z a-z 0-9 . _ : @ -");

@@ -16,6 +16,9 @@
 typedef struct ParseLimits {
     size_t max_batch;
     size_t max_depth;
+    /* A payload's compact JSON text at most (--max-body), so that any job fits
+     * a pull's answer alone; 0: unchecked. */
+    int64_t max_payload_bytes;
     int64_t default_timeout_ms;
     int default_max_attempts;
 } ParseLimits;
@@ -106,15 +109,19 @@ typedef struct HeadCheck {
     int hosts, lengths, encodings;
     const char *length, *encoding; /* the last Content-Length, Transfer-Encoding */
     bool bad_name, bad_host, length_differs;
-    char name[48]; /* the first header name that is not a token, printable */
+    bool bad_value;    /* a value holding a control byte (NUL, CR, LF, ...) other than HTAB */
+    char name[48];     /* the first header name that is not a token, printable */
+    char value_of[48]; /* ...the name of the first bad value's header */
 } HeadCheck;
 /* Takes one header line (every line, duplicates included, in order). */
 void head_line(HeadCheck *h, const char *key, size_t key_len, const char *value, size_t value_len);
 /* Refuses a head whose framing two parties could read differently (request
  * smuggling): 400 for two Hosts or none in HTTP/1.1, a header name that is not
- * a token, two Content-Lengths, Content-Length with Transfer-Encoding,
- * Transfer-Encoding in HTTP/1.0 or not ending in chunked; 501 for any coding
- * but "chunked" alone. Returns 0 or -1 with err. */
+ * a token, a value with a control byte (NUL, CR, LF), two Content-Lengths,
+ * Content-Length with Transfer-Encoding, Transfer-Encoding in HTTP/1.0 or not
+ * ending in chunked, or "chunked" with whitespace around it (a parser that
+ * trims reads it as chunked, one that does not as no framing at all); 501 for
+ * any coding but "chunked" alone. Returns 0 or -1 with err. */
 int head_check(const HeadCheck *h, bool http11, Err *err) WARN_UNUSED;
 
 /* A non-negative integer such as a Last-Event-ID or ?after=. */

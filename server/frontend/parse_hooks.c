@@ -139,7 +139,40 @@ static bool url_ok(const char *u)
     return true;
 }
 
-int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err)
+/* The host of an http(s) URL as written (no brackets around IPv6) into
+ * host; false if it has none that fits. */
+static bool url_host(const char *u, char *host, size_t n)
+{
+    const char *a = strstr(u, "://");
+    if (!a)
+        return false;
+    a += 3;
+    size_t len = strcspn(a, "/?#");
+    for (const char *p = a; p < a + len; p++) /* after the user information */
+        if (*p == '@') {
+            len -= (size_t)(p + 1 - a);
+            a = p + 1;
+        }
+    size_t h;
+    if (*a == '[') {
+        const char *close = memchr(a, ']', len);
+        if (!close)
+            return false;
+        a++;
+        h = (size_t)(close - a);
+    } else {
+        h = strcspn(a, ":/?#");
+        h = h < len ? h : len;
+    }
+    if (h == 0 || h >= n)
+        return false;
+    memcpy(host, a, h);
+    host[h] = '\0';
+    return true;
+}
+
+int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, json_t **detail,
+                       Err *err)
 {
     *detail = NULL;
     static const char *const known[] = {"url",    "secret", "queues", "kinds",
@@ -155,6 +188,13 @@ int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err
                        "'url' must be an http:// or https:// URL of at most %d printable ASCII "
                        "characters",
                        SUBSCRIPTION_URL_MAX);
+    char host[256], why[160];
+    if (url_host(url, host, sizeof host) &&
+        netpolicy_allows_text(allow, host, why, sizeof why) == 0)
+        return err_set(err, 400, "internal-target",
+                       "'url' points inside the network: %s; webhooks reach only public "
+                       "addresses unless --webhook-allow-networks lists the network",
+                       why);
     const char *secret = json_string_value(json_object_get(body, "secret"));
     unsigned char key[WEBHOOKS_KEY_MAX];
     size_t keylen;

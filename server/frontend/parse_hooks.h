@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "err.h"
+#include "netpolicy.h"
 #include "progress.h"
 
 #define PROGRESS_MESSAGE_MAX 1024 /* bytes of one progress message */
@@ -28,7 +29,10 @@ int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, siz
 /* A subscription: {url, secret, queues, kinds, paused, after}. On success
  * *detail is the whole subscription as its event records it: {name, url,
  * secret, queues (array or null), kinds (array), paused, paused_reason: null,
- * deleted: false[, cursor: after]} (a new reference). */
-int parse_subscription(json_t *body, const char *name, json_t **detail, Err *err) WARN_UNUSED;
+ * deleted: false[, cursor: after]} (a new reference). A URL whose host is an
+ * address that allow (netpolicy.h; NULL: none beside public ones) refuses is
+ * refused at once (a name is checked when a delivery resolves it). */
+int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, json_t **detail,
+                       Err *err) WARN_UNUSED;
 
 #endif

@@ -869,6 +869,11 @@ static void campaign(Manager *m)
         return;
     }
     PQclear(lr);
+    if (journal_publish_budgets(m->conn, m->cfg.max_payload_bytes, m->cfg.max_json_depth, &err) !=
+        0) {
+        step_down(m, err.msg);
+        return;
+    }
     m->inbox_due = true; /* what was committed while no leader ran */
     int64_t now = wall_ms();
     atomic_store(&m->term, last_term + 1);
@@ -935,14 +940,33 @@ WARN_UNUSED static int fill_pull(Manager *m, MgrCmd *c, int64_t now)
         }
         /* The job's size, before it is started: one that does not fit stays
          * ready for the next pull. 512 bytes cover the fields around the
-         * payload but the trace context. */
+         * payload but the trace context (MANAGER_JOB_ENVELOPE bounds both). */
         const WorkItem *next = ws_get(m->ws, tmp.items[0].work_id);
-        size_t size = json_dumpb(next->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) + 512;
+        size_t payload = json_dumpb(next->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+        size_t size = payload + 512;
         if (next->traceparent)
             size += 96 + (next->tracestate ? 2 * strlen(next->tracestate) : 0); /* escaped */
         if (bytes && bytes + size > (size_t)m->cfg.max_reply_bytes) {
             eventlist_free(&tmp);
             break;
+        }
+        if (size > (size_t)m->cfg.max_reply_bytes) {
+            /* No answer could carry it (accepted before the payload budget,
+             * or under a larger --max-body): never started, cancelled. */
+            char *id = xstrdup(tmp.items[0].work_id);
+            eventlist_free(&tmp);
+            eventlist_init(&tmp);
+            Err cerr = {0};
+            if (ws_decide_cancel(m->ws, id, now, &tmp, &cerr) == 0) {
+                log_warn("work %s is cancelled: its payload (%zu bytes) is larger than a pull's "
+                         "answer may be (--max-reply-bytes %lld)",
+                         id, payload, (long long)m->cfg.max_reply_bytes);
+                emit(m, &tmp, now);
+            }
+            free(id);
+            if (cerr.status)
+                break;
+            continue;
         }
         bytes += size;
         char *id = xstrdup(tmp.items[0].work_id);
@@ -1252,6 +1276,7 @@ static void handle_queue_set(Manager *m, MgrCmd *c, int64_t now)
         l.weights = c->limits.weights;
         l.n_weights = c->limits.n_weights;
     }
+    c->queue_new = !ws_queue_known(m->ws, c->queue);
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
@@ -1445,6 +1470,13 @@ static void handle_schedule_set(Manager *m, MgrCmd *c, int64_t now)
         spec = schedspec_dup(x->spec);
         spec->paused = c->pause == 1;
         c->schedule = spec; /* freed with the command */
+    } else if (!x && ws_schedule_count(m->ws) >= (size_t)m->cfg.max_schedules) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "there are %lld schedules, the limit (--max-schedules); delete one first",
+                 (long long)m->cfg.max_schedules);
+        cmd_fail(c, 409, "too-many-schedules", msg);
+        return;
     }
     EventList tmp;
     eventlist_init(&tmp);
@@ -1469,6 +1501,30 @@ static void inbox_cmd_done(MgrCmd *c, void *ud)
 }
 
 static void inbox_decided(Manager *m, const MgrCmd *c);
+
+/* How deep v's arrays and objects nest (a scalar: 0), as the bytes of its
+ * text count it. Recursion is bounded by what jansson reads (2048). */
+static size_t json_nesting(const json_t *v)
+{
+    size_t deepest = 0;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            size_t d = json_nesting(json_array_get(v, i));
+            deepest = d > deepest ? d : deepest;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            size_t d = json_nesting(x);
+            deepest = d > deepest ? d : deepest;
+        }
+    } else {
+        return 0;
+    }
+    return deepest + 1;
+}
 
 /* Turns the oldest inbox entries into submit commands ahead of the round's
  * mail, one command each, so that one refused entry does not hold the others
@@ -1507,9 +1563,25 @@ WARN_UNUSED static int take_inbox(Manager *m, MgrCmd **mail)
         s->tracestate = it->tracestate;
         trace_keep(&s->traceparent, &s->tracestate); /* ignored when invalid, as over HTTP */
         c->inbox_n = it->n;
-        if (!s->payload) { /* never stored as null in its stead: refused for good */
-            cmd_fail(c, 400, "invalid-payload",
-                     "its payload holds a number workd cannot read back (2^63 or more)");
+        /* Refused for good: never stored as null in its stead, and never
+         * started if a pull's answer could not hold it. workd.submit refuses
+         * these at the call since schema 16; an entry from before, or one
+         * whose numbers grow when written out, is refused here. */
+        char why[200] = "";
+        size_t bytes =
+            s->payload ? json_dumpb(s->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+        if (!s->payload)
+            snprintf(why, sizeof why, "%s", it->why);
+        else if (bytes > (size_t)m->cfg.max_payload_bytes)
+            snprintf(why, sizeof why,
+                     "its payload is %zu bytes as workd writes it; the limit is %lld "
+                     "(--max-body)",
+                     bytes, (long long)m->cfg.max_payload_bytes);
+        else if (json_nesting(s->payload) >= (size_t)m->cfg.max_json_depth)
+            snprintf(why, sizeof why, "its payload is nested deeper than %d (--max-json-depth)",
+                     m->cfg.max_json_depth - 1);
+        if (why[0]) {
+            cmd_fail(c, s->payload ? 413 : 400, "invalid-payload", why);
             inbox_decided(m, c);
             mgrcmd_free(c);
             continue;
@@ -2082,6 +2154,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                          .timeout_ms = cfg->webhook_timeout_ms,
                          .backoff_base_ms = cfg->webhook_backoff_base_ms,
                          .backoff_max_ms = cfg->webhook_backoff_max_ms,
+                         .allow = cfg->webhook_allow,
                          .cursor = webhooks_cursor,
                          .pause = webhooks_pause,
                          .ud = m};

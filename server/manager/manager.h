@@ -13,11 +13,19 @@
 
 #include "err.h"
 #include "histogram.h"
+#include "netpolicy.h"
 #include "progress.h"
 #include "retention.h"
 #include "workstate.h"
 
 typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
+
+/* Bytes of a pulled job's answer beside its payload, at most: the fields
+ * (id, queue, deadline...: 512) and the trace context (traceparent and a
+ * tracestate of 512 bytes, escaped). A pull answer of --max-reply-bytes holds
+ * any one job whose payload is at most --max-reply-bytes less this (main.c
+ * requires --max-body to be). */
+#define MANAGER_JOB_ENVELOPE 2048
 
 typedef struct ManagerConfig {
     const char *database_url;
@@ -27,6 +35,12 @@ typedef struct ManagerConfig {
     int64_t pull_wait_max_ms;      /* cap on a pull's long-poll */
     int64_t max_workers;           /* registered workers at most: 429 for a new one past it */
     int64_t max_reply_bytes;       /* a pull answer stops adding jobs near it (at least one) */
+    /* A payload's compact JSON text at most (--max-body), and a body's nesting
+     * (--max-json-depth): published to workd.submit at election, and checked
+     * again when an item is taken from its inbox. */
+    int64_t max_payload_bytes;
+    int max_json_depth;
+    int64_t max_schedules; /* schedules at most: 409 for a new one past it */
     WsConfig ws;
     int64_t retain_ms; /* finished work and events are kept this long (retention.h) */
     /* For work submitted in SQL without them (workd.submit). */
@@ -37,6 +51,7 @@ typedef struct ManagerConfig {
      * backoff, and how long a failing subscription is retried before it is paused. */
     int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
     int64_t webhook_pause_after_ms;
+    const NetPolicy *webhook_allow; /* receivers' addresses allowed beside public ones */
     /* Called on the manager thread around each commit of events (in seq
      * order; final events carry their queue): COMMIT_BEGIN before it is sent,
      * then COMMIT_DONE or COMMIT_FAILED (written or not, unknown). The
@@ -152,7 +167,8 @@ typedef struct MgrCmd {
     Err err;                 /* when status >= 400 */
     const char *work_status; /* MC_CANCEL, MC_RETRY: the work's status after it (static) */
     int64_t n_done;          /* MC_BULK_*: work items cancelled or reopened */
-    bool more;               /* MC_BULK_*: more match: send the command again */
+    bool queue_new; /* MC_QUEUE_SET: the queue had no open work and no flow control before */
+    bool more;      /* MC_BULK_*: more match: send the command again */
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
     RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
     ClusterView *cluster; /* MC_CLUSTER */

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "db.h"
 #include "journal.h"
@@ -21,7 +22,7 @@
 #define READ_BYTES (1 << 20) /* ... and about this many bytes */
 #define IDLE_POLL_MS 1000    /* the thread wakes at least this often */
 #define CURSOR_SKIPPED 10000 /* a cursor moved by this many skipped events only: recorded */
-#define RESPONSE_MAX 4096    /* bytes of a receiver's answer kept (for last_error) */
+#define RESPONSE_MAX 4096    /* bytes of a receiver's answer read at most (none kept) */
 
 enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 
@@ -45,7 +46,10 @@ typedef struct Sub {
     CURL *easy;
     struct curl_slist *hdrs;
     char *body;
-    SBuf resp;
+    const NetPolicy *allow; /* the addresses it may connect to beside public ones */
+    char refused[160];      /* why the last address tried was refused ("": none) */
+    size_t resp_bytes;      /* of the answer, read and dropped */
+    bool capped;            /* the answer went past RESPONSE_MAX: reading stopped */
     int64_t fly_seq;
     /* failures */
     int failures;
@@ -173,7 +177,6 @@ static Sub *sub_new(json_t *set, int64_t cursor)
     Sub *s = xcalloc(1, sizeof *s);
     s->name = xstrdup(json_string_value(json_object_get(set, "name")));
     s->pending = json_array();
-    sbuf_init(&s->resp);
     sub_configure(s, set);
     sub_reset_cursor(s, cursor);
     s->flushed_ms = mono_ms();
@@ -187,7 +190,6 @@ static void sub_free(Sub *s)
         curl_easy_cleanup(s->easy);
     curl_slist_free_all(s->hdrs);
     free(s->body);
-    sbuf_free(&s->resp);
     free(s->name);
     free(s->url);
     json_decref(s->settings);
@@ -338,10 +340,36 @@ size_t webhooks_count(Webhooks *w)
 
 /* ---- the API ---- */
 
+/* url without the user information of its authority, which becomes "***"
+ * (user and password alike): a new string. */
+static char *url_redacted(const char *url)
+{
+    const char *auth = strstr(url, "://");
+    if (!auth)
+        return xstrdup(url);
+    auth += 3;
+    size_t n = strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (const char *p = auth; p < auth + n; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return xstrdup(url);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_append(&b, url, (size_t)(auth - url));
+    sbuf_puts(&b, "***");
+    sbuf_puts(&b, at);
+    return sbuf_steal(&b);
+}
+
 static json_t *sub_json(const Webhooks *w, const Sub *s)
 {
     json_t *o = json_deep_copy(s->settings);
     json_object_del(o, "secret");
+    char *shown = url_redacted(s->url);
+    json_object_set_new(o, "url", json_string(shown));
+    free(shown);
     json_object_set_new(o, "cursor", json_integer(s->cursor));
     json_object_set_new(o, "delivered_upto", json_integer(s->done));
     json_object_set_new(o, "lag", json_integer(w->last_seq > s->done ? w->last_seq - s->done : 0));
@@ -376,14 +404,36 @@ json_t *webhooks_json(Webhooks *w, const char *name)
 
 /* ---- the thread ---- */
 
+/* A receiver's answer is read up to RESPONSE_MAX and dropped: its status is
+ * the outcome. Past the cap the transfer stops (curl: CURLE_WRITE_ERROR). */
 static size_t on_body(char *data, size_t size, size_t n, void *ud)
 {
+    (void)data;
     Sub *s = ud;
-    size_t len = size * n;
-    if (s->resp.len < RESPONSE_MAX)
-        sbuf_append(&s->resp, data,
-                    len < RESPONSE_MAX - s->resp.len ? len : RESPONSE_MAX - s->resp.len);
-    return len;
+    s->resp_bytes += size * n;
+    if (s->resp_bytes > RESPONSE_MAX) {
+        s->capped = true;
+        return 0;
+    }
+    return size * n;
+}
+
+/* Creates the socket of a connection only to an address the policy allows:
+ * the address is the one resolved for this attempt, so a name that resolves
+ * inside is refused like a literal address. */
+static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    Sub *s = ud;
+    char why[160];
+    if (purpose != CURLSOCKTYPE_IPCXN) {
+        snprintf(s->refused, sizeof s->refused, "not a plain IP connection");
+        return CURL_SOCKET_BAD;
+    }
+    if (!netpolicy_allows(s->allow, &a->addr, why, sizeof why)) {
+        snprintf(s->refused, sizeof s->refused, "%s", why);
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
 static bool wants(const Sub *s, json_t *ev)
@@ -510,7 +560,10 @@ static void start_delivery(Webhooks *w, Sub *s)
     snprintf(line, sizeof line, "webhook-signature: %s", sig);
     s->hdrs = curl_slist_append(s->hdrs, line);
     s->hdrs = curl_slist_append(s->hdrs, "Expect:");
-    sbuf_reset(&s->resp);
+    s->resp_bytes = 0;
+    s->capped = false;
+    s->refused[0] = '\0';
+    s->allow = w->cfg.allow;
     CURL *e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_URL, s->url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
@@ -526,6 +579,11 @@ static void start_delivery(Webhooks *w, Sub *s)
 #else
     curl_easy_setopt(e, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
+    /* The address check must see the receiver's address: no proxy from the
+     * environment may stand between. */
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, s);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(e, CURLOPT_PRIVATE, s);
@@ -553,7 +611,9 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
         return;
     json_t *head = json_array_get(s->pending, 0);
     bool same = head && json_integer_value(json_object_get(head, "seq")) == s->fly_seq;
-    if (rc == CURLE_OK && status >= 200 && status < 300) {
+    /* An answer cut at RESPONSE_MAX still has its status. */
+    bool answered = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && s->capped);
+    if (answered && status >= 200 && status < 300) {
         if (same)
             json_array_remove(s->pending, 0);
         s->done =
@@ -569,13 +629,18 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
         return;
     }
     int64_t now = wall_ms();
-    if (rc != CURLE_OK)
+    /* The status, or a short reason of workd's own or curl's generic words:
+     * never the receiver's answer, whose bytes may be another service's. */
+    if (answered && status)
+        snprintf(s->last_error, sizeof s->last_error, "seq %lld: HTTP %ld", (long long)s->fly_seq,
+                 status);
+    else if (s->refused[0])
+        snprintf(s->last_error, sizeof s->last_error,
+                 "seq %lld: not connected: %s (internal addresses need --webhook-allow-networks)",
+                 (long long)s->fly_seq, s->refused);
+    else
         snprintf(s->last_error, sizeof s->last_error, "seq %lld: %s", (long long)s->fly_seq,
                  curl_easy_strerror(rc));
-    else
-        snprintf(s->last_error, sizeof s->last_error, "seq %lld: HTTP %ld%s%.200s",
-                 (long long)s->fly_seq, status, s->resp.len ? ": " : "",
-                 s->resp.data ? s->resp.data : "");
     s->last_error_at = now;
     if (!s->failing_since)
         s->failing_since = now;

@@ -21,6 +21,7 @@
 
 #include "err.h"
 #include "event.h"
+#include "netpolicy.h"
 
 #define WEBHOOKS_MAX 64         /* subscriptions at most */
 #define WEBHOOKS_KEY_MAX 64     /* bytes of a secret's key, at most (24 at least) */
@@ -32,6 +33,9 @@ typedef struct WebhooksConfig {
     int64_t pause_after_ms;   /* a subscription failing this long is paused */
     int64_t timeout_ms;       /* one delivery, whole exchange */
     int64_t backoff_base_ms, backoff_max_ms;
+    /* Receivers' addresses allowed beside public ones (netpolicy.h), checked
+     * on each address connected to; NULL: none. Outlives the thread. */
+    const NetPolicy *allow;
     /* Called from the webhooks thread, never under its lock: record that the
      * subscription's deliveries reached cursor, or pause it with a reason.
      * The manager turns them into events. */

@@ -907,6 +907,24 @@ int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)
                         "this session no longer holds the leader lock: nothing was written");
 }
 
+int journal_publish_budgets(PGconn *c, int64_t payload_bytes, int json_depth, Err *err)
+{
+    char b[24], d[16];
+    snprintf(b, sizeof b, "%lld", (long long)payload_bytes);
+    snprintf(d, sizeof d, "%d", json_depth);
+    const char *params[] = {b, d};
+    PGresult *r = db_exec(c,
+                          "UPDATE workd_budgets SET payload_bytes = $1::bigint,"
+                          " json_depth = $2::int, updated_at = now()"
+                          " WHERE id = 1 AND (payload_bytes, json_depth) <>"
+                          " ($1::bigint, $2::int)",
+                          2, params, "publishing the budgets of workd.submit", err);
+    if (!r)
+        return -1;
+    PQclear(r);
+    return 0;
+}
+
 int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err)
 {
     char l[16];
@@ -927,7 +945,11 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
         it->id = xstrdup(db_str(r, (int)i, 1));
         it->queue = xstrdup(db_str(r, (int)i, 2));
         it->priority = (int)db_int(r, (int)i, 3);
-        it->payload = json_loads(db_str(r, (int)i, 4), JSON_DECODE_ANY, NULL);
+        json_error_t jerr;
+        it->payload = json_loads(db_str(r, (int)i, 4), JSON_DECODE_ANY, &jerr);
+        if (!it->payload)
+            snprintf(it->why, sizeof it->why, "workd cannot read back its payload: %.120s",
+                     jerr.text);
         it->run_at = PQgetisnull(r, (int)i, 5) ? 0 : db_int(r, (int)i, 5);
         it->timeout_ms = PQgetisnull(r, (int)i, 6) ? 0 : db_int(r, (int)i, 6);
         it->max_attempts = PQgetisnull(r, (int)i, 7) ? 0 : (int)db_int(r, (int)i, 7);

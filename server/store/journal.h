@@ -65,13 +65,18 @@ typedef struct InboxItem {
     char *id, *queue;
     int priority;
     json_t *payload; /* NULL: the database holds one jansson cannot read (a number of
-                        2^63 or more written before schema 12 refused it) */
+                        2^63 or more written before schema 12 refused it, or a
+                        nesting deeper than jansson reads, before schema 16): why */
+    char why[160];
     int64_t run_at, timeout_ms;
     int max_attempts;
     char *traceparent, *tracestate; /* as given to workd.submit, not checked yet; NULL: none */
 } InboxItem;
 /* The oldest entries, at most limit (caller frees *out and its strings). */
 int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err) WARN_UNUSED;
+/* Publishes the leader's budgets for workd.submit (workd_budgets): a
+ * payload's bytes as JSON text, and a body's nesting. */
+int journal_publish_budgets(PGconn *c, int64_t payload_bytes, int json_depth, Err *err) WARN_UNUSED;
 /* Deletes entries taken into the log without an event of their own (an id
  * that exists already); the append deletes the others with their events.
  * Fenced like the append. */

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (sub) {
         json_t *d = NULL;
-        if (parse_subscription(body, "hook", &d, &err) == 0) {
+        if (parse_subscription(body, "hook", NULL, &d, &err) == 0) {
             unsigned char key[WEBHOOKS_KEY_MAX];
             size_t keylen;
             char sig[WEBHOOKS_SIG_LEN];

@@ -166,8 +166,11 @@ def test_heartbeats_of_invented_workers_are_bounded(cluster):
 
 def test_pull_answers_are_bounded_in_bytes(cluster):
     """A pull of max=N took N jobs whatever their payloads: N MB of answer.
-    Now it stops at --max-reply-bytes (always one job); the rest stays ready."""
-    s = cluster.start_server("s1", extra_args=["--max-reply-bytes", str(64 * 1024)])
+    Now it stops at --max-reply-bytes (always one job); the rest stays ready.
+    --max-reply-bytes must exceed --max-body by a job's envelope, so that any
+    job fits an answer alone (issue 27.4)."""
+    s = cluster.start_server("s1", extra_args=["--max-reply-bytes", str(64 * 1024),
+                                               "--max-body", str(48 * 1024)])
     wait_leader(s.url)
     payload = "p" * (30 * 1024)
     for i in range(5):
@@ -182,11 +185,17 @@ def test_pull_answers_are_bounded_in_bytes(cluster):
         jobs = pull(s.url, "w1", max_jobs=5, queues=["fat"])
         assert jobs, "jobs left behind by a full answer are never handed out"
         rest += jobs
-    # One job larger than the budget still goes, alone.
-    submit(s.url, {"id": "huge", "payload": "h" * (100 * 1024), "queue": "huge"})
+    # The largest job a body may carry fits an answer within the budget.
+    submit(s.url, {"id": "huge", "payload": "h" * (47 * 1024), "queue": "huge"})
     submit(s.url, {"id": "huge-2", "payload": 1, "queue": "huge"})
-    jobs = pull(s.url, "w1", max_jobs=5, queues=["huge"])
-    assert [j["id"] for j in jobs] == ["huge"], [j["id"] for j in jobs]
+    r = http("POST", f"{s.url}/workers/w1/pull", {"instance": "i1", "max": 5, "queues": ["huge"]},
+             JSON)
+    assert r.status == 200 and len(r.body) <= 64 * 1024, f"{r.status}: {len(r.body)} bytes"
+    assert "huge" in [j["id"] for j in r.json()["jobs"]], [j["id"] for j in r.json()["jobs"]]
+    # A configuration where one could not is refused at start.
+    bad = cluster.start_server("bad", extra_args=["--max-reply-bytes", str(64 * 1024)],
+                               wait_ready=False)
+    assert bad.stopped_with(10) != 0 and "--max-reply-bytes" in bad.log_text(), bad.log_tail()
 
 
 def test_forwarded_replies_are_bounded_in_bytes(cluster):
@@ -194,7 +203,8 @@ def test_forwarded_replies_are_bounded_in_bytes(cluster):
     --max-reply-bytes it now answers 502 reply-too-large and keeps nothing."""
     leader = cluster.start_server("a")
     wait_leader(leader.url)
-    follower = cluster.start_server("b", extra_args=["--max-reply-bytes", str(64 * 1024)])
+    follower = cluster.start_server("b", extra_args=["--max-reply-bytes", str(64 * 1024),
+                                                     "--max-body", str(32 * 1024)])
     wait_leader(follower.url)
     running = [{"id": f"r-{i:05d}", "attempt": 1} for i in range(100)]
     for i in range(40):

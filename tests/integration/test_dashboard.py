@@ -122,9 +122,9 @@ def test_dashboard_is_served(cluster):
 def test_dashboard_in_chromium(cluster):
     ensure_browser()
     # The page is on the follower; the test restarts it to cut the feed.
-    lead = cluster.start_server("a")
+    lead = cluster.start_server("a", extra_args=["--webhook-allow-networks", "127.0.0.0/8"])
     wait_leader(lead.url)
-    page_node = cluster.start_server("b")
+    page_node = cluster.start_server("b", extra_args=["--webhook-allow-networks", "127.0.0.0/8"])
     wait_leader(page_node.url)
     cluster.start_worker("w1", lead.url, ["--demo", "--demo-delay", "50ms"])
     wait_worker(lead.url, "w1")

@@ -279,7 +279,7 @@ def run_block(name, line, note, text):
                 fixture.append(subprocess.Popen(
                     [str(harness.BIN_DIR / "workd-server"), "--listen", f"127.0.0.1:{port}",
                      "--advertise-url", urls[i], "--node-id", f"server-{i + 1}",
-                     "--database-url", url], stdout=open(where / f"server-{i + 1}.log", "wb"),
+                     "--database-url", url, "--webhook-allow-networks", "127.0.0.0/8"], stdout=open(where / f"server-{i + 1}.log", "wb"),
                     stderr=subprocess.STDOUT, start_new_session=True))
                 wait_until(lambda: http("GET", urls[i] + "/readyz", timeout=1).status == 200,
                            30, ignore=(OSError,), what=f"fixture server-{i + 1}")

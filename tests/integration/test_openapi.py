@@ -524,7 +524,8 @@ def test_answers_match_the_spec(cluster):
     leader_args = ["--max-body", str(MAX_BODY), "--max-batch", str(MAX_BATCH),
                    "--max-open", str(MAX_OPEN), "--lease-grace", "0", "--backoff-base", "50ms",
                    "--backoff-max", "100ms", "--sse-keepalive", "300ms", "--get-wait-max", "5s",
-                   "--pull-wait-max", "5s", "--progress-rate", "3", "--progress-max-bytes", "2048"]
+                   "--pull-wait-max", "5s", "--progress-rate", "3", "--progress-max-bytes", "2048",
+                   "--max-schedules", "1"]
     s1 = cluster.start_server("s1", extra_args=leader_args)
     wait_leader(s1.url)
     s2 = cluster.start_server("s2", extra_args=["--max-body", str(MAX_BODY),
@@ -619,11 +620,14 @@ def routing_and_transport(L, F):
         problem(api(method, F, path, body, fwd, expect=503), "not-leader")
     # A forwarded request may be up to four times --max-body (the first node
     # filled in ids and defaults).
-    item = {"id": "fwd-big", "payload": "x" * (3 * MAX_BODY), "queue": "q-fwd"}
+    # Each payload stays within --max-body (its own budget, forwarded or not).
+    item = {"items": [{"id": f"fwd-big-{i}", "payload": "x" * (MAX_BODY - 100), "queue": "q-fwd"}
+                      for i in range(3)]}
     problem(api("POST", L, "/work", item, JSON, expect=413), "body-too-large")
-    assert api("POST", L, "/work", item, fwd, expect=202).json()["created"] is True
-    api("DELETE", L, "/work/fwd-big", expect=200)
-    problem(api("POST", L, "/work", {**item, "payload": "x" * (4 * MAX_BODY)}, fwd, expect=413),
+    assert all(i["created"] for i in api("POST", L, "/work", item, fwd, expect=202).json()["items"])
+    for i in range(3):
+        api("DELETE", L, f"/work/fwd-big-{i}", expect=200)
+    problem(api("POST", L, "/work", {"items": item["items"] * 2}, fwd, expect=413),
             "body-too-large")
     # The header without the secret is refused, whatever the request.
     for forged in ("node=test", "secret=not-the-secret-0123; node=test"):
@@ -1141,9 +1145,9 @@ def progress_and_webhooks(L, F):
     p.close()
     problem(Stream(L, "/results?progress=yes").refused(), "invalid-parameter")
 
-    # Webhook subscriptions (nothing listens at the URL: it only fails).
+    # Webhook subscriptions (the URL's name never resolves: it only fails).
     secret = "whsec_" + "QUJD" * 8
-    sub = api("PUT", F, "/subscriptions/hook-1", {"url": "http://127.0.0.1:9/hook",
+    sub = api("PUT", F, "/subscriptions/hook-1", {"url": "http://receiver.invalid:9/hook",
                                                   "secret": secret, "queues": ["q-prog"],
                                                   "kinds": ["completed"], "paused": True},
               JSON, expect=200).json()
@@ -1154,6 +1158,8 @@ def progress_and_webhooks(L, F):
                  {"url": "http://x/", "secret": secret, "kinds": []},
                  {"url": "http://x/", "secret": secret, "queues": ["bad queue"]}):
         problem(api("PUT", L, "/subscriptions/hook-2", body, JSON, expect=400), "invalid-field")
+    problem(api("PUT", L, "/subscriptions/hook-2", {"url": "http://169.254.169.254/", "secret": secret},
+                JSON, expect=400), "internal-target")
     problem(api("PUT", L, "/subscriptions/bad%20name", {"url": "http://x/", "secret": secret},
                 JSON, expect=400), "invalid-path")
     problem(api("GET", L, "/subscriptions/bad%20name", expect=400), "invalid-path")
@@ -1169,10 +1175,13 @@ def queue_flow(L, F):
     """A queue's flow control: set through either node, shown by GET /queues."""
     set_ = api("PUT", F, "/queues/q-flow", {"max_running": 3, "rate": {"limit": 5, "per": 2}},
                JSON, expect=200).json()
+    # A queue the leader did not hold: set all the same, with a warning.
+    assert "q-flow" in set_.pop("warning", ""), set_
     assert set_ == {"queue": "q-flow", "paused": False, "max_running": 3,
                     "max_running_per_key": None, "rate": {"limit": 5, "per": 2.0},
                     "key_weights": {}}, set_
-    assert api("POST", F, "/queues/q-flow/pause", expect=200).json()["paused"] is True
+    paused = api("POST", F, "/queues/q-flow/pause", expect=200).json()
+    assert paused["paused"] is True and "warning" not in paused, paused
     q = next(q for q in api("GET", F, "/queues", expect=200).json()["queues"]
              if q["queue"] == "q-flow")
     assert q["limits"] == {"paused": True, "max_running": 3, "max_running_per_key": None,
@@ -1237,6 +1246,8 @@ def schedules_graphs_batches(L, F):
     assert [x["name"] for x in listed] == ["nightly"] and listed[0]["last_run"] is None, listed
     assert api("GET", F, "/schedules/nightly", expect=200).json()["cron"] == "0 3 * * *"
     problem(api("GET", L, "/schedules/none", expect=404), "not-found")
+    # Past --max-schedules (1 here) a new one is refused; replacing is not.
+    problem(api("PUT", F, "/schedules/second", body, JSON, expect=409), "too-many-schedules")
     problem(api("GET", L, "/schedules/bad%20name", expect=400), "invalid-path")
     assert api("POST", F, "/schedules/nightly/pause", expect=200).json()["next"] == []
     assert api("POST", L, "/schedules/nightly/resume", expect=200).json()["paused"] is False

@@ -22,7 +22,9 @@ from workd import JSON, expect, leader_of, submit, wait_new_leader  # noqa: E402
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--heartbeat-interval", "500ms",
         "--webhook-backoff-base", "100ms", "--webhook-backoff-max", "1s",
-        "--webhook-timeout", "3s"]
+        "--webhook-timeout", "3s",
+        # The receivers here listen on loopback, which is refused by default.
+        "--webhook-allow-networks", "127.0.0.0/8"]
 
 
 def new_secret():

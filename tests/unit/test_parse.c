@@ -860,7 +860,18 @@ static void test_head_framing(void **state)
         const char *names;
     } cases[] = {
         {"one of each", true, {"Host: a:80", "Content-Length: 5"}, 0, NULL},
-        {"chunked alone", true, {"Host: a", "transfer-encoding:  Chunked "}, 0, NULL},
+        {"chunked alone", true, {"Host: a", "transfer-encoding:  Chunked"}, 0, NULL},
+        /* libmicrohttpd does not frame "chunked " as chunked (issue 27.7). */
+        {"chunked with a space after it",
+         true,
+         {"Host: a", "Transfer-Encoding: chunked "},
+         400,
+         "without whitespace"},
+        {"a control byte in a value",
+         true,
+         {"Host: a", "X-A: b\001c"},
+         400,
+         "'X-A' holds a control"},
         {"HTTP/1.0 without Host", false, {"Content-Length: 1"}, 0, NULL},
         {"no Host", true, {"Content-Length: 1"}, 400, "Host"},
         {"two Hosts", true, {"Host: a", "host: a"}, 400, "2 Host"},

@@ -291,6 +291,8 @@ static void cmd_reply(Req *r)
                         json_pack("{s:I, s:b}", c->type == MC_BULK_CANCEL ? "cancelled" : "retried",
                                   (json_int_t)c->n_done, "more", c->more));
         return;
+    case MC_COUNT: /* not a command */
+        break;
     }
 }
 

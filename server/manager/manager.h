@@ -83,6 +83,7 @@ typedef enum {
     MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
     MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
     MC_QUEUE_FLOW, /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
+    MC_COUNT       /* not a command: how many kinds (commands.c has an entry for each) */
 } MgrCmdType;
 
 /* A job handed to a pull (MC_PULL's answer); strings and payload owned by the

@@ -1,0 +1,946 @@
+/* commands: what each kind of command decides, on the manager thread while
+ * it leads (manager_private.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "manager_private.h"
+#include "trace.h"
+#include "util.h"
+
+/* ---- handling commands (leader only) ---- */
+
+/* Adds the started item it to the pull's answer. */
+static void add_job(MgrCmd *c, const WorkItem *it)
+{
+    c->jobs = xrealloc(c->jobs, (c->n_jobs + 1) * sizeof *c->jobs);
+    c->jobs[c->n_jobs++] = (PulledJob){.id = xstrdup(it->id),
+                                       .attempt = it->attempt,
+                                       .queue = xstrdup(it->queue),
+                                       .priority = it->priority,
+                                       .payload = json_incref(it->payload),
+                                       .timeout_ms = it->timeout_ms,
+                                       .deadline = it->deadline,
+                                       .traceparent = xstrdup(it->traceparent),
+                                       .tracestate = xstrdup(it->tracestate)};
+}
+
+/* Hands ready jobs to a pull, up to its max; returns how many. */
+int fill_pull(Manager *m, MgrCmd *c, int64_t now)
+{
+    Err err = {0};
+    if (ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0)
+        return -1; /* another instance holds the id now: this pull is stale */
+    EventList tmp;
+    eventlist_init(&tmp);
+    bool seen = false;
+    size_t bytes = 0; /* of the answer: at most --max-reply-bytes, or one job */
+    while ((int)c->n_jobs < c->max && ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
+        /* A waiting pull whose client has gone (a killed or stopping worker)
+         * must not be handed work: the jobs would wait for their deadline.
+         * Asked only when there is a job to hand, not every round. */
+        if (!seen && c->deadline && c->alive && !c->alive(c->ud)) {
+            eventlist_free(&tmp);
+            return -1;
+        }
+        /* The job's size, before it is started: one that does not fit stays
+         * ready for the next pull. 512 bytes cover the fields around the
+         * payload but the trace context (MANAGER_JOB_ENVELOPE bounds both). */
+        const WorkItem *next = ws_get(m->ws, tmp.items[0].work_id);
+        size_t payload = json_dumpb(next->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+        size_t size = payload + 512;
+        if (next->traceparent)
+            size += 96 + (next->tracestate ? 2 * strlen(next->tracestate) : 0); /* escaped */
+        if (bytes && bytes + size > (size_t)m->cfg.max_reply_bytes) {
+            eventlist_free(&tmp);
+            break;
+        }
+        if (size > (size_t)m->cfg.max_reply_bytes) {
+            /* No answer could carry it (accepted before the payload budget,
+             * or under a larger --max-body): never started, cancelled. */
+            char *id = xstrdup(tmp.items[0].work_id);
+            eventlist_free(&tmp);
+            eventlist_init(&tmp);
+            Err cerr = {0};
+            if (ws_decide_cancel(m->ws, id, now, &tmp, &cerr) == 0) {
+                log_warn("work %s is cancelled: its payload (%zu bytes) is larger than a pull's "
+                         "answer may be (--max-reply-bytes %lld)",
+                         id, payload, (long long)m->cfg.max_reply_bytes);
+                emit(m, &tmp, now);
+            }
+            free(id);
+            if (cerr.status)
+                break;
+            continue;
+        }
+        bytes += size;
+        char *id = xstrdup(tmp.items[0].work_id);
+        emit(m, &tmp, now);
+        if (!seen) {
+            /* A waiting pull alone does not keep a worker alive (it may have
+             * died while it waited), but one that is handed work now counts as
+             * seen now: its new attempts get a full worker timeout. */
+            int cap = ws_worker_get(m->ws, c->worker_id) ? 0 : c->max;
+            ws_worker_seen(m->ws, c->worker_id, c->instance, cap, c->queues, NULL, now, &tmp);
+            emit(m, &tmp, now);
+            seen = true;
+        }
+        add_job(c, ws_get(m->ws, id));
+        free(id);
+    }
+    eventlist_free(&tmp);
+    return (int)c->n_jobs;
+}
+
+/* What refuses a submission before its items are decided: a batch opened
+ * again under an id whose earlier callback is still known (its callback's id
+ * is taken). */
+WARN_UNUSED static int submit_refused(const Manager *m, const MgrCmd *c, const KnownSet *known,
+                                      Err *err)
+{
+    if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
+        char cb[ID_MAX + 1];
+        ws_callback_id(c->batch_id, cb, sizeof cb);
+        if (id_taken(m, known, cb))
+            return err_set(err, 409, "batch-callback-exists",
+                           "batch '%s' ran its callback '%s' within the retention window; a batch "
+                           "with a callback needs another id",
+                           c->batch_id, cb);
+    }
+    return 0;
+}
+
+static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    SubmitResult *res = xcalloc(c->n_items + 1, sizeof *res);
+    size_t n_ids = c->n_items;
+    for (size_t i = 0; i < c->n_items; i++)
+        n_ids += strv_len(c->items[i].after);
+    KnownWork *kn = xcalloc(n_ids + 1, sizeof *kn); /* borrowed entries */
+    size_t n_kn = 0;
+    for (size_t i = 0; i < c->n_items; i++) {
+        const KnownWork *k =
+            ws_get(m->ws, c->items[i].id) ? NULL : known_get(m, known, c->items[i].id);
+        if (k)
+            kn[n_kn++] = *k;
+        for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++) {
+            const char *p = c->items[i].after[j];
+            k = ws_get(m->ws, p) ? NULL : known_get(m, known, p);
+            if (k)
+                kn[n_kn++] = *k;
+        }
+    }
+    Err err = {0};
+    BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
+    if (submit_refused(m, c, known, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL,
+                                   now, &tmp, res, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        emit(m, &tmp, now);
+        for (size_t i = 0; i < c->n_items; i++) {
+            /* What a new item became once its events (and theirs) applied
+             * (static strings: a finished item's is its event's name). */
+            const WorkItem *it = res[i].created ? ws_get(m->ws, c->items[i].id) : NULL;
+            const KnownWork *f =
+                res[i].created && !it ? hmap_get(&m->finished, c->items[i].id) : NULL;
+            res[i].status = it ? ws_item_status(it, now) : f ? f->status : res[i].status;
+        }
+        cmd_ok(c, 202);
+        free(c->submitted);
+        c->submitted = res;
+        res = NULL;
+    }
+    free(kn);
+    free(res);
+    eventlist_free(&tmp);
+}
+
+static void handle_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (ws_decide_cancel(m->ws, c->work_id, now, &tmp, &err) != 0) {
+        const KnownWork *k = err.status == 404 ? known_get(m, known, c->work_id) : NULL;
+        if (k) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "work '%s' is already %s and cannot be cancelled", c->work_id,
+                     k->status);
+            cmd_fail(c, 409, "not-cancellable", msg);
+        } else {
+            cmd_fail(c, err.status, err.type, err.msg);
+        }
+    } else {
+        emit(m, &tmp, now);
+        c->work_status = "cancelled";
+        cmd_ok(c, 200);
+    }
+    eventlist_free(&tmp);
+}
+
+static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (ws_decide_retry(m->ws, c->work_id, known_get(m, known, c->work_id), now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        log_info("work %s retried by an operator", c->work_id);
+        emit(m, &tmp, now);
+        c->work_status = "pending";
+        cmd_ok(c, 200);
+    }
+    eventlist_free(&tmp);
+}
+
+static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    free(c->results);
+    c->results = xcalloc(c->n_reports + 1, sizeof *c->results);
+    EventList tmp;
+    eventlist_init(&tmp);
+    for (size_t i = 0; i < c->n_reports; i++) {
+        Report r = c->reports[i];
+        r.worker_id = c->worker_id;
+        r.instance = c->instance;
+        r.claim = c->claim;
+        ReportResult *res = &c->results[i];
+        ws_decide_report(m->ws, &r,
+                         ws_get(m->ws, r.work_id) ? NULL : known_get(m, known, r.work_id), now,
+                         &tmp, res);
+        emit(m, &tmp, now);
+        const WorkItem *after = res->accepted ? ws_get(m->ws, r.work_id) : NULL;
+        if (after)
+            res->status = ws_item_status(after, now);
+    }
+    eventlist_free(&tmp);
+    cmd_ok(c, 200);
+}
+
+static void add_waiter(Manager *m, MgrCmd *c)
+{
+    c->next = NULL;
+    if (m->waiters_tail)
+        m->waiters_tail->next = c;
+    else
+        m->waiters = c;
+    m->waiters_tail = c;
+}
+
+/* Whether worker_id may be registered or refreshed: a new id past --max-workers
+ * is refused, as a worker id is anyone's to invent and each costs memory. */
+WARN_UNUSED static int check_worker_room(const Manager *m, const char *worker_id, Err *err)
+{
+    if (ws_worker_get(m->ws, worker_id) || ws_worker_count(m->ws) < (size_t)m->cfg.max_workers)
+        return 0;
+    return err_set(err, 429, "too-many-workers",
+                   "%zu workers are registered, the limit (--max-workers); retry later",
+                   ws_worker_count(m->ws));
+}
+
+static void handle_pull(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    Err err = {0};
+    if (check_worker_room(m, c->worker_id, &err) != 0 ||
+        ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg); /* handle() answers it */
+        return;
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_worker_seen(m->ws, c->worker_id, c->instance,
+                   ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    cmd_ok(c, 200); /* the jobs: c->jobs, filled by fill_pull */
+    int64_t wait = c->wait_ms < m->cfg.pull_wait_max_ms ? c->wait_ms : m->cfg.pull_wait_max_ms;
+    if (fill_pull(m, c, now) > 0 || wait <= 0) {
+        queue_done(m, c);
+        return;
+    }
+    c->deadline = now + wait;
+    add_waiter(m, c);
+}
+
+void cluster_view_free(ClusterView *v)
+{
+    if (!v)
+        return;
+    free(v->leader);
+    for (size_t i = 0; i < v->n_workers; i++) {
+        free(v->workers[i].id);
+        strv_free(v->workers[i].queues);
+        ws_running_free(v->workers[i].running);
+    }
+    free(v->workers);
+    for (size_t i = 0; i < v->n_open; i++)
+        free(v->open[i].queue);
+    free(v->open);
+    free(v);
+}
+
+/* A copy of what /cluster shows, so that the HTTP thread can write it. */
+static ClusterView *cluster_view(Manager *m, int64_t now)
+{
+    ClusterView *v = xcalloc(1, sizeof *v);
+    v->leader = xstrdup(m->cfg.advertise_url);
+    v->term = atomic_load(&m->term);
+    v->now = now;
+    v->workers = xcalloc(ws_worker_count(m->ws) + 1, sizeof *v->workers);
+    size_t pos = 0;
+    const WsWorker *w;
+    while ((w = ws_worker_next(m->ws, &pos)))
+        v->workers[v->n_workers++] =
+            (ClusterWorker){.id = xstrdup(w->id),
+                            .capacity = w->capacity,
+                            .queues = strv_copy(w->queues),
+                            .running = ws_running_copy(w->running, SIZE_MAX),
+                            .last_seen = w->last_seen};
+    WsQueueStats *st = ws_queue_stats(m->ws, now, &v->n_open);
+    v->open = xcalloc(v->n_open + 1, sizeof *v->open);
+    for (size_t i = 0; i < v->n_open; i++)
+        v->open[i] = (ClusterQueue){.queue = xstrdup(st[i].queue),
+                                    .waiting = st[i].waiting,
+                                    .pending = st[i].pending,
+                                    .scheduled = st[i].scheduled,
+                                    .running = st[i].running};
+    free(st);
+    v->open_total = (int64_t)ws_open_count(m->ws);
+    const RetentionStats *r = manager_retention_stats(m);
+    v->retain_ms = m->cfg.retain_ms;
+    v->parts = atomic_load(&r->parts);
+    v->events_bytes = atomic_load(&r->events_bytes);
+    v->done_bytes = atomic_load(&r->done_bytes);
+    v->open_bytes = atomic_load(&r->open_bytes);
+    v->oldest_part_ms = atomic_load(&r->oldest_part_ms);
+    v->last_run_ms = atomic_load(&r->last_run_ms);
+    v->parts_dropped = atomic_load(&r->parts_dropped);
+    return v;
+}
+
+/* The attempts a heartbeat lists that are no longer current (cancelled,
+ * timed out, finished): the worker should stop them (NULL: none). */
+static RunningList *stale_attempts(Manager *m, const RunningList *running)
+{
+    RunningList *out = NULL;
+    for (size_t i = 0; running && i < running->n; i++) {
+        const RunningAttempt *r = &running->items[i];
+        const WorkItem *it = ws_get(m->ws, r->work_id);
+        if (it && it->status == WORK_RUNNING && it->attempt == r->attempt)
+            continue;
+        if (!out) {
+            out = xcalloc(1, sizeof *out);
+            out->items = xcalloc(running->n + 1, sizeof *out->items);
+        }
+        out->items[out->n++] = (RunningAttempt){xstrdup(r->work_id), r->attempt};
+    }
+    return out;
+}
+
+/* Answers (empty) the waiting pulls of a worker that left. */
+static void drop_waiters_of(Manager *m, const char *worker_id)
+{
+    MgrCmd *keep = NULL, **tail = &keep;
+    for (MgrCmd *c = m->waiters, *next; c; c = next) {
+        next = c->next;
+        c->next = NULL;
+        if (!strcmp(c->worker_id, worker_id)) {
+            queue_done(m, c);
+        } else {
+            *tail = c;
+            tail = &c->next;
+        }
+    }
+    m->waiters = keep;
+    m->waiters_tail = NULL;
+    for (MgrCmd *c = keep; c; c = c->next)
+        m->waiters_tail = c;
+}
+
+static void handle_queue_set(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    /* l borrows its weights: the state's, or the command's when it sets them. */
+    QueueLimits l = ws_queue_limits(m->ws, c->queue);
+    if (c->limits_set & QL_PAUSED)
+        l.paused = c->limits.paused;
+    if (c->limits_set & QL_MAX_RUNNING)
+        l.max_running = c->limits.max_running;
+    if (c->limits_set & QL_MAX_PER_KEY)
+        l.max_running_per_key = c->limits.max_running_per_key;
+    if (c->limits_set & QL_RATE) {
+        l.rate_limit = c->limits.rate_limit;
+        l.rate_period_ms = c->limits.rate_period_ms;
+    }
+    if (c->limits_set & QL_WEIGHTS) {
+        l.weights = c->limits.weights;
+        l.n_weights = c->limits.n_weights;
+    }
+    c->queue_new = !ws_queue_known(m->ws, c->queue);
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (ws_decide_queue_set(m->ws, c->queue, &l, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        log_info("queue %s: %s, max_running %d, rate %d per %lld ms (set by an operator)", c->queue,
+                 l.paused ? "paused" : "running", l.max_running, l.rate_limit,
+                 (long long)l.rate_period_ms);
+        emit(m, &tmp, now);
+        /* The state's own now (l's borrowed weights went with the old ones),
+         * copied: the answer outlives the round. */
+        QueueLimits set = ws_queue_limits(m->ws, c->queue);
+        queue_limits_clear(&c->limits);
+        queue_limits_copy(&c->limits, &set);
+        cmd_ok(c, 200);
+    }
+    eventlist_free(&tmp);
+}
+
+/* ---- progress ---- */
+
+/* Each update is taken or refused on its own; the command succeeds. */
+static void handle_progress(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    for (size_t i = 0; i < c->n_updates; i++) {
+        ProgressUpdate *u = &c->updates[i];
+        ProgressMsg pm = {.work_id = u->work_id,
+                          .attempt = u->attempt,
+                          .worker_id = c->worker_id,
+                          .instance = c->instance,
+                          .claim = c->claim,
+                          .has_fraction = u->has_fraction,
+                          .fraction = u->fraction,
+                          .message = u->message,
+                          .output = u->output};
+        EventList tmp;
+        eventlist_init(&tmp);
+        if (progress_decide(m->progress, m->ws, &pm, now, &tmp, &u->err) != 0) {
+            u->status = u->err.status;
+        } else {
+            emit(m, &tmp, now);
+            u->status = 200;
+            u->seq = m->batch.items[m->batch.len - 1].seq;
+        }
+        eventlist_free(&tmp);
+    }
+    c->status = 200;
+}
+
+/* ---- webhook subscriptions ---- */
+
+static void emit_subscription(Manager *m, EventType type, json_t *detail, int64_t now)
+{
+    EventList tmp;
+    eventlist_init(&tmp);
+    Event *e = eventlist_push(&tmp);
+    e->type = type;
+    e->detail = detail; /* stolen */
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+}
+
+static void handle_subscription(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    const char *name = json_string_value(json_object_get(c->detail, "name"));
+    json_t *old = webhooks_settings(m->webhooks, name);
+    switch (c->type) {
+    case MC_SUBSCRIPTION_SET: {
+        bool del = json_is_true(json_object_get(c->detail, "deleted"));
+        if (!old && del) {
+            cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
+            break;
+        }
+        if (!old && webhooks_count(m->webhooks) >= WEBHOOKS_MAX) {
+            char msg[120];
+            snprintf(msg, sizeof msg, "there are %d webhook subscriptions, the limit",
+                     WEBHOOKS_MAX);
+            cmd_fail(c, 409, "too-many-subscriptions", msg);
+            break;
+        }
+        json_t *view = del ? webhooks_json(m->webhooks, name) : NULL;
+        json_t *d = json_deep_copy(c->detail);
+        /* A new subscription starts at the log's end unless it names a cursor. */
+        json_object_set_new(d, "start", json_integer(m->last_seq));
+        emit_subscription(m, EV_SUBSCRIPTION, d, now);
+        if (del) {
+            json_object_set_new(view, "deleted", json_true());
+            cmd_ok_json(c, 200, view);
+        } else {
+            cmd_ok_json(c, 200, NULL); /* the view is taken after the commit (flush_done) */
+        }
+        log_info("webhook subscription %s %s by an operator", name,
+                 del   ? "deleted"
+                 : old ? "changed"
+                       : "created");
+        break;
+    }
+    case MC_SUB_CURSOR:
+        if (old)
+            emit_subscription(m, EV_SUB_CURSOR, json_incref(c->detail), now);
+        cmd_ok_json(c, 204, NULL);
+        break;
+    case MC_SUB_PAUSE:
+        if (old && !json_is_true(json_object_get(old, "paused"))) {
+            json_t *d = json_deep_copy(old);
+            json_object_set_new(d, "paused", json_true());
+            json_object_set(d, "paused_reason", json_object_get(c->detail, "paused_reason"));
+            json_object_set_new(d, "start", json_integer(m->last_seq)); /* unused: it exists */
+            emit_subscription(m, EV_SUBSCRIPTION, d, now);
+        }
+        cmd_ok_json(c, 204, NULL);
+        break;
+    default:
+        break;
+    }
+    json_decref(old);
+}
+
+/* ---- bulk actions (an operator's filter) ---- */
+
+/* Cancels the open work that matches, at most c->max per command so that a
+ * huge filter cannot stall the round; "more" tells the caller to repeat. */
+static void handle_bulk_cancel(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    const char **ids = xcalloc((size_t)c->max + 1, sizeof *ids);
+    size_t matched = ws_match(m->ws, c->queue, c->key, c->state, now, ids, (size_t)c->max);
+    size_t n = matched < (size_t)c->max ? matched : (size_t)c->max;
+    char **own = xcalloc(n + 1, sizeof *own); /* ids point into items the cancels free */
+    for (size_t i = 0; i < n; i++)
+        own[i] = xstrdup(ids[i]);
+    EventList tmp;
+    eventlist_init(&tmp);
+    for (size_t i = 0; i < n; i++) {
+        Err err = {0};
+        if (ws_decide_cancel(m->ws, own[i], now, &tmp, &err) == 0)
+            emit(m, &tmp, now);
+        free(own[i]);
+    }
+    eventlist_free(&tmp);
+    free(own);
+    free(ids);
+    log_info("bulk cancel: %zu work item(s) cancelled by an operator", n);
+    c->n_done = (int64_t)n;
+    c->more = matched > n;
+    cmd_ok(c, 200);
+}
+
+/* Reopens the dead work the prefetch found for c (its KnownSet). */
+static void handle_bulk_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    KnownSet *k = c->bulk;
+    size_t done = 0;
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    for (size_t i = 0; k && i < k->n; i++) {
+        if (ws_get(m->ws, k->items[i].id) || hmap_get(&m->finished, k->items[i].id))
+            continue; /* reopened or finished again in this round */
+        err_clear(&err);
+        if (ws_decide_retry(m->ws, k->items[i].id, &k->items[i], now, &tmp, &err) != 0)
+            break; /* the queue is full: what is left stays dead */
+        emit(m, &tmp, now);
+        done++;
+    }
+    eventlist_free(&tmp);
+    bool more = k && k->n == (size_t)c->max;
+    if (!done && err.status == 429) {
+        cmd_fail(c, 429, err.type, err.msg);
+        return;
+    }
+    log_info("bulk retry: %zu dead work item(s) reopened by an operator", done);
+    c->n_done = (int64_t)done;
+    c->more = more || done < (k ? k->n : 0);
+    cmd_ok(c, 200);
+}
+
+/* ---- schedules ---- */
+
+static void handle_schedule_set(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    const Schedule *x = ws_schedule(m->ws, c->name);
+    ScheduleSpec *spec = c->schedule;
+    if (!spec) { /* pause or resume: the schedule as it is */
+        if (!x) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "no schedule '%s'", c->name);
+            cmd_fail(c, 404, "not-found", msg);
+            return;
+        }
+        spec = schedspec_dup(x->spec);
+        spec->paused = c->pause == 1;
+        c->schedule = spec; /* freed with the command */
+    } else if (!x && ws_schedule_count(m->ws) >= (size_t)m->cfg.max_schedules) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "there are %lld schedules, the limit (--max-schedules); delete one first",
+                 (long long)m->cfg.max_schedules);
+        cmd_fail(c, 409, "too-many-schedules", msg);
+        return;
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_decide_schedule_set(m->ws, c->name, spec, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    x = ws_schedule(m->ws, c->name);
+    log_info("schedule %s set by an operator: '%s' in %s%s", c->name, spec->cron_text, spec->tz,
+             spec->paused ? " (paused)" : "");
+    cmd_ok_json(c, 200, sched_json(c->name, x->spec, x->last_tick, now));
+}
+
+/* ---- work submitted in SQL (workd.submit) ---- */
+
+#define INBOX_PAGE 1000
+#define INBOX_POLL_MS 1000 /* a NOTIFY lost with a session is noticed this late */
+
+static void inbox_cmd_done(MgrCmd *c, void *ud)
+{
+    (void)ud;
+    mgrcmd_free(c);
+}
+
+static void inbox_decided(Manager *m, const MgrCmd *c);
+
+/* How deep v's arrays and objects nest (a scalar: 0), as the bytes of its
+ * text count it. Recursion is bounded by what jansson reads (2048). */
+static size_t json_nesting(const json_t *v)
+{
+    size_t deepest = 0;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            size_t d = json_nesting(json_array_get(v, i));
+            deepest = d > deepest ? d : deepest;
+        }
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            size_t d = json_nesting(x);
+            deepest = d > deepest ? d : deepest;
+        }
+    } else {
+        return 0;
+    }
+    return deepest + 1;
+}
+
+/* Turns the oldest inbox entries into submit commands ahead of the round's
+ * mail, one command each, so that one refused entry does not hold the others
+ * back. Returns -1 when the leader stepped down. */
+int take_inbox(Manager *m, MgrCmd **mail)
+{
+    int64_t now = mono_ms();
+    if (!m->inbox_due && now - m->inbox_read_ms < INBOX_POLL_MS)
+        return 0;
+    m->inbox_read_ms = now;
+    InboxItem *items = NULL;
+    size_t n = 0;
+    Err err = {0};
+    if (settle(m) != 0)
+        return -1;
+    if (journal_inbox_read(m->conn, INBOX_PAGE, &items, &n, &err) != 0) {
+        free(items);
+        step_down(m, err.msg);
+        return -1;
+    }
+    m->inbox_due = n == INBOX_PAGE; /* more behind: read again next round */
+    for (size_t i = n; i-- > 0;) {
+        InboxItem *it = &items[i];
+        MgrCmd *c = mgrcmd_new(MC_SUBMIT);
+        c->items = xcalloc(1, sizeof *c->items);
+        c->n_items = 1;
+        SubmitItem *s = &c->items[0];
+        s->id = it->id;
+        s->queue = it->queue;
+        s->priority = it->priority;
+        s->payload = it->payload;
+        s->run_at = it->run_at;
+        s->timeout_ms = it->timeout_ms ? it->timeout_ms : m->cfg.default_timeout_ms;
+        s->max_attempts = it->max_attempts ? it->max_attempts : m->cfg.default_max_attempts;
+        s->traceparent = it->traceparent;
+        s->tracestate = it->tracestate;
+        trace_keep(&s->traceparent, &s->tracestate); /* ignored when invalid, as over HTTP */
+        c->inbox_n = it->n;
+        /* Refused for good: never stored as null in its stead, and never
+         * started if a pull's answer could not hold it. workd.submit refuses
+         * these at the call since schema 16; an entry from before, or one
+         * whose numbers grow when written out, is refused here. */
+        char why[200] = "";
+        size_t bytes =
+            s->payload ? json_dumpb(s->payload, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+        if (!s->payload)
+            snprintf(why, sizeof why, "%s", it->why);
+        else if (bytes > (size_t)m->cfg.max_payload_bytes)
+            snprintf(why, sizeof why,
+                     "its payload is %zu bytes as workd writes it; the limit is %lld "
+                     "(--max-body)",
+                     bytes, (long long)m->cfg.max_payload_bytes);
+        else if (json_nesting(s->payload) >= (size_t)m->cfg.max_json_depth)
+            snprintf(why, sizeof why, "its payload is nested deeper than %d (--max-json-depth)",
+                     m->cfg.max_json_depth - 1);
+        if (why[0]) {
+            cmd_fail(c, s->payload ? 413 : 400, "invalid-payload", why);
+            inbox_decided(m, c);
+            mgrcmd_free(c);
+            continue;
+        }
+        c->done = inbox_cmd_done;
+        c->next = *mail;
+        *mail = c;
+    }
+    free(items);
+    return 0;
+}
+
+/* An inbox entry is taken (deleted with the round's commit) once decided:
+ * accepted, acknowledged as existing, or refused for good (another payload
+ * under its id). A full queue leaves it in the inbox for a later round. */
+static void inbox_decided(Manager *m, const MgrCmd *c)
+{
+    /* Left in the inbox: a full queue, a failure, and an entry the database
+     * refuses to log (committed by its application: never dropped). */
+    if (c->status == 429 || c->status >= 500 || !strcmp(c->err.type, "append-refused"))
+        return;
+    if (c->status >= 400) {
+        log_warn("work %s submitted in SQL is refused: %s", c->items[0].id, c->err.msg);
+        atomic_fetch_add(&m->stats.inbox_refused, 1);
+    }
+    if (m->n_inbox_ack == m->cap_inbox_ack) {
+        m->cap_inbox_ack = m->cap_inbox_ack ? m->cap_inbox_ack * 2 : 64;
+        m->inbox_ack = xrealloc(m->inbox_ack, m->cap_inbox_ack * sizeof *m->inbox_ack);
+    }
+    m->inbox_ack[m->n_inbox_ack++] = c->inbox_n;
+    atomic_fetch_add(&m->stats.inbox_taken, 1);
+}
+
+/* ---- the commands without a section of their own ---- */
+
+static void handle_heartbeat(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    Err err = {0};
+    if (check_worker_room(m, c->worker_id, &err) != 0 ||
+        ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+        return;
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_worker_seen(m->ws, c->worker_id, c->instance, c->capacity, c->queues, c->running, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    c->heartbeat_interval_ms = m->cfg.heartbeat_interval_ms;
+    c->worker_timeout_ms = m->cfg.ws.worker_timeout_ms;
+    ws_running_free(c->stale);
+    c->stale = stale_attempts(m, c->running);
+    cmd_ok(c, 200);
+}
+
+static void handle_deregister(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    Err err = {0};
+    /* A named instance must be the registered one, claim or not: an old
+     * instance must not end its successor's attempts. */
+    if (ws_check_worker(m->ws, c->worker_id, c->instance, c->claim && !c->instance, now, &err) !=
+        0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+        return;
+    }
+    EventList tmp;
+    eventlist_init(&tmp);
+    ws_worker_forget(m->ws, c->worker_id, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    drop_waiters_of(m, c->worker_id);
+    log_info("worker %s deregistered", c->worker_id);
+    cmd_ok(c, 204);
+}
+
+static void handle_cluster(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    cluster_view_free(c->cluster);
+    c->cluster = cluster_view(m, now);
+    cmd_ok(c, 200);
+}
+
+static void handle_subscription_get(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    (void)now;
+    c->reply = webhooks_json(m->webhooks, c->queue);
+    if (c->reply)
+        c->status = 200;
+    else
+        cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
+}
+
+static void handle_schedule_delete(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    Err err = {0};
+    EventList tmp;
+    eventlist_init(&tmp);
+    if (ws_decide_schedule_delete(m->ws, c->name, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        log_info("schedule %s deleted by an operator", c->name);
+        emit(m, &tmp, now);
+        cmd_ok_json(c, 204, NULL);
+    }
+    eventlist_free(&tmp);
+}
+
+static void handle_queue_flow(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    json_t *o = json_object();
+    const char *name;
+    for (size_t i = 0; (name = ws_queue_next(m->ws, &i));) {
+        double t = ws_queue_tokens(m->ws, name, now);
+        if (t >= 0)
+            json_object_set_new(o, name, json_pack("{s:f}", "tokens", t));
+    }
+    cmd_ok_json(c, 200, o);
+}
+
+/* ---- what the round looks up before it decides ---- */
+
+/* A UUID this node just generated cannot exist yet (2^-122). */
+static int lookup_submit(Manager *m, MgrCmd *c, IdList *ids)
+{
+    for (size_t i = 0; i < c->n_items; i++) {
+        if (!c->items[i].generated)
+            want_known(m, ids, c->items[i].id);
+        for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
+            want_known(m, ids, c->items[i].after[j]);
+    }
+    /* A batch opened again under its id: its callback's id must be free. */
+    if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
+        char cb[ID_MAX + 1];
+        ws_callback_id(c->batch_id, cb, sizeof cb);
+        want_known_made(m, ids, xstrdup(cb));
+    }
+    return 0;
+}
+
+static int lookup_work_id(Manager *m, MgrCmd *c, IdList *ids)
+{
+    want_known(m, ids, c->work_id);
+    return 0;
+}
+
+static int lookup_reports(Manager *m, MgrCmd *c, IdList *ids)
+{
+    for (size_t i = 0; i < c->n_reports; i++)
+        want_known(m, ids, c->reports[i].work_id);
+    return 0;
+}
+
+/* Dead work lives in the database only: find what matches. */
+static int lookup_dead(Manager *m, MgrCmd *c, IdList *ids)
+{
+    (void)ids;
+    Err err = {0};
+    c->bulk = xcalloc(1, sizeof *c->bulk);
+    if (settle(m) != 0)
+        return -1;
+    if (journal_dead_matching(m->conn, c->queue, c->key, c->max, c->bulk, &err) != 0) {
+        step_down(m, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the table ---- */
+
+/* One kind of command: what the round looks up for it before deciding (NULL:
+ * nothing; -1: the leader stepped down), how it decides (answering with
+ * cmd_ok, cmd_fail or cmd_ok_json; one that parks answers itself when it has
+ * what it waits for, unless it failed), and whether it may put events into
+ * the round's append (the suspects of a refused append are those). A new
+ * command is its MgrCmdType, its fields in MgrCmd, its entry here and its
+ * handler. */
+typedef struct CmdKind {
+    int (*lookup)(Manager *m, MgrCmd *c, IdList *ids);
+    void (*decide)(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now);
+    bool parks;
+    bool writes;
+} CmdKind;
+
+static const CmdKind KINDS[] = {
+    [MC_SUBMIT] = {lookup_submit, handle_submit, false, true},
+    [MC_CANCEL] = {lookup_work_id, handle_cancel, false, true},
+    [MC_RETRY] = {lookup_work_id, handle_retry, false, true},
+    [MC_REPORTS] = {lookup_reports, handle_reports, false, true},
+    [MC_PULL] = {NULL, handle_pull, true, true},
+    [MC_HEARTBEAT] = {NULL, handle_heartbeat, false, true},
+    [MC_DEREGISTER] = {NULL, handle_deregister, false, true},
+    [MC_CLUSTER] = {NULL, handle_cluster, false, false},
+    [MC_QUEUE_SET] = {NULL, handle_queue_set, false, true},
+    [MC_BULK_CANCEL] = {NULL, handle_bulk_cancel, false, true},
+    [MC_BULK_RETRY] = {lookup_dead, handle_bulk_retry, false, true},
+    [MC_SCHEDULE_SET] = {NULL, handle_schedule_set, false, true},
+    [MC_SCHEDULE_DELETE] = {NULL, handle_schedule_delete, false, true},
+    [MC_PROGRESS] = {NULL, handle_progress, false, true},
+    [MC_SUBSCRIPTION_SET] = {NULL, handle_subscription, false, true},
+    [MC_SUBSCRIPTION_GET] = {NULL, handle_subscription_get, false, false},
+    [MC_SUB_CURSOR] = {NULL, handle_subscription, false, true},
+    [MC_SUB_PAUSE] = {NULL, handle_subscription, false, true},
+    [MC_QUEUE_FLOW] = {NULL, handle_queue_flow, false, false},
+};
+_Static_assert(sizeof KINDS / sizeof KINDS[0] == MC_COUNT, "every MgrCmdType has its entry");
+
+int cmd_lookup(Manager *m, MgrCmd *c, IdList *ids)
+{
+    return KINDS[c->type].lookup ? KINDS[c->type].lookup(m, c, ids) : 0;
+}
+
+bool cmd_may_write(const MgrCmd *c)
+{
+    return c->status < 400 && KINDS[c->type].writes && (c->type != MC_PULL || c->n_jobs > 0);
+}
+
+/* Whether c is isolated: the database refused twice an append that held it
+ * (alone the second time). A submission whose items all exist already is
+ * answered as ever (idempotent), wherever they were written. */
+static bool isolated(const Manager *m, const MgrCmd *c, const KnownSet *known)
+{
+    if (cmd_suspicion(m, c) < SUSPECT_ISOLATE)
+        return false;
+    for (size_t i = 0; i < c->n_items; i++)
+        if (!id_taken(m, known, c->items[i].id))
+            return true;
+    return c->type != MC_SUBMIT;
+}
+
+void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    const CmdKind *k = &KINDS[c->type];
+    if (isolated(m, c, known))
+        cmd_fail(c, 409, "append-refused",
+                 "the database refused twice the change this request makes when it was written "
+                 "to the log; it is not tried again (the leader's log says why)");
+    else
+        k->decide(m, c, known, now);
+    if (c->inbox_n)
+        inbox_decided(m, c);
+    if (!k->parks || c->status >= 400)
+        queue_done(m, c);
+}

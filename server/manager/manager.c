@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "db.h"
 #include "election.h"
 #include "hmap.h"
 #include "projection.h"
@@ -327,7 +326,7 @@ void step_down(Manager *m, const char *why)
     m->progress = progress_new(&m->cfg.progress);
     ws_free(m->ws);
     m->ws = NULL;
-    PQfinish(m->conn);
+    journal_close(m->conn);
     m->conn = NULL;
 }
 
@@ -615,13 +614,10 @@ static void campaign(Manager *m)
         step_down(m, "recovery failed");
         return;
     }
-    PGresult *lr =
-        db_exec(m->conn, "LISTEN workd_inbox", 0, NULL, "listening for SQL submissions", &err);
-    if (!lr) {
+    if (journal_listen(m->conn, &err) != 0) {
         step_down(m, err.msg);
         return;
     }
-    PQclear(lr);
     if (journal_publish_budgets(m->conn, m->cfg.max_payload_bytes, m->cfg.max_json_depth, &err) !=
         0) {
         step_down(m, err.msg);
@@ -829,7 +825,7 @@ WARN_UNUSED static int decide_timers(Manager *m, int64_t now)
  * answer, say): the socket will not wake the poll for them. -1: stepped down. */
 WARN_UNUSED static int land_answered(Manager *m)
 {
-    while (m->n_flights && !PQisBusy(m->conn))
+    while (m->n_flights && !journal_busy(m->conn))
         if (land_flight(m) != 0)
             return -1;
     return 0;
@@ -852,7 +848,7 @@ static void lead_round(Manager *m)
     if (timeout < 0)
         timeout = 0;
     struct pollfd pfd[2] = {{.fd = m->efd, .events = POLLIN},
-                            {.fd = PQsocket(m->conn), .events = POLLIN}};
+                            {.fd = journal_socket(m->conn), .events = POLLIN}};
     int pr = poll(pfd, 2, (int)timeout);
     if (pr < 0 && errno != EINTR) {
         step_down(m, "poll failed");
@@ -861,15 +857,9 @@ static void lead_round(Manager *m)
     if (pfd[1].revents) {
         /* The outcome of an append out, a notification, a termination
          * notice, or the socket closed. */
-        if (!PQconsumeInput(m->conn) || PQstatus(m->conn) != CONNECTION_OK) {
+        if (journal_consume(m->conn, &m->inbox_due) != 0) {
             step_down(m, "the database session was lost");
             return;
-        }
-        PGnotify *n;
-        while ((n = PQnotifies(m->conn))) {
-            if (!strcmp(n->relname, "workd_inbox"))
-                m->inbox_due = true;
-            PQfreemem(n);
         }
         if (land_answered(m) != 0)
             return;
@@ -885,12 +875,10 @@ static void lead_round(Manager *m)
         Err err = {0};
         if (settle(m) != 0)
             return;
-        PGresult *r = db_exec(m->conn, "SELECT 1", 0, NULL, "checking the session", &err);
-        if (!r) {
+        if (journal_ping(m->conn, &err) != 0) {
             step_down(m, err.msg);
             return;
         }
-        PQclear(r);
         m->last_db_ok = mono_ms();
     }
     now = wall_ms();
@@ -952,7 +940,7 @@ static void *manager_main(void *arg)
     }
     if (m->ws && settle(m) == 0) /* what was sent is answered as it went */
         step_down(m, "shutting down");
-    PQfinish(m->conn);
+    journal_close(m->conn);
     m->conn = NULL;
     MgrCmd *mail = take_mailbox(m);
     reject_all(m, mail, "the server is shutting down");

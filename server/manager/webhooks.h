@@ -53,7 +53,7 @@ Webhooks *webhooks_start(const WebhooksConfig *cfg, Err *err) WARN_UNUSED;
 void webhooks_stop(Webhooks *w);
 
 /* ---- the manager thread ---- */
-/* This node leads from now on: subs (stolen) is journal_subscriptions' list,
+/* This node leads from now on: subs (stolen) is view_subscriptions' list,
  * last_seq the log's end. Replaces whatever was there. */
 void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq);
 /* No longer leading: deliveries stop (those in flight are abandoned). */

@@ -1220,3 +1220,41 @@ void journal_known_free(KnownSet *k)
     PQclear(k->res);
     memset(k, 0, sizeof *k);
 }
+
+int journal_socket(PGconn *c)
+{
+    return PQsocket(c);
+}
+
+bool journal_busy(PGconn *c)
+{
+    return PQisBusy(c);
+}
+
+int journal_consume(PGconn *c, bool *inbox)
+{
+    if (!PQconsumeInput(c) || PQstatus(c) != CONNECTION_OK)
+        return -1;
+    PGnotify *n;
+    while ((n = PQnotifies(c))) {
+        if (!strcmp(n->relname, "workd_inbox"))
+            *inbox = true;
+        PQfreemem(n);
+    }
+    return 0;
+}
+
+int journal_listen(PGconn *c, Err *err)
+{
+    return db_command(c, "LISTEN workd_inbox", "listening for SQL submissions", err);
+}
+
+int journal_ping(PGconn *c, Err *err)
+{
+    return db_command(c, "SELECT 1", "checking the session", err);
+}
+
+void journal_close(PGconn *c)
+{
+    PQfinish(c);
+}

@@ -119,4 +119,23 @@ void journal_known_free(KnownSet *k);
 int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
                           Err *err) WARN_UNUSED;
 
+/* ---- the leader's session, as the manager's round watches it ---- */
+/* The manager reaches PostgreSQL only through this header (and view.h's
+ * reads): a unit test links a fake store in its place (tests/unit). */
+
+/* The socket to poll for the outcome of an append, a notification, or the
+ * session's end. */
+int journal_socket(PGconn *c);
+/* True while the oldest append out has no outcome read yet. */
+bool journal_busy(PGconn *c);
+/* Reads what the socket holds; *inbox is set when workd_inbox was notified.
+ * -1: the session is gone. */
+int journal_consume(PGconn *c, bool *inbox) WARN_UNUSED;
+/* Starts listening for workd_inbox's notifications. */
+int journal_listen(PGconn *c, Err *err) WARN_UNUSED;
+/* A round trip, to learn that an idle session is still there. */
+int journal_ping(PGconn *c, Err *err) WARN_UNUSED;
+/* Ends the session (NULL: nothing), which releases the leader lock. */
+void journal_close(PGconn *c);
+
 #endif

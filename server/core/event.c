@@ -198,134 +198,195 @@ static void set_trace(json_t *o, const Event *e)
         json_object_set_new(o, "tracestate", json_string(e->tracestate));
 }
 
+/* ---- encoding, one function per kind (ENCODERS below) ----
+ * Each writes its kind's fields into o. */
+
+static void encode_term(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "term", json_integer(e->new_term));
+    json_object_set_new(o, "leader", json_string(e->leader_url ? e->leader_url : ""));
+}
+
+static void encode_work_fields(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "queue", json_string(e->queue));
+    json_object_set_new(o, "priority", json_integer(e->priority));
+    json_object_set(o, "payload", e->payload ? e->payload : json_null());
+    set_time(o, "run_at", e->run_at);
+    json_object_set_new(o, "timeout_ms", json_integer(e->timeout_ms));
+    json_object_set_new(o, "max_attempts", json_integer(e->max_attempts));
+    if (e->key) /* since schema 7 */
+        json_object_set_new(o, "key", json_string(e->key));
+    if (e->after) { /* since schema 11 */
+        json_t *a = json_array();
+        for (size_t i = 0; e->after[i]; i++)
+            json_array_append_new(a, json_string(e->after[i]));
+        json_object_set_new(o, "after", a);
+        if (e->run_anyway)
+            json_object_set_new(o, "run_anyway", json_true());
+        if (e->waiting)
+            json_object_set_new(o, "waiting", json_true());
+    }
+    if (e->batch)
+        json_object_set_new(o, "batch", json_string(e->batch));
+    set_trace(o, e); /* since schema 17 */
+}
+
+/* a retried event carries what accepted carried */
+static void encode_retried(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "attempt", json_integer(e->attempt));
+    if (e->error)
+        json_object_set_new(o, "error", json_string(e->error));
+    encode_work_fields(e, o);
+}
+
+static void encode_started(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "attempt", json_integer(e->attempt));
+    json_object_set_new(o, "worker_id", json_string(e->worker_id ? e->worker_id : ""));
+    /* Required by event_decode: never null, even when 0 (set_time's "none"). */
+    json_object_set_new(o, "deadline", json_integer(e->deadline));
+}
+
+static void encode_completed(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "attempt", json_integer(e->attempt));
+    json_object_set(o, "result", e->result ? e->result : json_null());
+}
+
+static void encode_attempt_ended(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "attempt", json_integer(e->attempt));
+    json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+    set_time(o, "retry_at", e->retry_at);
+}
+
+static void encode_dead(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
+    if (e->attempt) /* since schema 3: absent in older logs */
+        json_object_set_new(o, "attempts", json_integer(e->attempt));
+}
+
+static void encode_cancelled(const Event *e, json_t *o)
+{
+    if (e->attempt) /* running work was cancelled: the attempt it ended */
+        json_object_set_new(o, "attempt", json_integer(e->attempt));
+    if (e->error) /* since schema 11: why, when not an operator (a parent ended) */
+        json_object_set_new(o, "reason", json_string(e->error));
+}
+
+static void encode_nothing(const Event *e, json_t *o)
+{
+    (void)e;
+    (void)o;
+}
+
+static void encode_schedule_set(const Event *e, json_t *o)
+{
+    json_t *spec = schedspec_json(e->sched);
+    json_object_update(o, spec);
+    json_decref(spec);
+    json_object_set_new(o, "schedule", json_string(e->name));
+    json_object_set_new(o, "since", json_integer(e->tick));
+}
+
+static void encode_schedule_deleted(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "schedule", json_string(e->name));
+}
+
+static void encode_tick(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "schedule", json_string(e->name));
+    json_object_set_new(o, "tick", json_integer(e->tick));
+    json_object_set_new(o, "work_id", e->fired ? json_string(e->fired) : json_null());
+    json_object_set_new(o, "skipped", e->error ? json_string(e->error) : json_null());
+    json_object_set_new(o, "missed", json_integer(e->missed));
+}
+
+static void encode_batch_opened(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "batch", json_string(e->name));
+    json_object_set_new(o, "callback", e->callback ? template_json(e->callback) : json_null());
+}
+
+static void encode_batch(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "batch", json_string(e->name));
+    json_object_set_new(o, "completed", json_integer(e->counts[0]));
+    json_object_set_new(o, "dead", json_integer(e->counts[1]));
+    json_object_set_new(o, "cancelled", json_integer(e->counts[2]));
+    json_object_set_new(o, "callback_id", e->fired ? json_string(e->fired) : json_null());
+}
+
+static void encode_queue_set(const Event *e, json_t *o)
+{
+    const QueueLimits *l = &e->limits;
+    json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
+    json_object_set_new(o, "paused", json_boolean(l->paused));
+    json_object_set_new(o, "max_running_per_key",
+                        l->max_running_per_key ? json_integer(l->max_running_per_key)
+                                               : json_null());
+    json_object_set_new(o, "max_running",
+                        l->max_running ? json_integer(l->max_running) : json_null());
+    json_object_set_new(o, "rate",
+                        l->rate_limit ? json_pack("{s:i, s:I}", "limit", l->rate_limit, "period_ms",
+                                                  (json_int_t)l->rate_period_ms)
+                                      : json_null());
+    if (l->n_weights) { /* since schema 12 */
+        json_t *w = json_object();
+        for (size_t i = 0; i < l->n_weights; i++)
+            json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
+        json_object_set_new(o, "key_weights", w);
+    }
+}
+
+static void encode_progress(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "attempt", json_integer(e->attempt));
+    json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
+    if (e->detail)
+        json_object_update(o, e->detail);
+}
+
+static void encode_detail(const Event *e, json_t *o)
+{
+    if (e->detail)
+        json_object_update(o, e->detail);
+}
+
+typedef void (*Encoder)(const Event *e, json_t *o);
+
+static const Encoder ENCODERS[] = {
+    [EV_TERM] = encode_term,
+    [EV_ACCEPTED] = encode_work_fields,
+    [EV_STARTED] = encode_started,
+    [EV_COMPLETED] = encode_completed,
+    [EV_FAILED] = encode_attempt_ended,
+    [EV_TIMED_OUT] = encode_attempt_ended,
+    [EV_DEAD] = encode_dead,
+    [EV_CANCELLED] = encode_cancelled,
+    [EV_RETRIED] = encode_retried,
+    [EV_QUEUE_SET] = encode_queue_set,
+    [EV_PROGRESS] = encode_progress,
+    [EV_SUBSCRIPTION] = encode_detail,
+    [EV_SUB_CURSOR] = encode_detail,
+    [EV_RELEASED] = encode_nothing,
+    [EV_SCHEDULE_SET] = encode_schedule_set,
+    [EV_SCHEDULE_DELETED] = encode_schedule_deleted,
+    [EV_TICK] = encode_tick,
+    [EV_BATCH_OPENED] = encode_batch_opened,
+    [EV_BATCH] = encode_batch,
+};
+_Static_assert(sizeof ENCODERS / sizeof ENCODERS[0] == EV_LAST + 1, "an encoder for every kind");
+
 json_t *event_data_encode(const Event *e)
 {
     json_t *o = json_object();
-    switch (e->type) {
-    case EV_TERM:
-        json_object_set_new(o, "term", json_integer(e->new_term));
-        json_object_set_new(o, "leader", json_string(e->leader_url ? e->leader_url : ""));
-        break;
-    case EV_RETRIED:
-        json_object_set_new(o, "attempt", json_integer(e->attempt));
-        if (e->error)
-            json_object_set_new(o, "error", json_string(e->error));
-        /* a retried event carries what accepted carried */
-        __attribute__((fallthrough));
-    case EV_ACCEPTED:
-        json_object_set_new(o, "queue", json_string(e->queue));
-        json_object_set_new(o, "priority", json_integer(e->priority));
-        json_object_set(o, "payload", e->payload ? e->payload : json_null());
-        set_time(o, "run_at", e->run_at);
-        json_object_set_new(o, "timeout_ms", json_integer(e->timeout_ms));
-        json_object_set_new(o, "max_attempts", json_integer(e->max_attempts));
-        if (e->key) /* since schema 7 */
-            json_object_set_new(o, "key", json_string(e->key));
-        if (e->after) { /* since schema 11 */
-            json_t *a = json_array();
-            for (size_t i = 0; e->after[i]; i++)
-                json_array_append_new(a, json_string(e->after[i]));
-            json_object_set_new(o, "after", a);
-            if (e->run_anyway)
-                json_object_set_new(o, "run_anyway", json_true());
-            if (e->waiting)
-                json_object_set_new(o, "waiting", json_true());
-        }
-        if (e->batch)
-            json_object_set_new(o, "batch", json_string(e->batch));
-        set_trace(o, e); /* since schema 17 */
-        break;
-    case EV_STARTED:
-        json_object_set_new(o, "attempt", json_integer(e->attempt));
-        json_object_set_new(o, "worker_id", json_string(e->worker_id ? e->worker_id : ""));
-        /* Required by event_decode: never null, even when 0 (set_time's "none"). */
-        json_object_set_new(o, "deadline", json_integer(e->deadline));
-        break;
-    case EV_COMPLETED:
-        json_object_set_new(o, "attempt", json_integer(e->attempt));
-        json_object_set(o, "result", e->result ? e->result : json_null());
-        break;
-    case EV_FAILED:
-    case EV_TIMED_OUT:
-        json_object_set_new(o, "attempt", json_integer(e->attempt));
-        json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
-        set_time(o, "retry_at", e->retry_at);
-        break;
-    case EV_DEAD:
-        json_object_set_new(o, "error", json_string(e->error ? e->error : ""));
-        if (e->attempt) /* since schema 3: absent in older logs */
-            json_object_set_new(o, "attempts", json_integer(e->attempt));
-        break;
-    case EV_CANCELLED:
-        if (e->attempt) /* running work was cancelled: the attempt it ended */
-            json_object_set_new(o, "attempt", json_integer(e->attempt));
-        if (e->error) /* since schema 11: why, when not an operator (a parent ended) */
-            json_object_set_new(o, "reason", json_string(e->error));
-        break;
-    case EV_RELEASED:
-        break;
-    case EV_SCHEDULE_SET:
-        json_decref(o);
-        o = schedspec_json(e->sched);
-        json_object_set_new(o, "schedule", json_string(e->name));
-        json_object_set_new(o, "since", json_integer(e->tick));
-        break;
-    case EV_SCHEDULE_DELETED:
-        json_object_set_new(o, "schedule", json_string(e->name));
-        break;
-    case EV_TICK:
-        json_object_set_new(o, "schedule", json_string(e->name));
-        json_object_set_new(o, "tick", json_integer(e->tick));
-        json_object_set_new(o, "work_id", e->fired ? json_string(e->fired) : json_null());
-        json_object_set_new(o, "skipped", e->error ? json_string(e->error) : json_null());
-        json_object_set_new(o, "missed", json_integer(e->missed));
-        break;
-    case EV_BATCH_OPENED:
-        json_object_set_new(o, "batch", json_string(e->name));
-        json_object_set_new(o, "callback", e->callback ? template_json(e->callback) : json_null());
-        break;
-    case EV_BATCH:
-        json_object_set_new(o, "batch", json_string(e->name));
-        json_object_set_new(o, "completed", json_integer(e->counts[0]));
-        json_object_set_new(o, "dead", json_integer(e->counts[1]));
-        json_object_set_new(o, "cancelled", json_integer(e->counts[2]));
-        json_object_set_new(o, "callback_id", e->fired ? json_string(e->fired) : json_null());
-        break;
-    case EV_QUEUE_SET:
-        json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
-        json_object_set_new(o, "paused", json_boolean(e->limits.paused));
-        json_object_set_new(o, "max_running_per_key",
-                            e->limits.max_running_per_key
-                                ? json_integer(e->limits.max_running_per_key)
-                                : json_null());
-        json_object_set_new(o, "max_running",
-                            e->limits.max_running ? json_integer(e->limits.max_running)
-                                                  : json_null());
-        json_object_set_new(o, "rate",
-                            e->limits.rate_limit
-                                ? json_pack("{s:i, s:I}", "limit", e->limits.rate_limit,
-                                            "period_ms", (json_int_t)e->limits.rate_period_ms)
-                                : json_null());
-        if (e->limits.n_weights) { /* since schema 12 */
-            json_t *w = json_object();
-            for (size_t i = 0; i < e->limits.n_weights; i++)
-                json_object_set_new(w, e->limits.weights[i].key,
-                                    json_integer(e->limits.weights[i].weight));
-            json_object_set_new(o, "key_weights", w);
-        }
-        break;
-    case EV_PROGRESS:
-        json_object_set_new(o, "attempt", json_integer(e->attempt));
-        json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
-        if (e->detail)
-            json_object_update(o, e->detail);
-        break;
-    case EV_SUBSCRIPTION:
-    case EV_SUB_CURSOR:
-        if (e->detail)
-            json_object_update(o, e->detail);
-        break;
-    }
+    if (e->type >= EV_TERM && e->type <= EV_LAST)
+        ENCODERS[e->type](e, o);
     /* Since schema 4 the events that finish work name its queue, so that the
      * results stream needs no other table (its row may be gone with its part). */
     if (event_is_final(e->type) && e->queue)
@@ -358,6 +419,314 @@ static char *get_str(json_t *d, const char *key)
     return s ? xstrdup(s) : NULL;
 }
 
+/* ---- decoding, one function per kind (DECODERS below) ----
+ * Each reads its kind's fields out of data into out; -1 with err when a
+ * required one is missing or wrong (event_decode then clears out). */
+
+static int decode_term(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    if (get_int(data, "term", &out->new_term, 1, err))
+        return -1;
+    out->leader_url = get_str(data, "leader");
+    return 0;
+}
+
+/* What accepted carries (and retried, which rebuilds the item from it). */
+static int decode_work_fields(json_t *data, Event *out, Err *err)
+{
+    int64_t v;
+    out->key = get_str(data, "key");
+    out->queue = get_str(data, "queue");
+    if (!out->queue)
+        return err_set(err, 500, "bad-event", "accepted event lacks 'queue'");
+    if (get_int(data, "priority", &v, 0, err))
+        return -1;
+    out->priority = (int)v;
+    out->payload = json_incref(json_object_get(data, "payload"));
+    if (!out->payload)
+        out->payload = json_null();
+    if (get_int(data, "run_at", &out->run_at, 0, err) ||
+        get_int(data, "timeout_ms", &out->timeout_ms, 1, err) ||
+        get_int(data, "max_attempts", &v, 1, err))
+        return -1;
+    out->max_attempts = (int)v;
+    out->batch = get_str(data, "batch"); /* retried: the batch it rejoins */
+    return 0;
+}
+
+static int decode_accepted(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    if (decode_work_fields(data, out, err) != 0)
+        return -1;
+    json_t *after = json_object_get(data, "after");
+    if (json_is_array(after)) {
+        out->after = xcalloc(json_array_size(after) + 1, sizeof *out->after);
+        size_t i, k = 0;
+        json_t *a;
+        json_array_foreach(after, i, a)
+        {
+            if (json_is_string(a))
+                out->after[k++] = xstrdup(json_string_value(a));
+        }
+    }
+    out->run_anyway = json_is_true(json_object_get(data, "run_anyway"));
+    out->waiting = json_is_true(json_object_get(data, "waiting"));
+    return 0;
+}
+
+static int decode_retried(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 1, err))
+        return -1;
+    out->attempt = (int)v;
+    out->error = get_str(data, "error");
+    return decode_work_fields(data, out, err);
+}
+
+static int decode_started(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 1, err) || get_int(data, "deadline", &out->deadline, 1, err))
+        return -1;
+    out->attempt = (int)v;
+    /* Required: a running attempt without a holder would crash the timers. */
+    out->worker_id = get_str(data, "worker_id");
+    if (!out->worker_id)
+        return err_set(err, 500, "bad-event", "started event lacks 'worker_id'");
+    return 0;
+}
+
+static int decode_completed(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 1, err))
+        return -1;
+    out->attempt = (int)v;
+    out->result = json_incref(json_object_get(data, "result"));
+    if (!out->result)
+        out->result = json_null();
+    return 0;
+}
+
+/* failed, timed_out */
+static int decode_attempt_ended(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 1, err) || get_int(data, "retry_at", &out->retry_at, 0, err))
+        return -1;
+    out->attempt = (int)v;
+    out->error = get_str(data, "error");
+    return 0;
+}
+
+static int decode_dead(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    out->error = get_str(data, "error");
+    if (get_int(data, "attempts", &v, 0, err))
+        return -1;
+    out->attempt = (int)v;
+    return 0;
+}
+
+static int decode_cancelled(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 0, err))
+        return -1;
+    out->attempt = (int)v;
+    out->error = get_str(data, "reason");
+    return 0;
+}
+
+static int decode_nothing(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)data;
+    (void)type;
+    (void)out;
+    (void)err;
+    return 0;
+}
+
+/* schedule_deleted (and what schedule_set and tick carry too) */
+static int decode_schedule_named(json_t *data, const char *type, Event *out, Err *err)
+{
+    out->name = get_str(data, "schedule");
+    if (!out->name)
+        return err_set(err, 500, "bad-event", "%s event lacks 'schedule'", type);
+    return 0;
+}
+
+static int decode_schedule_set(json_t *data, const char *type, Event *out, Err *err)
+{
+    out->sched = xcalloc(1, sizeof *out->sched);
+    if (schedspec_decode(data, out->sched, err) != 0 || get_int(data, "since", &out->tick, 0, err))
+        return -1;
+    return decode_schedule_named(data, type, out, err);
+}
+
+static int decode_tick(json_t *data, const char *type, Event *out, Err *err)
+{
+    int64_t v;
+    if (decode_schedule_named(data, type, out, err) != 0 ||
+        get_int(data, "tick", &out->tick, 1, err) || get_int(data, "missed", &v, 0, err))
+        return -1;
+    out->missed = (int)v;
+    out->fired = get_str(data, "work_id");
+    out->error = get_str(data, "skipped");
+    return 0;
+}
+
+static int decode_batch_named(json_t *data, const char *type, Event *out, Err *err)
+{
+    out->name = get_str(data, "batch");
+    if (!out->name)
+        return err_set(err, 500, "bad-event", "%s event lacks 'batch'", type);
+    return 0;
+}
+
+static int decode_batch_opened(json_t *data, const char *type, Event *out, Err *err)
+{
+    if (decode_batch_named(data, type, out, err) != 0)
+        return -1;
+    if (!json_is_object(json_object_get(data, "callback")))
+        return 0;
+    out->callback = xcalloc(1, sizeof *out->callback);
+    return template_decode(json_object_get(data, "callback"), out->callback, err);
+}
+
+static int decode_batch(json_t *data, const char *type, Event *out, Err *err)
+{
+    if (decode_batch_named(data, type, out, err) != 0)
+        return -1;
+    out->counts[0] = (int)json_integer_value(json_object_get(data, "completed"));
+    out->counts[1] = (int)json_integer_value(json_object_get(data, "dead"));
+    out->counts[2] = (int)json_integer_value(json_object_get(data, "cancelled"));
+    out->fired = get_str(data, "callback_id");
+    return 0;
+}
+
+static int decode_key_weights(json_t *w, QueueLimits *l, Err *err)
+{
+    if (!json_is_object(w) || !json_object_size(w))
+        return 0;
+    const char *k;
+    json_t *x;
+    l->weights = xcalloc(json_object_size(w), sizeof *l->weights);
+    json_object_foreach(w, k, x)
+    {
+        if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+            json_integer_value(x) > QL_MAX_WEIGHT)
+            return err_set(err, 500, "bad-event", "queue_set event has a bad weight for '%s'", k);
+        KeyWeight *kw = &l->weights[l->n_weights++];
+        kw->key = xstrdup(k);
+        kw->weight = (int)json_integer_value(x);
+    }
+    queue_limits_sort(l);
+    return 0;
+}
+
+static int decode_queue_set(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    out->queue = get_str(data, "queue");
+    if (!out->queue)
+        return err_set(err, 500, "bad-event", "queue_set event lacks 'queue'");
+    out->limits.paused = json_is_true(json_object_get(data, "paused"));
+    if (get_int(data, "max_running", &v, 0, err))
+        return -1;
+    out->limits.max_running = (int)v;
+    if (get_int(data, "max_running_per_key", &v, 0, err))
+        return -1;
+    out->limits.max_running_per_key = (int)v;
+    json_t *rate = json_object_get(data, "rate");
+    if (json_is_object(rate)) {
+        if (get_int(rate, "limit", &v, 1, err) ||
+            get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
+            return -1;
+        out->limits.rate_limit = (int)v;
+        /* A rate that allows nothing or has no period is none, as its
+         * encoding (null) says: decoding what was encoded gives it back. */
+        if (out->limits.rate_limit <= 0 || out->limits.rate_period_ms <= 0)
+            out->limits.rate_limit = 0, out->limits.rate_period_ms = 0;
+    }
+    return decode_key_weights(json_object_get(data, "key_weights"), &out->limits, err);
+}
+
+static int decode_progress(json_t *data, const char *type, Event *out, Err *err)
+{
+    (void)type;
+    int64_t v;
+    if (get_int(data, "attempt", &v, 1, err))
+        return -1;
+    out->attempt = (int)v;
+    out->queue = get_str(data, "queue");
+    out->detail = json_object();
+    static const char *keys[] = {"fraction", "message", "output"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *f = json_object_get(data, keys[i]);
+        if (f)
+            json_object_set(out->detail, keys[i], f);
+    }
+    return 0;
+}
+
+/* subscription, subscription_cursor: the fields this version knows (a later
+ * one may add others). */
+static int decode_subscription(json_t *data, const char *type, Event *out, Err *err)
+{
+    if (!json_is_string(json_object_get(data, "name")))
+        return err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
+    static const char *sub_keys[] = {"name",  "url",    "secret",  "queues",
+                                     "kinds", "paused", "deleted", "paused_reason",
+                                     "start", "cursor", NULL};
+    static const char *cursor_keys[] = {"name", "cursor", NULL};
+    out->detail = json_object();
+    for (const char **k = out->type == EV_SUB_CURSOR ? cursor_keys : sub_keys; *k; k++) {
+        json_t *f = json_object_get(data, *k);
+        if (f)
+            json_object_set_new(out->detail, *k, json_deep_copy(f));
+    }
+    return 0;
+}
+
+typedef int (*Decoder)(json_t *data, const char *type, Event *out, Err *err);
+
+/* One decoder per kind: a new kind is its EventType, its name, its entry
+ * here and in encoders, and the two functions. */
+static const Decoder DECODERS[] = {
+    [EV_TERM] = decode_term,
+    [EV_ACCEPTED] = decode_accepted,
+    [EV_STARTED] = decode_started,
+    [EV_COMPLETED] = decode_completed,
+    [EV_FAILED] = decode_attempt_ended,
+    [EV_TIMED_OUT] = decode_attempt_ended,
+    [EV_DEAD] = decode_dead,
+    [EV_CANCELLED] = decode_cancelled,
+    [EV_RETRIED] = decode_retried,
+    [EV_QUEUE_SET] = decode_queue_set,
+    [EV_PROGRESS] = decode_progress,
+    [EV_SUBSCRIPTION] = decode_subscription,
+    [EV_SUB_CURSOR] = decode_subscription,
+    [EV_RELEASED] = decode_nothing,
+    [EV_SCHEDULE_SET] = decode_schedule_set,
+    [EV_SCHEDULE_DELETED] = decode_schedule_named,
+    [EV_TICK] = decode_tick,
+    [EV_BATCH_OPENED] = decode_batch_opened,
+    [EV_BATCH] = decode_batch,
+};
+_Static_assert(sizeof DECODERS / sizeof DECODERS[0] == EV_LAST + 1, "a decoder for every kind");
+
 int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int version,
                  const char *work_id, json_t *data, Event *out, Err *err)
 {
@@ -370,215 +739,8 @@ int event_decode(int64_t seq, int64_t term, int64_t at, const char *type, int ve
     out->at = at;
     out->version = version;
     out->work_id = xstrdup(work_id);
-    int64_t v;
-    switch (out->type) {
-    case EV_TERM:
-        if (get_int(data, "term", &out->new_term, 1, err))
-            goto cleanup;
-        out->leader_url = get_str(data, "leader");
-        break;
-    case EV_RETRIED:
-        if (get_int(data, "attempt", &v, 1, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        out->error = get_str(data, "error");
-        /* a retried event carries what accepted carried */
-        __attribute__((fallthrough));
-    case EV_ACCEPTED:
-        out->key = get_str(data, "key");
-        out->queue = get_str(data, "queue");
-        if (!out->queue) {
-            err_set(err, 500, "bad-event", "accepted event lacks 'queue'");
-            goto cleanup;
-        }
-        if (get_int(data, "priority", &v, 0, err))
-            goto cleanup;
-        out->priority = (int)v;
-        out->payload = json_incref(json_object_get(data, "payload"));
-        if (!out->payload)
-            out->payload = json_null();
-        if (get_int(data, "run_at", &out->run_at, 0, err) ||
-            get_int(data, "timeout_ms", &out->timeout_ms, 1, err) ||
-            get_int(data, "max_attempts", &v, 1, err))
-            goto cleanup;
-        out->max_attempts = (int)v;
-        if (out->type == EV_ACCEPTED) {
-            json_t *after = json_object_get(data, "after");
-            if (json_is_array(after)) {
-                out->after = xcalloc(json_array_size(after) + 1, sizeof *out->after);
-                size_t i, k = 0;
-                json_t *a;
-                json_array_foreach(after, i, a)
-                {
-                    if (json_is_string(a))
-                        out->after[k++] = xstrdup(json_string_value(a));
-                }
-            }
-            out->run_anyway = json_is_true(json_object_get(data, "run_anyway"));
-            out->waiting = json_is_true(json_object_get(data, "waiting"));
-        }
-        out->batch = get_str(data, "batch"); /* retried: the batch it rejoins */
-        break;
-    case EV_STARTED:
-        if (get_int(data, "attempt", &v, 1, err) ||
-            get_int(data, "deadline", &out->deadline, 1, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        /* Required: a running attempt without a holder would crash the timers. */
-        out->worker_id = get_str(data, "worker_id");
-        if (!out->worker_id) {
-            err_set(err, 500, "bad-event", "started event lacks 'worker_id'");
-            goto cleanup;
-        }
-        break;
-    case EV_COMPLETED:
-        if (get_int(data, "attempt", &v, 1, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        out->result = json_incref(json_object_get(data, "result"));
-        if (!out->result)
-            out->result = json_null();
-        break;
-    case EV_FAILED:
-    case EV_TIMED_OUT:
-        if (get_int(data, "attempt", &v, 1, err) ||
-            get_int(data, "retry_at", &out->retry_at, 0, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        out->error = get_str(data, "error");
-        break;
-    case EV_DEAD:
-        out->error = get_str(data, "error");
-        if (get_int(data, "attempts", &v, 0, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        break;
-    case EV_CANCELLED:
-        if (get_int(data, "attempt", &v, 0, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        out->error = get_str(data, "reason");
-        break;
-    case EV_RELEASED:
-        break;
-    case EV_SCHEDULE_SET:
-        out->sched = xcalloc(1, sizeof *out->sched);
-        if (schedspec_decode(data, out->sched, err) != 0)
-            goto cleanup;
-        if (get_int(data, "since", &out->tick, 0, err))
-            goto cleanup;
-        __attribute__((fallthrough));
-    case EV_SCHEDULE_DELETED:
-    case EV_TICK:
-        out->name = get_str(data, "schedule");
-        if (!out->name) {
-            err_set(err, 500, "bad-event", "%s event lacks 'schedule'", type);
-            goto cleanup;
-        }
-        if (out->type == EV_TICK) {
-            if (get_int(data, "tick", &out->tick, 1, err) || get_int(data, "missed", &v, 0, err))
-                goto cleanup;
-            out->missed = (int)v;
-            out->fired = get_str(data, "work_id");
-            out->error = get_str(data, "skipped");
-        }
-        break;
-    case EV_BATCH_OPENED:
-    case EV_BATCH:
-        out->name = get_str(data, "batch");
-        if (!out->name) {
-            err_set(err, 500, "bad-event", "%s event lacks 'batch'", type);
-            goto cleanup;
-        }
-        if (out->type == EV_BATCH) {
-            out->counts[0] = (int)json_integer_value(json_object_get(data, "completed"));
-            out->counts[1] = (int)json_integer_value(json_object_get(data, "dead"));
-            out->counts[2] = (int)json_integer_value(json_object_get(data, "cancelled"));
-            out->fired = get_str(data, "callback_id");
-        } else if (json_is_object(json_object_get(data, "callback"))) {
-            out->callback = xcalloc(1, sizeof *out->callback);
-            if (template_decode(json_object_get(data, "callback"), out->callback, err) != 0)
-                goto cleanup;
-        }
-        break;
-    case EV_QUEUE_SET: {
-        out->queue = get_str(data, "queue");
-        if (!out->queue) {
-            err_set(err, 500, "bad-event", "queue_set event lacks 'queue'");
-            goto cleanup;
-        }
-        out->limits.paused = json_is_true(json_object_get(data, "paused"));
-        if (get_int(data, "max_running", &v, 0, err))
-            goto cleanup;
-        out->limits.max_running = (int)v;
-        if (get_int(data, "max_running_per_key", &v, 0, err))
-            goto cleanup;
-        out->limits.max_running_per_key = (int)v;
-        json_t *rate = json_object_get(data, "rate");
-        if (json_is_object(rate)) {
-            if (get_int(rate, "limit", &v, 1, err) ||
-                get_int(rate, "period_ms", &out->limits.rate_period_ms, 1, err))
-                goto cleanup;
-            out->limits.rate_limit = (int)v;
-            /* A rate that allows nothing or has no period is none, as its
-             * encoding (null) says: decoding what was encoded gives it back. */
-            if (out->limits.rate_limit <= 0 || out->limits.rate_period_ms <= 0)
-                out->limits.rate_limit = 0, out->limits.rate_period_ms = 0;
-        }
-        json_t *w = json_object_get(data, "key_weights");
-        if (json_is_object(w) && json_object_size(w)) {
-            const char *k;
-            json_t *x;
-            out->limits.weights = xcalloc(json_object_size(w), sizeof *out->limits.weights);
-            json_object_foreach(w, k, x)
-            {
-                if (!json_is_integer(x) || json_integer_value(x) < 1 ||
-                    json_integer_value(x) > QL_MAX_WEIGHT) {
-                    err_set(err, 500, "bad-event", "queue_set event has a bad weight for '%s'", k);
-                    goto cleanup;
-                }
-                KeyWeight *kw = &out->limits.weights[out->limits.n_weights++];
-                kw->key = xstrdup(k);
-                kw->weight = (int)json_integer_value(x);
-            }
-            queue_limits_sort(&out->limits);
-        }
-        break;
-    }
-    case EV_PROGRESS: {
-        if (get_int(data, "attempt", &v, 1, err))
-            goto cleanup;
-        out->attempt = (int)v;
-        out->queue = get_str(data, "queue");
-        out->detail = json_object();
-        static const char *keys[] = {"fraction", "message", "output"};
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-            json_t *f = json_object_get(data, keys[i]);
-            if (f)
-                json_object_set(out->detail, keys[i], f);
-        }
-        break;
-    }
-    case EV_SUBSCRIPTION:
-    case EV_SUB_CURSOR: {
-        if (!json_is_string(json_object_get(data, "name"))) {
-            err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
-            goto cleanup;
-        }
-        /* The fields this version knows (a later one may add others). */
-        static const char *sub_keys[] = {"name",  "url",    "secret",  "queues",
-                                         "kinds", "paused", "deleted", "paused_reason",
-                                         "start", "cursor", NULL};
-        static const char *cursor_keys[] = {"name", "cursor", NULL};
-        out->detail = json_object();
-        for (const char **k = out->type == EV_SUB_CURSOR ? cursor_keys : sub_keys; *k; k++) {
-            json_t *f = json_object_get(data, *k);
-            if (f)
-                json_object_set_new(out->detail, *k, json_deep_copy(f));
-        }
-        break;
-    }
-    }
+    if (DECODERS[out->type](data, type, out, err) != 0)
+        goto cleanup;
     if (event_is_final(out->type))
         out->queue = get_str(data, "queue"); /* since schema 4; NULL before */
     if (event_is_final(out->type) || out->type == EV_ACCEPTED || out->type == EV_RETRIED) {

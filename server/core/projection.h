@@ -1,8 +1,8 @@
 /* projection: how events fold into a work item's row (workd_open while open,
  * workd_done once finished), as a pure function. The leader folds each
  * commit's events per work item and writes the rows in the same statement as
- * the events (journal_append_send); reads and recovery use the rows. Set-based writes from C replace a per-row trigger that cost more than
- * the event insert itself. */
+ * the events (journal_append_send); reads and recovery use the rows. Set-based writes from C
+ * replace a per-row trigger that cost more than the event insert itself. */
 #ifndef WORKD_PROJECTION_H
 #define WORKD_PROJECTION_H
 

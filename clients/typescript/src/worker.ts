@@ -606,9 +606,12 @@ class ProgressHub {
     this.entries.delete(key);
   }
 
-  /** Sends what an attempt said last (a few tries, a fraction of a second apart). */
+  /** Sends what an attempt said last (a few tries, a fraction of a second apart).
+   * A send already in flight may hold it: that one is waited for too, so that
+   * the result never overtakes the attempt's last progress. */
   async flush(key: string): Promise<void> {
     for (let i = 0; i < 4; i++) {
+      while (this.sending) await this.sending;
       const e = this.entries.get(key);
       if (!e || !e.dirty || e.closed) return;
       await this.send();

@@ -126,6 +126,20 @@ void cli_print_json(const Cli *cli, const json_t *j, bool pretty)
     free(s);
 }
 
+int cli_get_for_table(Cli *cli, const char *path, json_t **ans)
+{
+    Err err = {0};
+    *ans = NULL;
+    if (client_call(cli->client, "GET", path, NULL, true, 0, ans, &err) != 0)
+        return cli_fail(cli, &err);
+    if (cli->json) {
+        cli_print_json(cli, *ans, true);
+        json_decref(*ans);
+        *ans = NULL;
+    }
+    return CLI_OK;
+}
+
 char *cli_dump(const json_t *v)
 {
     return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -67,6 +67,11 @@ int cli_exit_for(int status);
 /* Prints j as JSON on stdout: indented when pretty, else one line. */
 void cli_print_json(const Cli *cli, const json_t *j, bool pretty);
 
+/* GETs path (retried like any read). With --json the answer is printed and
+ * *ans left NULL; on a failure it is said and *ans left NULL. Returns the exit
+ * code; when *ans is set the caller renders it (and frees it). */
+int cli_get_for_table(Cli *cli, const char *path, json_t **ans);
+
 /* The global flags, for the top-level --help. */
 void cli_global_usage(Cli *cli, FILE *out);
 

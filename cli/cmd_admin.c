@@ -78,15 +78,10 @@ static bool queue_limits_given(const QueueFlags *f)
 
 static int queues_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans = NULL;
-    Err err = {0};
-    if (client_call(cli->client, "GET", "/queues", NULL, true, 0, &ans, &err) != 0)
-        return cli_fail(cli, &err);
-    if (cli->json) {
-        cli_print_json(cli, ans, true);
-        json_decref(ans);
-        return CLI_OK;
-    }
+    json_t *ans;
+    int rc = cli_get_for_table(cli, "/queues", &ans);
+    if (!ans)
+        return rc;
     static const char *const heads[] = {"QUEUE",   "PENDING", "SCHEDULED", "RUNNING",
                                         "WAITING", "DEAD",    "COMPLETED", "CANCELLED",
                                         "PAUSED",  "OLDEST",  NULL};
@@ -228,15 +223,10 @@ static int queues_keys(Cli *cli, const char *name, void *flags)
     snprintf(suffix, sizeof suffix, "/keys?limit=%lld",
              (long long)(f->limit.set ? f->limit.i : 20));
     named_path("/queues/", name, suffix, path, sizeof path);
-    json_t *ans = NULL;
-    Err err = {0};
-    if (client_call(cli->client, "GET", path, NULL, true, 0, &ans, &err) != 0)
-        return cli_fail(cli, &err);
-    if (cli->json) {
-        cli_print_json(cli, ans, true);
-        json_decref(ans);
-        return CLI_OK;
-    }
+    json_t *ans;
+    int rc = cli_get_for_table(cli, path, &ans);
+    if (!ans)
+        return rc;
     static const char *const heads[] = {"KEY", "PENDING", "SCHEDULED", "RUNNING", NULL};
     Table *t = table_new(heads);
     size_t i;
@@ -329,15 +319,10 @@ static const char *const schedule_keys[] = {
 
 static int schedules_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans = NULL;
-    Err err = {0};
-    if (client_call(cli->client, "GET", "/schedules", NULL, true, 0, &ans, &err) != 0)
-        return cli_fail(cli, &err);
-    if (cli->json) {
-        cli_print_json(cli, ans, true);
-        json_decref(ans);
-        return CLI_OK;
-    }
+    json_t *ans;
+    int rc = cli_get_for_table(cli, "/schedules", &ans);
+    if (!ans)
+        return rc;
     static const char *const heads[] = {"NAME", "CRON",     "TIMEZONE", "PAUSED",
                                         "NEXT", "LAST RUN", NULL};
     Table *t = table_new(heads);
@@ -513,15 +498,10 @@ static const char *const subscription_keys[] = {"name",
 
 static int subscriptions_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans = NULL;
-    Err err = {0};
-    if (client_call(cli->client, "GET", "/subscriptions", NULL, true, 0, &ans, &err) != 0)
-        return cli_fail(cli, &err);
-    if (cli->json) {
-        cli_print_json(cli, ans, true);
-        json_decref(ans);
-        return CLI_OK;
-    }
+    json_t *ans;
+    int rc = cli_get_for_table(cli, "/subscriptions", &ans);
+    if (!ans)
+        return rc;
     static const char *const heads[] = {"NAME", "URL",      "QUEUES",     "PAUSED",
                                         "LAG",  "FAILURES", "LAST ERROR", NULL};
     Table *t = table_new(heads);

@@ -1131,155 +1131,170 @@ void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *sp
 
 /* ---- applying ---- */
 
-void ws_apply(WorkState *ws, const Event *e)
+/* ---- applying, one function per kind (APPLY below) ----
+ * it is the event's open item (NULL: none). An event that does not fit the
+ * state (a stale attempt, an id already open) changes nothing: replaying an
+ * old log must not fail. */
+
+static void apply_nothing(WorkState *ws, const Event *e, WorkItem *it)
 {
-    WorkItem *it = e->work_id ? hmap_get(&ws->items, e->work_id) : NULL;
-    switch (e->type) {
-    case EV_TERM:
-    case EV_PROGRESS:     /* published, changes no state */
-    case EV_SUBSCRIPTION: /* webhooks are not work (webhooks.c) */
-    case EV_SUB_CURSOR:
+    (void)ws;
+    (void)e;
+    (void)it;
+}
+
+static void apply_schedule(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    sched_apply(ws->sched, e);
+}
+
+static void apply_batch_opened(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    if (hmap_get(&ws->batches, e->name))
         return;
-    case EV_SCHEDULE_SET:
-    case EV_SCHEDULE_DELETED:
-    case EV_TICK:
-        sched_apply(ws->sched, e);
-        return;
-    case EV_BATCH_OPENED:
-        if (!hmap_get(&ws->batches, e->name)) {
-            Batch *b = xcalloc(1, sizeof *b);
-            b->id = xstrdup(e->name);
-            if (e->callback) {
-                b->callback = xcalloc(1, sizeof *b->callback);
-                template_copy(b->callback, e->callback);
-            }
-            hmap_put(&ws->batches, b->id, b);
-        }
-        return;
-    case EV_BATCH: {
-        Batch *b = hmap_del(&ws->batches, e->name);
-        if (b)
-            batch_free(b);
-        return;
+    Batch *b = xcalloc(1, sizeof *b);
+    b->id = xstrdup(e->name);
+    if (e->callback) {
+        b->callback = xcalloc(1, sizeof *b->callback);
+        template_copy(b->callback, e->callback);
     }
-    case EV_RELEASED:
-        if (!it || it->status != WORK_WAITING)
-            return;
-        kids_unlink(ws, it);
-        place_pending(ws, it);
+    hmap_put(&ws->batches, b->id, b);
+}
+
+static void apply_batch(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    Batch *b = hmap_del(&ws->batches, e->name);
+    if (b)
+        batch_free(b);
+}
+
+static void apply_released(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)e;
+    if (!it || it->status != WORK_WAITING)
         return;
-    case EV_QUEUE_SET: {
-        Queue *q = queue_get(ws, e->queue);
-        bool rate_changed = q->lim.rate_limit != e->limits.rate_limit ||
-                            q->lim.rate_period_ms != e->limits.rate_period_ms;
-        queue_limits_clear(&q->lim);
-        queue_limits_copy(&q->lim, &e->limits);
-        refresh_weights(q);
-        if (rate_changed) { /* a new bucket starts empty: no burst */
-            q->tokens = 0;
-            q->tokens_at = e->at;
-        }
-        return;
+    kids_unlink(ws, it);
+    place_pending(ws, it);
+}
+
+static void apply_queue_set(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    Queue *q = queue_get(ws, e->queue);
+    bool rate_changed = q->lim.rate_limit != e->limits.rate_limit ||
+                        q->lim.rate_period_ms != e->limits.rate_period_ms;
+    queue_limits_clear(&q->lim);
+    queue_limits_copy(&q->lim, &e->limits);
+    refresh_weights(q);
+    if (rate_changed) { /* a new bucket starts empty: no burst */
+        q->tokens = 0;
+        q->tokens_at = e->at;
     }
-    case EV_ACCEPTED:
-    case EV_RETRIED:
-        if (it)
-            return;
-        it = xcalloc(1, sizeof *it);
-        it->attempt = e->type == EV_RETRIED ? e->attempt : 0;
-        it->last_error = e->type == EV_RETRIED ? xstrdup(e->error) : NULL;
-        it->id = xstrdup(e->work_id);
-        it->queue = xstrdup(e->queue);
-        it->key = xstrdup(e->key);
-        it->priority = e->priority;
-        it->payload = json_incref(e->payload);
-        it->run_at = e->run_at;
-        it->timeout_ms = e->timeout_ms;
-        it->max_attempts = e->max_attempts;
-        it->accepted_seq = e->seq;
-        it->created_at = e->at;
-        it->traceparent = xstrdup(e->traceparent);
-        it->tracestate = xstrdup(e->tracestate);
-        it->heap_idx = HEAP_NONE;
-        hmap_put(&ws->items, it->id, it);
-        if (e->type == EV_RETRIED && e->batch) {
-            Batch *b = hmap_get(&ws->batches, e->batch);
-            if (b) { /* back among the open members: no longer counted dead */
-                it->batch = xstrdup(e->batch);
-                b->open++;
-                if (b->counts[1] > 0)
-                    b->counts[1]--;
-            }
-        }
-        if (e->type == EV_ACCEPTED) {
-            it->after = strv_copy(e->after);
-            it->run_anyway = e->run_anyway;
+}
+
+/* accepted, retried: a new open item. */
+static void apply_accepted(WorkState *ws, const Event *e, WorkItem *it)
+{
+    if (it)
+        return;
+    it = xcalloc(1, sizeof *it);
+    it->attempt = e->type == EV_RETRIED ? e->attempt : 0;
+    it->last_error = e->type == EV_RETRIED ? xstrdup(e->error) : NULL;
+    it->id = xstrdup(e->work_id);
+    it->queue = xstrdup(e->queue);
+    it->key = xstrdup(e->key);
+    it->priority = e->priority;
+    it->payload = json_incref(e->payload);
+    it->run_at = e->run_at;
+    it->timeout_ms = e->timeout_ms;
+    it->max_attempts = e->max_attempts;
+    it->accepted_seq = e->seq;
+    it->created_at = e->at;
+    it->traceparent = xstrdup(e->traceparent);
+    it->tracestate = xstrdup(e->tracestate);
+    it->heap_idx = HEAP_NONE;
+    hmap_put(&ws->items, it->id, it);
+    if (e->type == EV_RETRIED && e->batch) {
+        Batch *b = hmap_get(&ws->batches, e->batch);
+        if (b) { /* back among the open members: no longer counted dead */
             it->batch = xstrdup(e->batch);
-            Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
-            if (b)
-                b->open++;
-            if (kids_link(ws, it)) {
-                it->status = WORK_WAITING;
-                return;
-            }
+            b->open++;
+            if (b->counts[1] > 0)
+                b->counts[1]--;
         }
+    }
+    if (e->type == EV_ACCEPTED) {
+        it->after = strv_copy(e->after);
+        it->run_anyway = e->run_anyway;
+        it->batch = xstrdup(e->batch);
+        Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
+        if (b)
+            b->open++;
+        if (kids_link(ws, it)) {
+            it->status = WORK_WAITING;
+            return;
+        }
+    }
+    place_pending(ws, it);
+}
+
+static void apply_started(WorkState *ws, const Event *e, WorkItem *it)
+{
+    if (!it || it->status != WORK_PENDING)
+        return;
+    /* One of the key's turns is used: when its round's turns (its weight)
+     * are all used, the key after it in the ring goes next. */
+    Queue *q = queue_get(ws, it->queue);
+    KeyQ *k = it->where == IN_READY ? hmap_get(&q->keys, key_of(it)) : NULL;
+    bool stay = k && k->ready.len > 1 && k->turns + 1 < k->weight;
+    if (k)
+        k->turns = stay ? k->turns + 1 : 0;
+    KeyQ *after = stay ? k : k && k->next != k ? k->next : NULL;
+    unplace(ws, it);
+    it->status = WORK_RUNNING;
+    it->attempt = e->attempt;
+    free(it->worker_id);
+    it->worker_id = xstrdup(e->worker_id);
+    it->deadline = e->deadline;
+    it->started_at = e->at;
+    it->handed_at = 0; /* until this attempt's start is committed (ws_handed) */
+    it->run_at = 0;
+    run_place(ws, it);
+    if (after)
+        q->cursor = after;
+    take_token(q, e->at);
+}
+
+/* failed, timed_out: the attempt ends; retried at retry_at, or dead next. */
+static void apply_attempt_ended(WorkState *ws, const Event *e, WorkItem *it)
+{
+    if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
+        return;
+    unplace(ws, it);
+    free(it->last_error);
+    it->last_error = xstrdup(e->error);
+    free(it->worker_id);
+    it->worker_id = NULL;
+    it->deadline = 0;
+    it->status = WORK_PENDING;
+    if (e->retry_at) {
+        it->run_at = e->retry_at;
         place_pending(ws, it);
-        return;
-    case EV_STARTED: {
-        if (!it || it->status != WORK_PENDING)
-            return;
-        /* One of the key's turns is used: when its round's turns (its weight)
-         * are all used, the key after it in the ring goes next. */
-        Queue *q = queue_get(ws, it->queue);
-        KeyQ *k = it->where == IN_READY ? hmap_get(&q->keys, key_of(it)) : NULL;
-        bool stay = k && k->ready.len > 1 && k->turns + 1 < k->weight;
-        if (k)
-            k->turns = stay ? k->turns + 1 : 0;
-        KeyQ *after = stay ? k : k && k->next != k ? k->next : NULL;
-        unplace(ws, it);
-        it->status = WORK_RUNNING;
-        it->attempt = e->attempt;
-        free(it->worker_id);
-        it->worker_id = xstrdup(e->worker_id);
-        it->deadline = e->deadline;
-        it->started_at = e->at;
-        it->handed_at = 0; /* until this attempt's start is committed (ws_handed) */
-        it->run_at = 0;
-        run_place(ws, it);
-        if (after)
-            q->cursor = after;
-        take_token(q, e->at);
-        return;
     }
-    case EV_FAILED:
-    case EV_TIMED_OUT:
-        if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
-            return;
-        unplace(ws, it);
-        free(it->last_error);
-        it->last_error = xstrdup(e->error);
-        free(it->worker_id);
-        it->worker_id = NULL;
-        it->deadline = 0;
-        it->status = WORK_PENDING;
-        if (e->retry_at) {
-            it->run_at = e->retry_at;
-            place_pending(ws, it);
-        }
-        /* else: a dead event follows in the same commit; the item waits in no heap */
+    /* else: a dead event follows in the same commit; the item waits in no heap */
+}
+
+/* completed, dead, cancelled: forget the item; the database keeps the
+ * record. Its waiting children were decided with this event
+ * (ws_decide_followups). */
+static void apply_finished(WorkState *ws, const Event *e, WorkItem *it)
+{
+    if (!it ||
+        (e->type == EV_COMPLETED && (it->status != WORK_RUNNING || it->attempt != e->attempt)))
         return;
-    case EV_COMPLETED:
-        if (!it || it->status != WORK_RUNNING || it->attempt != e->attempt)
-            return;
-        break;
-    case EV_DEAD:
-    case EV_CANCELLED:
-        if (!it)
-            return;
-        break;
-    }
-    /* Finished: forget it; the database keeps the record. Its waiting
-     * children were decided with this event (ws_decide_followups). */
     if (it->status == WORK_WAITING)
         kids_unlink(ws, it);
     Kids *kids = hmap_del(&ws->kids, it->id);
@@ -1299,6 +1314,31 @@ void ws_apply(WorkState *ws, const Event *e)
     unplace(ws, it);
     hmap_del(&ws->items, it->id);
     item_free(it);
+}
+
+typedef void (*Applier)(WorkState *ws, const Event *e, WorkItem *it);
+
+/* What each kind does to the state: a new kind is its entry here. */
+static const Applier APPLY[] = {
+    [EV_TERM] = apply_nothing,          [EV_ACCEPTED] = apply_accepted,
+    [EV_STARTED] = apply_started,       [EV_COMPLETED] = apply_finished,
+    [EV_FAILED] = apply_attempt_ended,  [EV_TIMED_OUT] = apply_attempt_ended,
+    [EV_DEAD] = apply_finished,         [EV_CANCELLED] = apply_finished,
+    [EV_RETRIED] = apply_accepted,      [EV_QUEUE_SET] = apply_queue_set,
+    [EV_PROGRESS] = apply_nothing,     /* published, changes no state */
+    [EV_SUBSCRIPTION] = apply_nothing, /* webhooks are not work (webhooks.c) */
+    [EV_SUB_CURSOR] = apply_nothing,    [EV_RELEASED] = apply_released,
+    [EV_SCHEDULE_SET] = apply_schedule, [EV_SCHEDULE_DELETED] = apply_schedule,
+    [EV_TICK] = apply_schedule,         [EV_BATCH_OPENED] = apply_batch_opened,
+    [EV_BATCH] = apply_batch,
+};
+_Static_assert(sizeof APPLY / sizeof APPLY[0] == EV_LAST + 1, "an applier for every kind");
+
+void ws_apply(WorkState *ws, const Event *e)
+{
+    if (e->type < EV_TERM || e->type > EV_LAST)
+        return;
+    APPLY[e->type](ws, e, e->work_id ? hmap_get(&ws->items, e->work_id) : NULL);
 }
 
 void ws_advance(WorkState *ws, int64_t now)

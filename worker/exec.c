@@ -747,6 +747,148 @@ static int poll_timeout(const Child *ch, int64_t now)
     return t > INT_MAX ? INT_MAX : (int)t;
 }
 
+/* Makes the pipes and forks the job's process (under the ctl lock, so that
+ * a stop sees either no child or its group). 1: the worker is stopping and no
+ * child was made; -1: e says why. Our ends of the pipes go into ch; p holds
+ * what is left to close (in, out, err, progress). */
+static int child_spawn(Child *ch, const ExecSpec *spec, ExecCtl *ctl, int p[4][2], ExecOutcome *out,
+                       Err *e)
+{
+    bool with_progress = spec->progress_fd > 2 && spec->progress;
+    char *argv[] = {"sh", "-c", (char *)spec->cmd, NULL};
+    char *const *envp = spec->env ? spec->env : environ;
+    sigset_t no_signals;
+    sigemptyset(&no_signals);
+    if (pipe2(p[0], O_CLOEXEC) != 0 || pipe2(p[1], O_CLOEXEC) != 0 || pipe2(p[2], O_CLOEXEC) != 0 ||
+        (with_progress && pipe2(p[3], O_CLOEXEC) != 0))
+        return err_set(e, 500, "exec", "cannot run the job: pipe: %s", strerror(errno));
+    if (ctl)
+        pthread_mutex_lock(&ctl->lock);
+    if (ctl && ctl->level) {
+        pthread_mutex_unlock(&ctl->lock);
+        out->stopped = true;
+        exec_outcome_fail(out, true, "worker stopping");
+        return 1;
+    }
+    pid_t parent = getpid();
+    pthread_mutex_lock(&owned_lock);
+    pid_t pid = fork();
+    if (pid == 0)
+        child_exec(argv, envp, p[0][0], p[1][1], p[2][1], p[3][1], spec->progress_fd, parent,
+                   &no_signals);
+    int fork_errno = errno;
+    if (pid > 0)
+        owned_add_locked(pid);
+    pthread_mutex_unlock(&owned_lock);
+    if (pid > 0) {
+        setpgid(pid, pid); /* also done by the child: whichever runs first wins */
+        guard_note(pid, true);
+        if (ctl)
+            ctl->pgid = pid;
+    }
+    if (ctl)
+        pthread_mutex_unlock(&ctl->lock);
+    if (pid < 0)
+        return err_set(e, 500, "exec", "cannot run the job: fork: %s", strerror(fork_errno));
+    ch->pid = pid;
+    close_fd(&p[0][0]);
+    close_fd(&p[1][1]);
+    close_fd(&p[2][1]);
+    close_fd(&p[3][1]);
+    ch->prog_fd = p[3][0];
+    p[3][0] = -1;
+    if (ch->prog_fd >= 0)
+        (void)set_nonblock(ch->prog_fd);
+    ch->in_fd = p[0][1];
+    ch->out_fd = p[1][0];
+    ch->err_fd = p[2][0];
+    p[0][1] = p[1][0] = p[2][0] = -1;
+    /* Only our ends: the child's must stay blocking. Cannot fail on a pipe. */
+    set_nonblock(ch->in_fd);
+    set_nonblock(ch->out_fd);
+    set_nonblock(ch->err_fd);
+    ch->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (spec->input_len == 0)
+        close_fd(&ch->in_fd);
+    return 0;
+}
+
+/* Ends the job when the worker stops (level 1: SIGTERM, 2: SIGKILL) or its
+ * timeout passes, and kills it when its SIGTERM grace is over. */
+static void child_supervise(Child *ch, ExecCtl *ctl, ExecOutcome *out, int64_t now)
+{
+    if (ch->exited)
+        return;
+    int level = ctl_level(ctl);
+    if (level == 2 && !ch->kill_sent) {
+        out->stopped = true;
+        child_signal(ch, SIGKILL, now);
+    } else if (level == 1 && !ch->term_sent && !ch->kill_sent) {
+        out->stopped = true;
+        child_end(ch, now);
+    }
+    if (ch->timeout_at >= 0 && now >= ch->timeout_at && !ch->term_sent && !ch->kill_sent) {
+        out->timed_out = true;
+        child_end(ch, now);
+    }
+    if (ch->term_sent && !ch->kill_sent && now >= ch->kill_at)
+        child_signal(ch, SIGKILL, now);
+}
+
+/* Waits once for the job's pipes, its exit or the ctl's wake, and serves what
+ * came. -1 (e says why): the job could not be watched any more, so it was
+ * killed and reaped rather than left unsupervised. */
+static int child_wait_once(Child *ch, ExecCtl *ctl, int64_t now, Err *e)
+{
+    struct pollfd pfd[6];
+    int n = 0;
+    int i_in = watch(pfd, &n, ch->in_fd, POLLOUT);
+    int i_out = watch(pfd, &n, ch->out_fd, POLLIN);
+    int i_err = watch(pfd, &n, ch->err_fd, POLLIN);
+    int i_pid = watch(pfd, &n, ch->pidfd, POLLIN);
+    int i_wake = watch(pfd, &n, ctl && !ch->exited && !ch->kill_sent ? ctl->wake_rd : -1, POLLIN);
+    /* Paced while the job runs; at its end, until the pipe's EOF. */
+    bool read_prog = ch->exited || now >= ch->prog_next;
+    int i_prog = watch(pfd, &n, read_prog ? ch->prog_fd : -1, POLLIN);
+    int rc = poll(pfd, (nfds_t)n, poll_timeout(ch, now));
+    if (rc < 0 && errno != EINTR) {
+        err_set(e, 500, "exec", "cannot watch the job: poll: %s", strerror(errno));
+        kill(-ch->pid, SIGKILL);
+        if (ctl)
+            pthread_mutex_lock(&ctl->lock);
+        while (waitpid(ch->pid, &ch->status, 0) < 0 && errno == EINTR) {
+        }
+        guard_note(ch->pid, false);
+        owned_remove(ch->pid);
+        if (ctl) {
+            ctl->pgid = 0;
+            pthread_mutex_unlock(&ctl->lock);
+        }
+        return -1;
+    }
+    now = mono_ms();
+    if (rc <= 0) {
+        if (ch->pidfd < 0 && !ch->exited)
+            child_try_reap(ch, now);
+        return 0;
+    }
+    if (i_wake >= 0 && pfd[i_wake].revents)
+        drain(ctl->wake_rd);
+    if (i_in >= 0 && pfd[i_in].revents)
+        child_write_input(ch);
+    if (i_out >= 0 && pfd[i_out].revents)
+        child_read(ch, &ch->out_fd, true, now);
+    if (i_err >= 0 && pfd[i_err].revents)
+        child_read(ch, &ch->err_fd, false, now);
+    if (i_prog >= 0 && pfd[i_prog].revents) {
+        progress_read(ch);
+        ch->prog_next = now + ch->spec->progress_pace_ms;
+    }
+    if ((i_pid >= 0 && pfd[i_pid].revents) || (ch->pidfd < 0 && !ch->exited))
+        child_try_reap(ch, now);
+    return 0;
+}
+
 int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
 {
     memset(out, 0, sizeof *out);
@@ -766,161 +908,41 @@ int exec_run(const ExecSpec *spec, ExecCtl *ctl, ExecOutcome *out, Err *err)
     sbuf_init(&ch.err);
     sbuf_init(&ch.prog);
     ch.start = mono_ms();
-    int ret = 0;
     Err e;
     err_clear(&e);
     if (spec->timeout_ms > 0)
         ch.timeout_at = ch.start + spec->timeout_ms;
-    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, prog_p[2] = {-1, -1};
-    bool with_progress = spec->progress_fd > 2 && spec->progress;
-    char *argv[] = {"sh", "-c", (char *)spec->cmd, NULL};
-    char *const *envp = spec->env ? spec->env : environ;
-    sigset_t no_signals, pipe_set, saved_mask;
-    sigemptyset(&no_signals);
+    int pipes[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}}; /* in, out, err, progress */
+    sigset_t pipe_set, saved_mask;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     /* Writing to a child that stopped reading must give EPIPE, not kill us. */
     pthread_sigmask(SIG_BLOCK, &pipe_set, &saved_mask);
 
-    if (pipe2(in_p, O_CLOEXEC) != 0 || pipe2(out_p, O_CLOEXEC) != 0 ||
-        pipe2(err_p, O_CLOEXEC) != 0 || (with_progress && pipe2(prog_p, O_CLOEXEC) != 0)) {
-        err_set(&e, 500, "exec", "cannot run the job: pipe: %s", strerror(errno));
-        ret = -1;
-        goto cleanup;
-    }
-    if (ctl)
-        pthread_mutex_lock(&ctl->lock);
-    if (ctl && ctl->level) {
-        pthread_mutex_unlock(&ctl->lock);
-        out->stopped = true;
-        exec_outcome_fail(out, true, "worker stopping");
-        goto cleanup;
-    }
-    /* Forked under the ctl lock so that a stop sees either no child or its group. */
-    pid_t parent = getpid();
-    pthread_mutex_lock(&owned_lock);
-    pid_t pid = fork();
-    if (pid == 0)
-        child_exec(argv, envp, in_p[0], out_p[1], err_p[1], prog_p[1], spec->progress_fd, parent,
-                   &no_signals);
-    int fork_errno = errno;
-    if (pid > 0)
-        owned_add_locked(pid);
-    pthread_mutex_unlock(&owned_lock);
-    if (pid > 0) {
-        setpgid(pid, pid); /* also done by the child: whichever runs first wins */
-        guard_note(pid, true);
-        if (ctl)
-            ctl->pgid = pid;
-    }
-    if (ctl)
-        pthread_mutex_unlock(&ctl->lock);
-    if (pid < 0) {
-        err_set(&e, 500, "exec", "cannot run the job: fork: %s", strerror(fork_errno));
-        ret = -1;
-        goto cleanup;
-    }
-    ch.pid = pid;
-    close_fd(&in_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[1]);
-    close_fd(&prog_p[1]);
-    ch.prog_fd = prog_p[0];
-    prog_p[0] = -1;
-    if (ch.prog_fd >= 0)
-        (void)set_nonblock(ch.prog_fd);
-    ch.in_fd = in_p[1];
-    ch.out_fd = out_p[0];
-    ch.err_fd = err_p[0];
-    in_p[1] = out_p[0] = err_p[0] = -1;
-    /* Only our ends: the child's must stay blocking. Cannot fail on a pipe. */
-    set_nonblock(ch.in_fd);
-    set_nonblock(ch.out_fd);
-    set_nonblock(ch.err_fd);
-    ch.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (spec->input_len == 0)
-        close_fd(&ch.in_fd);
-
-    for (;;) {
-        int64_t now = mono_ms();
-        if (!ch.exited) {
-            int level = ctl_level(ctl);
-            if (level == 2 && !ch.kill_sent) {
-                out->stopped = true;
-                child_signal(&ch, SIGKILL, now);
-            } else if (level == 1 && !ch.term_sent && !ch.kill_sent) {
-                out->stopped = true;
-                child_end(&ch, now);
-            }
-            if (ch.timeout_at >= 0 && now >= ch.timeout_at && !ch.term_sent && !ch.kill_sent) {
-                out->timed_out = true;
-                child_end(&ch, now);
-            }
-            if (ch.term_sent && !ch.kill_sent && now >= ch.kill_at)
-                child_signal(&ch, SIGKILL, now);
+    int ret = child_spawn(&ch, spec, ctl, pipes, out, &e);
+    if (ret == 1)
+        ret = 0; /* stopping: no job was started, out says so */
+    else if (ret == 0) {
+        for (;;) {
+            int64_t now = mono_ms();
+            child_supervise(&ch, ctl, out, now);
+            if (ch.exited &&
+                ((ch.out_fd < 0 && ch.err_fd < 0 && ch.prog_fd < 0) || now >= ch.eof_deadline))
+                break;
+            if ((ret = child_wait_once(&ch, ctl, now, &e)) != 0)
+                break;
         }
-        if (ch.exited &&
-            ((ch.out_fd < 0 && ch.err_fd < 0 && ch.prog_fd < 0) || now >= ch.eof_deadline))
-            break;
-
-        struct pollfd pfd[6];
-        int n = 0;
-        int i_in = watch(pfd, &n, ch.in_fd, POLLOUT);
-        int i_out = watch(pfd, &n, ch.out_fd, POLLIN);
-        int i_err = watch(pfd, &n, ch.err_fd, POLLIN);
-        int i_pid = watch(pfd, &n, ch.pidfd, POLLIN);
-        int i_wake = watch(pfd, &n, ctl && !ch.exited && !ch.kill_sent ? ctl->wake_rd : -1, POLLIN);
-        /* Paced while the job runs; at its end, until the pipe's EOF. */
-        bool read_prog = ch.exited || now >= ch.prog_next;
-        int i_prog = watch(pfd, &n, read_prog ? ch.prog_fd : -1, POLLIN);
-        int rc = poll(pfd, (nfds_t)n, poll_timeout(&ch, now));
-        if (rc < 0 && errno != EINTR) {
-            /* cannot watch it any more: end it rather than leave it unsupervised */
-            err_set(&e, 500, "exec", "cannot watch the job: poll: %s", strerror(errno));
-            kill(-pid, SIGKILL);
-            if (ctl)
-                pthread_mutex_lock(&ctl->lock);
-            while (waitpid(pid, &ch.status, 0) < 0 && errno == EINTR) {
-            }
-            guard_note(pid, false);
-            owned_remove(pid);
-            if (ctl) {
-                ctl->pgid = 0;
-                pthread_mutex_unlock(&ctl->lock);
-            }
-            ret = -1;
-            goto cleanup;
-        }
-        now = mono_ms();
-        if (rc <= 0) {
-            if (ch.pidfd < 0 && !ch.exited)
-                child_try_reap(&ch, now);
-            continue;
-        }
-        if (i_wake >= 0 && pfd[i_wake].revents)
-            drain(ctl->wake_rd);
-        if (i_in >= 0 && pfd[i_in].revents)
-            child_write_input(&ch);
-        if (i_out >= 0 && pfd[i_out].revents)
-            child_read(&ch, &ch.out_fd, true, now);
-        if (i_err >= 0 && pfd[i_err].revents)
-            child_read(&ch, &ch.err_fd, false, now);
-        if (i_prog >= 0 && pfd[i_prog].revents) {
-            progress_read(&ch);
-            ch.prog_next = now + spec->progress_pace_ms;
-        }
-        if ((i_pid >= 0 && pfd[i_pid].revents) || (ch.pidfd < 0 && !ch.exited))
-            child_try_reap(&ch, now);
     }
-    out->elapsed_ms = mono_ms() - ch.start;
-    if (ch.prog_fd >= 0)
-        progress_read(&ch); /* what is left in the pipe */
-    if (with_progress)
-        progress_lines(&ch, true);
-    if (ch.killed_by_ctl)
-        out->stopped = true;
-    child_outcome(&ch, out);
-cleanup:
+    if (ret == 0 && ch.pid > 0) {
+        out->elapsed_ms = mono_ms() - ch.start;
+        if (ch.prog_fd >= 0)
+            progress_read(&ch); /* what is left in the pipe */
+        if (spec->progress_fd > 2 && spec->progress)
+            progress_lines(&ch, true);
+        if (ch.killed_by_ctl)
+            out->stopped = true;
+        child_outcome(&ch, out);
+    }
     if (ret != 0) {
         out->elapsed_ms = mono_ms() - ch.start;
         exec_outcome_fail(out, true, "%s", e.msg);
@@ -932,12 +954,9 @@ cleanup:
     close_fd(&ch.err_fd);
     close_fd(&ch.pidfd);
     close_fd(&ch.prog_fd);
-    for (int i = 0; i < 2; i++) {
-        close_fd(&in_p[i]);
-        close_fd(&out_p[i]);
-        close_fd(&err_p[i]);
-        close_fd(&prog_p[i]);
-    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2; j++)
+            close_fd(&pipes[i][j]);
     sbuf_free(&ch.prog);
     sbuf_free(&ch.out);
     sbuf_free(&ch.err);

@@ -39,6 +39,7 @@ def test_every_tick_once_across_three_leader_kills(cluster):
     assert len(s["next"]) == 5 and s["paused"] is False, f"the schedule as set: {s}"
     t0 = time.monotonic()
     for k in range(1, KILLS + 1):
+        # A declared window: WINDOW_S of ticks, the kills spread evenly over it.
         time.sleep(max(0.0, t0 + k * WINDOW_S / (KILLS + 1) - time.monotonic()))
         leader = leader_of(urls)
         assert leader, "a leader must be known before each kill"

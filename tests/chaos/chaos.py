@@ -76,7 +76,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
-from harness import Cluster, http, wait_leader  # noqa: E402
+from harness import Cluster, WaitTimeout, http, wait_leader, wait_until  # noqa: E402
 from workd import JSON, leader_of  # noqa: E402
 
 WORKER_TIMEOUT_S = 2.0
@@ -492,15 +492,10 @@ class Chaos:
 
     def poll(self, pred, timeout, what, interval=0.05):
         """wait_until that also runs due follow-ups; returns the value or None."""
-        end = now() + timeout
-        while True:
-            self.tick()
-            v = pred()
-            if v:
-                return v
-            if now() >= end:
-                return None
-            time.sleep(interval)
+        try:
+            return wait_until(pred, timeout, interval, what, each=self.tick)
+        except WaitTimeout:
+            return None
 
     def alive_servers(self):
         return [s for s in self.servers if s.alive()]

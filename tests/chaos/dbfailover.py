@@ -136,13 +136,13 @@ class Client(threading.Thread):
         while not self.stop_flag:
             if self.pause_flag:
                 self.idle.set()
-                time.sleep(0.05)
+                time.sleep(0.05)  # paused: looks again for the end of the pause
                 next_at = now()
                 continue
             self.idle.clear()
             delay = next_at - now()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # a declared pace: the client's rate
             next_at = max(next_at + self.interval, now() - self.interval)
             self.submit_one()
         self.idle.set()
@@ -169,7 +169,7 @@ class Client(threading.Thread):
             if 400 <= status < 500 and status not in (408, 429):
                 self.refused[wid] = (status, text[:300])
                 return
-            time.sleep(backoff)
+            time.sleep(backoff)  # a declared delay: the client's backoff
             backoff = min(backoff * 2, 0.25)
 
     def first_accept_after(self, t):

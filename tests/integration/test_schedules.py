@@ -46,7 +46,7 @@ def test_every_tick_once_across_three_leader_kills(cluster):
         servers[leader].kill(signal.SIGKILL)
         wait_new_leader(urls, not_url=leader, timeout=10)
         cluster.restart_server(servers[leader])
-    time.sleep(max(0.0, t0 + WINDOW_S - time.monotonic()))
+    time.sleep(max(0.0, t0 + WINDOW_S - time.monotonic()))  # the rest of the window
     paused = expect(http("POST", f"{urls[1]}/schedules/every-second/pause"), 200, "pause").json()
     assert paused["paused"] is True and paused["next"] == [], f"a paused schedule: {paused}"
 

@@ -76,7 +76,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
-from harness import Cluster, http, wait_leader  # noqa: E402
+from harness import Cluster, WaitTimeout, http, wait_leader, wait_until  # noqa: E402
 from workd import JSON, leader_of  # noqa: E402
 
 WORKER_TIMEOUT_S = 2.0
@@ -188,7 +188,7 @@ class Client(threading.Thread):
                     return
             delay = next_at - now()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # a declared pace: the client's rate
             next_at = max(next_at + self.interval, now() - self.interval)
             self.submit_one()
 
@@ -225,7 +225,7 @@ class Client(threading.Thread):
                     wait = max(wait, min(float(retry_after), 2.0))
                 except ValueError:
                     pass
-            time.sleep(wait)
+            time.sleep(wait)  # a declared delay: the client's backoff
             backoff = min(backoff * 2, 1.0)
 
     def first_accept_after(self, tf):
@@ -297,7 +297,7 @@ class Subscriber(threading.Thread):
             if got:
                 backoff = 0.05
             else:
-                time.sleep(backoff)
+                time.sleep(backoff)  # a declared delay: the subscriber's backoff
                 backoff = min(backoff * 2, 0.5)
 
     def _follow(self, url):
@@ -421,19 +421,18 @@ def snapshot_binaries(src, dst, names=("workd-server", "workd-worker"), timeout=
     same build even if build/bin is rebuilt meanwhile. Waits for a file being
     written (changed less than 2 s ago) to settle."""
     dst.mkdir(parents=True, exist_ok=True)
-    deadline = now() + timeout
+
+    def copied(name):
+        st = (src / name).stat()
+        if time.time() - st.st_mtime < 2:
+            return False
+        shutil.copy2(src / name, dst / name)
+        after = (src / name).stat()
+        return ((after.st_mtime, after.st_size) == (st.st_mtime, st.st_size)
+                and (dst / name).stat().st_size == st.st_size)
     for name in names:
-        while True:
-            st = (src / name).stat()
-            if time.time() - st.st_mtime >= 2:
-                shutil.copy2(src / name, dst / name)
-                after = (src / name).stat()
-                if (after.st_mtime, after.st_size) == (st.st_mtime, st.st_size) and \
-                        (dst / name).stat().st_size == st.st_size:
-                    break
-            if now() > deadline:
-                raise RuntimeError(f"{src / name} kept changing for {timeout}s")
-            time.sleep(0.5)
+        wait_until(lambda: copied(name), timeout, interval=0.5,
+                   what=f"{src / name} to stop changing")
     return dst
 
 
@@ -484,7 +483,7 @@ class Chaos:
             left = end - now()
             if left <= 0:
                 return
-            time.sleep(min(0.05, left))
+            time.sleep(min(0.05, left))  # a declared window, follow-ups run in it
 
     def flush_pending(self):
         while self.pending:
@@ -492,15 +491,10 @@ class Chaos:
 
     def poll(self, pred, timeout, what, interval=0.05):
         """wait_until that also runs due follow-ups; returns the value or None."""
-        end = now() + timeout
-        while True:
-            self.tick()
-            v = pred()
-            if v:
-                return v
-            if now() >= end:
-                return None
-            time.sleep(interval)
+        try:
+            return wait_until(pred, timeout, interval, what, each=self.tick)
+        except WaitTimeout:
+            return None
 
     def alive_servers(self):
         return [s for s in self.servers if s.alive()]

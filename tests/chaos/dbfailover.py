@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from chaos import Subscriber, snapshot_binaries  # noqa: E402
-from harness import http, wait_leader  # noqa: E402
+from harness import WaitTimeout, http, wait_leader, wait_until  # noqa: E402
 from pgha import DEFAULT_TIMING, FAST_TIMING, ReplicatedCluster, missing_tools  # noqa: E402
 from workd import JSON  # noqa: E402
 
@@ -136,13 +136,13 @@ class Client(threading.Thread):
         while not self.stop_flag:
             if self.pause_flag:
                 self.idle.set()
-                time.sleep(0.05)
+                time.sleep(0.05)  # paused: looks again for the end of the pause
                 next_at = now()
                 continue
             self.idle.clear()
             delay = next_at - now()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # a declared pace: the client's rate
             next_at = max(next_at + self.interval, now() - self.interval)
             self.submit_one()
         self.idle.set()
@@ -169,7 +169,7 @@ class Client(threading.Thread):
             if 400 <= status < 500 and status not in (408, 429):
                 self.refused[wid] = (status, text[:300])
                 return
-            time.sleep(backoff)
+            time.sleep(backoff)  # a declared delay: the client's backoff
             backoff = min(backoff * 2, 0.25)
 
     def first_accept_after(self, t):
@@ -205,12 +205,11 @@ class Run:
         print(f"dbfailover: FAIL {msg}", flush=True)
 
     def poll(self, pred, timeout, interval=0.05):
-        end = now() + timeout
-        while True:
-            v = pred()
-            if v or now() >= end:
-                return v
-            time.sleep(interval)
+        """wait_until that returns None when the time runs out (the caller reports it)."""
+        try:
+            return wait_until(pred, timeout, interval)
+        except WaitTimeout:
+            return None
 
     # ---------------------------------------------------------------- setup
     def setup(self):
@@ -300,7 +299,7 @@ class Run:
                       f"client {all(c.first_accept_after(t_ready) for c in self.clients)}, and "
                       f"flowing to every subscriber "
                       f"{all(self.first_result_after(s, t_ready) for s in self.subs)}")
-        time.sleep(2 * GAP_S)
+        time.sleep(2 * GAP_S)  # a declared window: a silence still going on would show
         self.measure(f, final=True)
 
     def wait_healthy(self, what):
@@ -503,11 +502,11 @@ class Run:
     def run(self, plan):
         self.setup()
         for kind in plan:
-            time.sleep(self.prof["settle"])
+            time.sleep(self.prof["settle"])  # a declared window: steady load between faults
             self.log(f"fault {kind}")
             f = getattr(self, "fault_" + kind)()
             self.report(f)
-        time.sleep(self.prof["settle"])
+        time.sleep(self.prof["settle"])  # a declared window: steady load after the last fault
         return self.finish()
 
 

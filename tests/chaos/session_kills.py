@@ -71,7 +71,7 @@ class Submitter(threading.Thread):
             self.submit(items)
             delay = next_at - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                time.sleep(delay)  # a declared pace: the submitter's rate
 
     def submit(self, items):
         backoff = 0.05
@@ -88,7 +88,7 @@ class Submitter(threading.Thread):
             if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
                 self.refused.append((status, r.text[:200]))
                 return
-            time.sleep(backoff)
+            time.sleep(backoff)  # a declared delay: the submitter's backoff
             backoff = min(backoff * 2, 1.0)
 
 
@@ -111,7 +111,7 @@ def run(bin_dir, seconds):
         kills = sessions = 0
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            time.sleep(KILL_EVERY_S)
+            time.sleep(KILL_EVERY_S)  # a declared pace: a kill every KILL_EVERY_S
             try:
                 sessions += int(c.psql(KILL_SQL) or 0)
                 kills += 1

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import (JSON, abandoned_pull, complete, events_of, expect, get_work,  # noqa: E402
-                   heartbeat, pull, report, submit, wait_status)
+                   heartbeat, pull, report, submit, wait_status, waiting_pulls)
 
 
 def server(cluster, *args):
@@ -56,7 +56,7 @@ def test_get_wait_long_polls_until_finished(cluster):
     work_id = submit(s.url, {"payload": 3})["id"]
 
     def finish_later():
-        time.sleep(0.7)
+        time.sleep(0.7)  # a declared delay: the wait must last until the work ends, 0.7 s in
         job = pull(s.url, "w1")[0]
         complete(s.url, "w1", job, 9)
     t = threading.Thread(target=finish_later)
@@ -234,7 +234,7 @@ def test_pull_long_polls_and_wakes(cluster):
         got["took"] = time.monotonic() - t0
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.5)
+    wait_until(lambda: waiting_pulls(s.url) == 1, 10, what="the pull to wait")
     submit(s.url, {"id": "wake", "payload": 1})
     t.join(15)
     assert [j["id"] for j in got.get("jobs", [])] == ["wake"], got
@@ -290,7 +290,7 @@ def test_results_stream_resumes_exactly_once(cluster):
         complete(s.url, "w1", j, j["payload"])
     with SSEClient(s.url + "/results", last_event_id=last) as sse:
         sse.wait_count(3, timeout=10)
-        time.sleep(0.3)
+        time.sleep(0.3)  # a declared window: a repeated event would arrive here
         got = [e["data"]["id"] for e in sse.events]
     assert got == [j["id"] for j in jobs[3:]], f"resume after {last} must give the rest once: {got}"
     assert sorted(ids) == sorted(j["id"] for j in jobs)
@@ -337,7 +337,7 @@ def test_abandoned_pull_gets_no_work(cluster):
     expect(http("DELETE", s.url + "/workers/ghost"), 204, "deregister")
     abandoned_pull(s.url, "ghost2")
     work_id = submit(s.url, {"payload": 1})["id"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # a declared window: a handout to a gone pull would happen here
     w = get_work(s.url, work_id)
     assert w["status"] == "pending", f"work went to a pull whose client had gone: {w}"
     workers = [x["id"] for x in http("GET", s.url + "/cluster").json()["workers"]]

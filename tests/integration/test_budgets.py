@@ -96,12 +96,12 @@ def test_slow_subscribers_are_bounded_and_cut_off(cluster):
     wait_leader(s.url)
     base = rss_mb(s.pid)
     stalled = [open_stalled_stream(s.port) for _ in range(3)]
-    time.sleep(3)  # catch-up reads run meanwhile
+    time.sleep(3)  # a declared window: catch-up reads run meanwhile, memory is measured
     check_growth(cluster, rss_mb(s.pid) - base, 40, "3 stalled subscribers")
     # Cut off: without reading anything more, wait past the connection
     # timeout; the server has then closed them, so what is left to read ends
     # (a stream still open would go on sending megabytes, and never end).
-    time.sleep(6)
+    time.sleep(6)  # a declared window: a stall past the 4 s --connection-timeout
     last = 0
     for c in stalled:
         c.settimeout(5)

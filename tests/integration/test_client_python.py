@@ -84,8 +84,8 @@ class Collector:
     def wait_ids(self, ids, timeout=30):
         wanted = set(ids)
         wait_until(lambda: wanted <= set(self.ids()) or self.error, timeout,
-                   what=f"{len(wanted)} results on the stream "
-                        f"(have {len(wanted & set(self.ids()))}, error {self.error!r})")
+                   what=lambda: f"{len(wanted)} results on the stream "
+                                f"(have {len(wanted & set(self.ids()))}, error {self.error!r})")
         assert self.error is None, f"the stream failed: {self.error!r}"
 
     def close(self):
@@ -240,7 +240,7 @@ def test_worker_progress_failure_retry_cancel_and_a_lost_report(cluster):
     @worker.handler("report")
     def report(job):
         job.progress(0.25, "a quarter", "line 1\n")
-        time.sleep(0.3)  # two updates a progress interval apart
+        time.sleep(0.3)  # a declared delay: two updates a progress interval apart
         job.progress(1.0, "all of it", "line 2\n")
         return {"ok": job.payload}
 

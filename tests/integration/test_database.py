@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -64,21 +63,25 @@ def wait_until_commits_wait(cluster, timeout=15.0):
     a commit that wrote WAL besides its commit record waits for a standby."""
     waiting = ("SELECT pid FROM pg_stat_activity "
                "WHERE application_name = 'sync-probe' AND wait_event = 'SyncRep'")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def probe_waits():
         probe = subprocess.Popen(
             ["psql", "-X", "-q", "-d", cluster.db_url, "-c", "CREATE TEMP TABLE sync_probe ()"],
             env={**os.environ, "PGAPPNAME": "sync-probe"},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while probe.poll() is None:
-            pid = cluster.psql(waiting)
-            if pid:
-                cluster.psql(f"SELECT pg_cancel_backend({pid})")
-                probe.wait(10)
-                return
-            time.sleep(0.05)
-        # The probe committed without waiting: the setting is not applied yet.
-    raise AssertionError(f"commits still do not wait for a synchronous standby after {timeout} s")
+        try:
+            pid = wait_until(lambda: cluster.psql(waiting) or probe.poll() is not None, timeout,
+                             what="the probe commit to wait or end")
+            if pid is True:
+                return False  # it committed without waiting: the setting is not applied yet
+            cluster.psql(f"SELECT pg_cancel_backend({pid})")
+            probe.wait(10)
+            return True
+        finally:
+            if probe.poll() is None:
+                probe.kill()
+    wait_until(probe_waits, timeout, interval=0,
+               what="commits to wait for a synchronous standby")
 
 
 def test_commit_stuck_on_a_missing_sync_standby_is_reported(cluster):

@@ -2,6 +2,7 @@
 same open work, a non-leader forwards to the leader, a submission made while
 the leader dies succeeds, and a fenced old leader appends nothing."""
 
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,13 @@ def two_servers(cluster):
     assert leader, "one of the two servers must lead"
     standby = [u for u in procs if u != leader][0]
     return procs[leader], procs[standby]
+
+
+def pull_5xx(url):
+    """Pulls this node answered 5xx (workd_http_requests_total)."""
+    m = re.search(r'^workd_http_requests_total\{route="worker_pull",code="5xx"\} (\S+)$',
+                  http("GET", url + "/metrics").text, re.M)
+    return int(float(m.group(1))) if m else 0
 
 
 def test_standby_forwards_and_takes_over(cluster):
@@ -91,10 +99,12 @@ def test_submission_during_failover_is_delayed_not_failed(cluster):
             i += 1
     t = threading.Thread(target=client)
     t.start()
-    time.sleep(0.5)
+    wait_until(lambda: len(statuses) >= 3, 10, what="the client to be submitting")
     leader.kill(signal.SIGKILL)
     wait_new_leader([standby.url], timeout=10)
-    time.sleep(0.5)
+    n = len(statuses)
+    wait_until(lambda: len(statuses) >= n + 3, 30,
+               what="submissions answered by the new leader")
     stop.set()
     t.join(30)
     bad = [s for s in statuses if s[1] != 202]
@@ -160,7 +170,7 @@ def test_answers_wait_for_their_commit(cluster):
         for i in range(1, 5):
             threads.append(threading.Thread(target=post, args=(i,)))
             threads[-1].start()
-        time.sleep(1.5)
+        time.sleep(1.5)  # a declared window: an answer before the commit would come here
         assert not answers, f"answered before their commit: {sorted(answers)}"
         locker.stdin.write("COMMIT;\n")
         locker.stdin.close()
@@ -210,11 +220,12 @@ def test_fence_admits_only_the_session_of_the_newest_term(cluster):
 
 def test_abandoned_forwarded_pull_gets_no_work(cluster):
     leader, standby = two_servers(cluster)
-    abandoned_pull(standby.url, "ghost")
-    # The standby notices within about a second and drops its forward.
-    time.sleep(1.5)
+    abandoned_pull(standby.url, "ghost", leader_url=leader.url)
+    # The standby notices within about a second and drops its forward,
+    # answering it 503 client-gone (to nobody).
+    wait_until(lambda: pull_5xx(standby.url) == 1, 10, what="the standby to drop its forward")
     work_id = submit(standby.url, {"payload": 1})["id"]
-    time.sleep(0.5)
+    time.sleep(0.5)  # a declared window: a handout to the gone pull would happen here
     w = get_work(standby.url, work_id)
     assert w["status"] == "pending", f"work went to a forwarded pull whose client had gone: {w}"
 

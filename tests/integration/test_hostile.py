@@ -69,7 +69,7 @@ def exchange(port, data, wait=5.0, after=None):
             except OSError:
                 break
             if after:
-                time.sleep(after)
+                time.sleep(after)  # a declared delay: a slow client's pace
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             s.settimeout(max(0.05, deadline - time.monotonic()))
@@ -351,7 +351,7 @@ def test_request_timeout_on_every_request(cluster):
     for _ in range(3):
         c.sendall(head(["GET /healthz HTTP/1.1", "Host: x"]))
         assert c.recv(4096).startswith(b"HTTP/1.1 200")
-        time.sleep(0.5)
+        time.sleep(0.5)  # a declared delay: the requests come 0.5 s apart
     c.close()
 
 
@@ -467,7 +467,7 @@ def test_early_answers_arrive_whole(cluster):
         except OSError:
             sent_for = time.monotonic() - t0
             break
-        time.sleep(0.1)
+        time.sleep(0.1)  # a declared pace: an upload that never ends
     c.close()
     assert sent_for is not None, "an endless upload was still read after 20 s"
     assert 3 < sent_for < 12, f"an endless upload was cut off after {sent_for:.1f} s, not ~5 s"
@@ -547,7 +547,7 @@ def test_database_errors_stay_in_the_log(cluster):
                 assert r.headers["Content-Type"] == "application/problem+json"
                 seen.add(p["detail"])
                 first = first or time.monotonic()
-        time.sleep(0.2)
+        time.sleep(0.2)  # a declared pace: reads over a few seconds of the outage
     assert seen, "no read failed while PostgreSQL was down"
     assert "server closed" in s.log_text() or "terminat" in s.log_text(), \
         "the node's log should have what libpq said"

@@ -1105,7 +1105,7 @@ def progress_and_webhooks(L, F):
                 expect=409), "attempt-superseded")
     problem(api("POST", L, path, {"worker_id": "w-other", "message": "x"}, JSON, expect=409),
             "attempt-not-held")
-    time.sleep(1.1)  # a full bucket: --progress-rate 3
+    time.sleep(1.1)  # a declared delay: the --progress-rate 3 bucket fills again
     api("POST", L, path, {**who, "output": "x" * 1500}, JSON, expect=200)
     problem(api("POST", L, path, {**who, "output": "y" * 1000}, JSON, expect=413),
             "progress-too-large")

@@ -217,7 +217,7 @@ def test_progress_is_checked_and_bounded(cluster):
     # ... without touching another attempt's budget.
     progress(srv.url, calm, message="still here")
     # Size: past --progress-max-bytes of messages and output, 413.
-    time.sleep(1.1)
+    time.sleep(1.1)  # a declared delay: the rate bucket fills again, so 413 is about size
     progress(srv.url, calm, output="y" * 3000)
     r = progress(srv.url, calm, status=413, output="z" * 2000)
     assert r.json()["type"].endswith("/progress-too-large"), r.text

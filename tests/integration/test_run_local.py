@@ -68,7 +68,7 @@ class RunLocal:
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGINT)
-                time.sleep(0.5)
+                time.sleep(0.5)  # a declared delay: teardown, then Ctrl-C again (at once)
                 os.killpg(self.proc.pid, signal.SIGINT)
                 self.proc.wait(30)
             except (ProcessLookupError, subprocess.TimeoutExpired):

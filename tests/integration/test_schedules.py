@@ -39,13 +39,14 @@ def test_every_tick_once_across_three_leader_kills(cluster):
     assert len(s["next"]) == 5 and s["paused"] is False, f"the schedule as set: {s}"
     t0 = time.monotonic()
     for k in range(1, KILLS + 1):
+        # A declared window: WINDOW_S of ticks, the kills spread evenly over it.
         time.sleep(max(0.0, t0 + k * WINDOW_S / (KILLS + 1) - time.monotonic()))
         leader = leader_of(urls)
         assert leader, "a leader must be known before each kill"
         servers[leader].kill(signal.SIGKILL)
         wait_new_leader(urls, not_url=leader, timeout=10)
         cluster.restart_server(servers[leader])
-    time.sleep(max(0.0, t0 + WINDOW_S - time.monotonic()))
+    time.sleep(max(0.0, t0 + WINDOW_S - time.monotonic()))  # the rest of the window
     paused = expect(http("POST", f"{urls[1]}/schedules/every-second/pause"), 200, "pause").json()
     assert paused["paused"] is True and paused["next"] == [], f"a paused schedule: {paused}"
 

@@ -164,7 +164,7 @@ def test_retention_drops_whole_parts(cluster):
         for j in pull(s.url, "w1", max_jobs=5):
             complete(s.url, "w1", j, "ok")
         n += 1
-        time.sleep(0.05)
+        time.sleep(0.05)  # a declared pace: the load runs for the 9 s above
     wait_until(lambda: http("GET", s.url + "/work/early").status == 404, 10,
                what="early work dropped with its part")
     assert cluster.psql("SELECT count(*) FROM workd_events WHERE work_id = 'early'") == "0"
@@ -403,7 +403,7 @@ def test_an_append_behind_a_failed_one_writes_nothing(cluster):
     threads = [threading.Thread(target=submitter, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
+    wait_until(lambda: len(answers) >= 8, 10, what="submissions to flow")
     # Answered by the next term (the front-end retries a submission that met a
     # step-down), or refused: not lost either way.
     boom = http("POST", s.url + "/work", {"id": "boom", "payload": 0}, JSON, timeout=10).status

@@ -65,13 +65,13 @@ class Follower:
                             self.seen.append(ev["data"]["id"])
                             self.last = ev["id"]
                             i += 1
-                        time.sleep(0.02)
+                        time.sleep(0.02)  # a pace: copy what the reader has got
                     while i < len(sse.events):
                         self.seen.append(sse.events[i]["data"]["id"])
                         self.last = sse.events[i]["id"]
                         i += 1
             except Exception:  # noqa: BLE001 - the balancer may refuse while a node dies
-                time.sleep(0.2)
+                time.sleep(0.2)  # a declared delay: a consumer's pause before it reconnects
 
     def close(self):
         self.stop.set()
@@ -119,13 +119,13 @@ def test_cluster_behind_haproxy(cluster):
                 if r.status == 202:
                     break
                 retried.append(r.status)
-                time.sleep(0.2)
+                time.sleep(0.2)  # a declared delay: a producer's pause before it resubmits
             statuses.append(r.status)
             if r.status == 202:
                 ids.append(f"single-{i}")
     t = threading.Thread(target=client)
     t.start()
-    time.sleep(0.3)
+    wait_until(lambda: len(statuses) >= 3, 15, what="the client to be submitting")
     leader.kill(signal.SIGKILL)
     # Scale: a fourth worker joins, one of the first three leaves.
     workers.append(cluster.start_worker("worker-4", lb, ["--concurrency", "4", "--demo",

@@ -83,15 +83,7 @@ def worker_processes(name):
 
 
 def wait_gone(marker, what, timeout=3.0, find=processes_with):
-    box = {}
-
-    def gone():
-        box["left"] = find(marker)
-        return not box["left"]
-    try:
-        wait_until(gone, timeout, what=what)
-    except AssertionError:
-        raise AssertionError(f"{what}: still running after {timeout}s: {box['left']}") from None
+    wait_until(lambda: find(marker), timeout, until=lambda left: not left, what=what)
 
 
 def history(cluster, work_id):
@@ -113,20 +105,15 @@ def story(hist):
 
 
 def wait_running(url, work_id, worker, attempt=1, timeout=15):
-    box = {}
-
-    def running():
-        box["w"] = get_work(url, work_id)
-        return (box["w"]["status"] == "running" and box["w"]["worker_id"] == worker
-                and box["w"]["attempts"] == attempt)
-    wait_until(running, timeout,
-               what=f"work {work_id} attempt {attempt} to run on {worker} (last: {box.get('w')})")
-    return box["w"]
+    return wait_until(lambda: get_work(url, work_id), timeout,
+                      until=lambda w: (w["status"], w["worker_id"], w["attempts"])
+                      == ("running", worker, attempt),
+                      what=f"work {work_id} attempt {attempt} to run on {worker}")
 
 
 def wait_log(proc, text, timeout=10):
     wait_until(lambda: text in proc.log_text(), timeout,
-               what=f"{proc.name} to log {text!r}; log tail:\n{proc.log_tail(15)}")
+               what=lambda: f"{proc.name} to log {text!r}; log tail:\n{proc.log_tail(15)}")
 
 
 def log_index(lines, text, what):
@@ -174,7 +161,7 @@ def test_demo_end_to_end(cluster):
         assert dead["attempts"] == 1 and "wants a number" in (dead["last_error"] or ""), \
             f"a payload that is not a number fails at once, without retries: {dead}"
         sse.wait_count(len(ids) + 1, timeout=15)
-        time.sleep(0.2)  # let a duplicate event, if any, arrive before counting
+        time.sleep(0.2)  # a declared window: a duplicate event, if any, would arrive here
         by_id = {}
         for ev in sse.events:
             by_id.setdefault(ev["data"]["id"], []).append(ev)

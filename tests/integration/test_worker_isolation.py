@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -50,8 +49,8 @@ def _finished(url, wid):
     return body if body.get("status") in ("completed", "dead") else None
 
 
-def zombies_under(pid):
-    """Pids of zombie processes whose parent is pid."""
+def children(pid):
+    """[(pid, name, state letter)] of the processes whose parent is pid."""
     out = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -61,9 +60,20 @@ def zombies_under(pid):
         except OSError:
             continue
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("PPid", "").strip() == str(pid) and fields.get("State", "").startswith("Z"):
-            out.append(int(d))
+        if fields.get("PPid", "").strip() == str(pid):
+            out.append((int(d), fields.get("Name", "").strip(), fields.get("State", "")[:1]))
     return out
+
+
+def zombies_under(pid):
+    """Pids of zombie processes whose parent is pid."""
+    return [k for k, _name, state in children(pid) if state == "Z"]
+
+
+def leftovers_running(pid):
+    """What jobs left running under pid (the worker's own workd-* helpers aside)."""
+    return [(k, name) for k, name, state in children(pid)
+            if state != "Z" and not name.startswith("workd")]
 
 
 def child_of(pid):
@@ -91,8 +101,8 @@ def test_a_worker_running_as_pid_1_reaps_what_jobs_leave(cluster):
     ids = [submit(s.url, {"payload": i})["id"] for i in range(3)]
     for wid in ids:
         assert wait_status(s.url, wid, "completed")["result"] == "done"
-    # Every leftover has exited (killed, or its second ran out) by now or soon.
-    time.sleep(1.5)
+    # Every leftover exits (killed, or its second runs out) and is left a zombie.
+    wait_until(lambda: not leftovers_running(worker), 10, what="the jobs' leftovers to exit")
     try:
         wait_until(lambda: not zombies_under(worker), 5,
                    what="the zombies under the worker to be reaped")

@@ -58,22 +58,46 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_until(pred, timeout=10.0, interval=0.05, what="condition", ignore=()):
-    """Poll ``pred()`` until it returns a truthy value, and return that value.
+class WaitTimeout(AssertionError):
+    """Raised by wait_until when its time runs out. An AssertionError, so that
+    a test fails with it; caught by name where running out of time is an
+    answer to be reported (the chaos runs), not a failure."""
 
-    Exceptions of the types in ``ignore`` count as "not yet". Raises
-    AssertionError when ``timeout`` seconds pass.
+
+def _shown(value, limit=300):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def wait_until(pred, timeout=10.0, interval=0.05, what="condition", ignore=(), until=None,
+               each=None):
+    """Poll ``pred()`` until its value is truthy (or ``until(value)`` is, when
+    ``until`` is given), and return that value. Every test waits with this:
+    a test never sleeps for a condition it can poll.
+
+    Exceptions of the types in ``ignore`` count as "not yet". ``each``, when
+    given, is called before every try (to run what is due meanwhile, or to
+    raise at once when waiting is futile, as when a process died). ``what``
+    names the condition: a string, or a function called at the timeout (to
+    show the state then). Raises WaitTimeout (an AssertionError) when
+    ``timeout`` seconds pass, showing the last value ``pred`` returned or
+    the last exception it raised, unless that was None or a bare bool.
     """
     deadline = time.monotonic() + timeout
+    last = None
     while True:
+        if each is not None:
+            each()
         try:
-            value = pred()
-            if value:
-                return value
-        except ignore:
-            pass
+            last = pred()
+            if until(last) if until is not None else last:
+                return last
+        except ignore as e:
+            last = e
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            name = what() if callable(what) else what
+            seen = "" if last is None or isinstance(last, bool) else f" (last: {_shown(last)})"
+            raise WaitTimeout(f"timed out after {timeout}s waiting for {name}{seen}")
         time.sleep(interval)
 
 
@@ -502,15 +526,16 @@ class Cluster:
     @staticmethod
     def wait_healthy(proc, timeout=15.0):
         """Poll GET /healthz every 50 ms until 200; fail if the process exits."""
-        deadline = time.monotonic() + timeout
-        while _status(proc.url + "/healthz", timeout=1.0) != 200:
+        def still_running():
             if not proc.alive():
                 raise RuntimeError(f"{proc.name} exited with {proc.returncode} before "
                                    f"becoming healthy; log tail:\n{proc.log_tail()}")
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"{proc.name} not healthy after {timeout}s; "
-                                   f"log tail:\n{proc.log_tail()}")
-            time.sleep(0.05)
+        try:
+            wait_until(lambda: _status(proc.url + "/healthz", timeout=1.0) == 200, timeout,
+                       each=still_running)
+        except WaitTimeout:
+            raise RuntimeError(f"{proc.name} not healthy after {timeout}s; "
+                               f"log tail:\n{proc.log_tail()}") from None
 
     def start_worker(self, name, server_url, args=(), env=None):
         """Start workd-worker NAME against ``server_url``."""

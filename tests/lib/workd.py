@@ -2,6 +2,7 @@
 over and over, each checking its status and saying what went wrong."""
 
 import json
+import re
 import time
 
 from harness import http, wait_until
@@ -54,13 +55,8 @@ def complete(url, worker, job, result):
 
 def wait_status(url, work_id, status, timeout=20):
     """Poll GET /work/{id} until its status is `status`; return the work."""
-    box = {}
-
-    def done():
-        box["w"] = get_work(url, work_id)
-        return box["w"]["status"] == status
-    wait_until(done, timeout, what=f"work {work_id} to be {status} (last: {box.get('w')})")
-    return box["w"]
+    return wait_until(lambda: get_work(url, work_id), timeout,
+                      until=lambda w: w["status"] == status, what=f"work {work_id} to be {status}")
 
 
 def events_of(cluster, types=None):
@@ -98,26 +94,32 @@ def leader_of(urls):
 
 
 def wait_new_leader(urls, not_url=None, timeout=15):
-    box = {}
-
-    def found():
-        box["u"] = leader_of([u for u in urls if u != not_url])
-        return box["u"] is not None
     t0 = time.monotonic()
-    wait_until(found, timeout, what="a leader to be elected")
-    return box["u"], time.monotonic() - t0
+    url = wait_until(lambda: leader_of([u for u in urls if u != not_url]), timeout,
+                     what="a leader to be elected")
+    return url, time.monotonic() - t0
 
 
-def abandoned_pull(url, worker, wait=20):
+def waiting_pulls(url):
+    """The leader's workd_waiting_pulls gauge (None on a node that does not lead)."""
+    text = expect(http("GET", url + "/metrics"), 200, "GET /metrics").text
+    m = re.search(r"^workd_waiting_pulls (\d+)$", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def abandoned_pull(url, worker, wait=20, leader_url=None):
     """Opens a long-poll pull for `worker` and closes the connection without
-    reading the answer, as a worker that dies while waiting does."""
+    reading the answer, as a worker that dies while waiting does. It is closed
+    once the leader (`leader_url`, when `url` is a follower) holds it waiting."""
     import socket
     from urllib.parse import urlparse
     u = urlparse(url)
     body = json.dumps({"instance": "i1", "max": 1, "wait": wait}).encode()
+    before = waiting_pulls(leader_url or url)
     s = socket.create_connection((u.hostname, u.port))
     s.sendall(f"POST /workers/{worker}/pull HTTP/1.1\r\nHost: x\r\n"
               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
               + body)
-    time.sleep(0.3)  # let the server park it
+    wait_until(lambda: waiting_pulls(leader_url or url) > before, 10,
+               what=f"the pull of {worker} to wait at the leader")
     s.close()

@@ -273,8 +273,8 @@ static void encode_cancelled(const Event *e, json_t *o)
 {
     if (e->attempt) /* running work was cancelled: the attempt it ended */
         json_object_set_new(o, "attempt", json_integer(e->attempt));
-    if (e->error) /* since schema 11: why, when not an operator (a parent ended) */
-        json_object_set_new(o, "reason", json_string(e->error));
+    if (e->reason) /* since schema 11: why, when not an operator (a parent ended) */
+        json_object_set_new(o, "reason", json_string(e->reason));
 }
 
 static void encode_nothing(const Event *e, json_t *o)
@@ -288,37 +288,38 @@ static void encode_schedule_set(const Event *e, json_t *o)
     json_t *spec = schedspec_json(e->sched);
     json_object_update(o, spec);
     json_decref(spec);
-    json_object_set_new(o, "schedule", json_string(e->name));
+    json_object_set_new(o, "schedule", json_string(e->schedule));
     json_object_set_new(o, "since", json_integer(e->tick));
 }
 
 static void encode_schedule_deleted(const Event *e, json_t *o)
 {
-    json_object_set_new(o, "schedule", json_string(e->name));
+    json_object_set_new(o, "schedule", json_string(e->schedule));
 }
 
 static void encode_tick(const Event *e, json_t *o)
 {
-    json_object_set_new(o, "schedule", json_string(e->name));
+    json_object_set_new(o, "schedule", json_string(e->schedule));
     json_object_set_new(o, "tick", json_integer(e->tick));
-    json_object_set_new(o, "work_id", e->fired ? json_string(e->fired) : json_null());
-    json_object_set_new(o, "skipped", e->error ? json_string(e->error) : json_null());
+    json_object_set_new(o, "work_id", e->tick_work ? json_string(e->tick_work) : json_null());
+    json_object_set_new(o, "skipped", e->skipped ? json_string(e->skipped) : json_null());
     json_object_set_new(o, "missed", json_integer(e->missed));
 }
 
 static void encode_batch_opened(const Event *e, json_t *o)
 {
-    json_object_set_new(o, "batch", json_string(e->name));
+    json_object_set_new(o, "batch", json_string(e->batch));
     json_object_set_new(o, "callback", e->callback ? template_json(e->callback) : json_null());
 }
 
 static void encode_batch(const Event *e, json_t *o)
 {
-    json_object_set_new(o, "batch", json_string(e->name));
+    json_object_set_new(o, "batch", json_string(e->batch));
     json_object_set_new(o, "completed", json_integer(e->counts[0]));
     json_object_set_new(o, "dead", json_integer(e->counts[1]));
     json_object_set_new(o, "cancelled", json_integer(e->counts[2]));
-    json_object_set_new(o, "callback_id", e->fired ? json_string(e->fired) : json_null());
+    json_object_set_new(o, "callback_id",
+                        e->callback_id ? json_string(e->callback_id) : json_null());
 }
 
 static void encode_queue_set(const Event *e, json_t *o)
@@ -544,7 +545,7 @@ static int decode_cancelled(json_t *data, const char *type, Event *out, Err *err
     if (get_int(data, "attempt", &v, 0, err))
         return -1;
     out->attempt = (int)v;
-    out->error = get_str(data, "reason");
+    out->reason = get_str(data, "reason");
     return 0;
 }
 
@@ -560,8 +561,8 @@ static int decode_nothing(json_t *data, const char *type, Event *out, Err *err)
 /* schedule_deleted (and what schedule_set and tick carry too) */
 static int decode_schedule_named(json_t *data, const char *type, Event *out, Err *err)
 {
-    out->name = get_str(data, "schedule");
-    if (!out->name)
+    out->schedule = get_str(data, "schedule");
+    if (!out->schedule)
         return err_set(err, 500, "bad-event", "%s event lacks 'schedule'", type);
     return 0;
 }
@@ -581,15 +582,15 @@ static int decode_tick(json_t *data, const char *type, Event *out, Err *err)
         get_int(data, "tick", &out->tick, 1, err) || get_int(data, "missed", &v, 0, err))
         return -1;
     out->missed = (int)v;
-    out->fired = get_str(data, "work_id");
-    out->error = get_str(data, "skipped");
+    out->tick_work = get_str(data, "work_id");
+    out->skipped = get_str(data, "skipped");
     return 0;
 }
 
 static int decode_batch_named(json_t *data, const char *type, Event *out, Err *err)
 {
-    out->name = get_str(data, "batch");
-    if (!out->name)
+    out->batch = get_str(data, "batch");
+    if (!out->batch)
         return err_set(err, 500, "bad-event", "%s event lacks 'batch'", type);
     return 0;
 }
@@ -611,7 +612,7 @@ static int decode_batch(json_t *data, const char *type, Event *out, Err *err)
     out->counts[0] = (int)json_integer_value(json_object_get(data, "completed"));
     out->counts[1] = (int)json_integer_value(json_object_get(data, "dead"));
     out->counts[2] = (int)json_integer_value(json_object_get(data, "cancelled"));
-    out->fired = get_str(data, "callback_id");
+    out->callback_id = get_str(data, "callback_id");
     return 0;
 }
 
@@ -763,9 +764,9 @@ json_t *event_result_json(const Event *e)
     time_format(e->at, at, sizeof at);
     if (e->type == EV_BATCH)
         return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:{s:i, s:i, s:i}, s:s?}", "seq",
-                         (json_int_t)e->seq, "id", e->name, "batch", e->name, "queue", "", "status",
-                         "batch", "at", at, "counts", "completed", e->counts[0], "dead",
-                         e->counts[1], "cancelled", e->counts[2], "callback_id", e->fired);
+                         (json_int_t)e->seq, "id", e->batch, "batch", e->batch, "queue", "",
+                         "status", "batch", "at", at, "counts", "completed", e->counts[0], "dead",
+                         e->counts[1], "cancelled", e->counts[2], "callback_id", e->callback_id);
     json_t *o =
         json_pack("{s:I, s:s, s:s, s:s, s:s}", "seq", (json_int_t)e->seq, "id", e->work_id, "queue",
                   e->queue ? e->queue : "", "status", event_type_name(e->type), "at", at);
@@ -783,8 +784,8 @@ json_t *event_result_json(const Event *e)
         json_object_set(o, "message", m ? m : json_null());
         if (json_object_get(d, "output"))
             json_object_set(o, "output", json_object_get(d, "output"));
-    } else if (e->type == EV_CANCELLED && e->error) {
-        json_object_set_new(o, "reason", json_string(e->error));
+    } else if (e->type == EV_CANCELLED && e->reason) {
+        json_object_set_new(o, "reason", json_string(e->reason));
     }
     if (event_is_final(e->type))
         set_trace(o, e);
@@ -846,15 +847,18 @@ void event_clear(Event *e)
     free(e->worker_id);
     json_decref(e->result);
     free(e->error);
+    free(e->reason);
     free(e->leader_url);
     json_decref(e->detail);
     strv_free(e->after);
     free(e->batch);
     free(e->traceparent);
     free(e->tracestate);
-    free(e->name);
+    free(e->schedule);
     schedspec_free(e->sched);
-    free(e->fired);
+    free(e->tick_work);
+    free(e->skipped);
+    free(e->callback_id);
     if (e->callback) {
         template_clear(e->callback);
         free(e->callback);
@@ -873,15 +877,18 @@ void event_copy(Event *dst, const Event *src)
     dst->worker_id = xstrdup(src->worker_id);
     dst->result = json_incref(src->result);
     dst->error = xstrdup(src->error);
+    dst->reason = xstrdup(src->reason);
     dst->leader_url = xstrdup(src->leader_url);
     dst->detail = json_incref(src->detail);
     dst->after = strv_copy(src->after);
     dst->batch = xstrdup(src->batch);
     dst->traceparent = xstrdup(src->traceparent);
     dst->tracestate = xstrdup(src->tracestate);
-    dst->name = xstrdup(src->name);
+    dst->schedule = xstrdup(src->schedule);
     dst->sched = src->sched ? schedspec_dup(src->sched) : NULL;
-    dst->fired = xstrdup(src->fired);
+    dst->tick_work = xstrdup(src->tick_work);
+    dst->skipped = xstrdup(src->skipped);
+    dst->callback_id = xstrdup(src->callback_id);
     if (src->callback) {
         dst->callback = xcalloc(1, sizeof *dst->callback);
         template_copy(dst->callback, src->callback);

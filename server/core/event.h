@@ -117,8 +117,9 @@ typedef struct Event {
     char *worker_id;
     int64_t deadline;
     json_t *result;
-    char *error; /* also EV_DEAD */
+    char *error; /* EV_FAILED, EV_TIMED_OUT, EV_DEAD, EV_RETRIED: what ended the attempt */
     int64_t retry_at;
+    char *reason; /* EV_CANCELLED: why, when not an operator (a parent ended); NULL: none */
     /* EV_TERM */
     int64_t new_term;
     char *leader_url;
@@ -130,18 +131,21 @@ typedef struct Event {
     char **after;    /* parents named (NULL-terminated), NULL: none */
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
     bool waiting;    /* a parent was open at acceptance: the work waits */
-    char *batch;     /* the batch it belongs to; NULL: none */
+    char *batch;     /* the batch it belongs to (EV_BATCH*: the batch); NULL: none */
     /* EV_ACCEPTED, EV_RETRIED and the final events: the producer's W3C trace
      * context, kept as trace_keep (trace.h) left it; NULL: none */
     char *traceparent, *tracestate;
-    /* schedules and batches */
-    char *name;             /* the schedule's name; EV_BATCH*: the batch id */
-    ScheduleSpec *sched;    /* EV_SCHEDULE_SET */
-    int64_t tick;           /* EV_TICK: the tick; EV_SCHEDULE_SET: ticks after this are due */
-    char *fired;            /* EV_TICK: the work submitted; EV_BATCH: the callback's (NULL: none) */
-    int missed;             /* EV_TICK: missed ticks skipped with this one */
+    /* schedules (EV_SCHEDULE_SET, EV_SCHEDULE_DELETED, EV_TICK) */
+    char *schedule;      /* its name */
+    ScheduleSpec *sched; /* EV_SCHEDULE_SET */
+    int64_t tick;        /* EV_TICK: the tick; EV_SCHEDULE_SET: ticks after this are due */
+    char *tick_work;     /* EV_TICK: the work it submitted (NULL: none, see skipped) */
+    char *skipped;       /* EV_TICK: why it submitted nothing (NULL: it did) */
+    int missed;          /* EV_TICK: missed ticks skipped with this one */
+    /* batches (EV_BATCH_OPENED, EV_BATCH; the batch is in batch) */
     WorkTemplate *callback; /* EV_BATCH_OPENED (NULL: none) */
     int counts[3];          /* EV_BATCH: completed, dead, cancelled */
+    char *callback_id;      /* EV_BATCH: the callback's work (NULL: none) */
 } Event;
 
 /* A growable array of events (owned). */

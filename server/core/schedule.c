@@ -72,25 +72,25 @@ void sched_apply(ScheduleSet *s, const Event *e)
     Schedule *x;
     switch (e->type) {
     case EV_SCHEDULE_SET:
-        x = put(s, e->name);
+        x = put(s, e->schedule);
         schedspec_free(x->spec);
         x->spec = schedspec_dup(e->sched);
         x->last_tick = e->tick;
         next_of(x);
         return;
     case EV_SCHEDULE_DELETED:
-        x = hmap_del(&s->by_name, e->name);
+        x = hmap_del(&s->by_name, e->schedule);
         if (x)
             schedule_free(x);
         return;
     case EV_TICK:
-        x = hmap_get(&s->by_name, e->name);
+        x = hmap_get(&s->by_name, e->schedule);
         if (!x || e->tick <= x->last_tick)
             return;
         x->last_tick = e->tick;
-        if (e->fired) {
+        if (e->tick_work) {
             free(x->last_work);
-            x->last_work = xstrdup(e->fired);
+            x->last_work = xstrdup(e->tick_work);
         }
         next_of(x);
         return;
@@ -161,7 +161,7 @@ static Event *tick_event(const Schedule *x, int64_t tick, int64_t now, EventList
     Event *e = eventlist_push(out);
     e->type = EV_TICK;
     e->at = now;
-    e->name = xstrdup(x->name);
+    e->schedule = xstrdup(x->name);
     e->tick = tick;
     return e;
 }
@@ -170,7 +170,7 @@ static void skip(const Schedule *x, int64_t tick, const char *why, int missed, i
                  EventList *out)
 {
     Event *e = tick_event(x, tick, now, out);
-    e->error = xstrdup(why);
+    e->skipped = xstrdup(why);
     e->missed = missed;
 }
 
@@ -203,7 +203,7 @@ static void fire(const Schedule *x, int64_t tick, bool *open, size_t *room, int6
     a->timeout_ms = t->timeout_ms;
     a->max_attempts = t->max_attempts;
     Event *e = tick_event(x, tick, now, out);
-    e->fired = xstrdup(id);
+    e->tick_work = xstrdup(id);
     *open = true;
 }
 

@@ -513,7 +513,7 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
         Event *b = eventlist_push(out);
         b->type = EV_BATCH_OPENED;
         b->at = now;
-        b->name = xstrdup(batch->id);
+        b->batch = xstrdup(batch->id);
         if (batch->callback) {
             b->callback = xcalloc(1, sizeof *b->callback);
             template_copy(b->callback, batch->callback);
@@ -590,7 +590,7 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
             c->work_id = xstrdup(s->id);
             char why[300];
             snprintf(why, sizeof why, "parent %s is %s", ended, ended_status);
-            c->error = xstrdup(why);
+            c->reason = xstrdup(why);
             results[i].status = "cancelled";
         }
         hmap_put(&seen, s->id, (void *)s);
@@ -979,7 +979,7 @@ void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, Event
             x->work_id = xstrdup(c->id);
             char why[300];
             snprintf(why, sizeof why, "parent %s is %s", it->id, event_type_name(e->type));
-            x->error = xstrdup(why);
+            x->reason = xstrdup(why);
         }
     }
     const Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
@@ -988,13 +988,13 @@ void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, Event
     Event *f = eventlist_push(out);
     f->type = EV_BATCH;
     f->at = now;
-    f->name = xstrdup(b->id);
+    f->batch = xstrdup(b->id);
     memcpy(f->counts, b->counts, sizeof f->counts);
     f->counts[completed ? 0 : e->type == EV_DEAD ? 1 : 2]++;
     if (b->callback) {
         char id[ID_MAX + 1];
         ws_callback_id(b->id, id, sizeof id);
-        f->fired = xstrdup(id);
+        f->callback_id = xstrdup(id);
         Event *a = eventlist_push(out);
         a->type = EV_ACCEPTED;
         a->at = now;
@@ -1016,7 +1016,7 @@ bool ws_followup_stale(const WorkState *ws, const Event *e)
     case EV_CANCELLED:
         return !it || it->status != WORK_WAITING;
     case EV_BATCH:
-        return !hmap_get(&ws->batches, e->name);
+        return !hmap_get(&ws->batches, e->batch);
     case EV_ACCEPTED:
         return it != NULL;
     default:
@@ -1096,7 +1096,7 @@ void ws_decide_schedule_set(const WorkState *ws, const char *name, const Schedul
     Event *e = eventlist_push(out);
     e->type = EV_SCHEDULE_SET;
     e->at = now;
-    e->name = xstrdup(name);
+    e->schedule = xstrdup(name);
     e->sched = schedspec_dup(spec);
     e->tick = goes_on ? x->last_tick : now;
 }
@@ -1109,7 +1109,7 @@ int ws_decide_schedule_delete(const WorkState *ws, const char *name, int64_t now
     Event *e = eventlist_push(out);
     e->type = EV_SCHEDULE_DELETED;
     e->at = now;
-    e->name = xstrdup(name);
+    e->schedule = xstrdup(name);
     return 0;
 }
 
@@ -1152,10 +1152,10 @@ static void apply_schedule(WorkState *ws, const Event *e, WorkItem *it)
 static void apply_batch_opened(WorkState *ws, const Event *e, WorkItem *it)
 {
     (void)it;
-    if (hmap_get(&ws->batches, e->name))
+    if (hmap_get(&ws->batches, e->batch))
         return;
     Batch *b = xcalloc(1, sizeof *b);
-    b->id = xstrdup(e->name);
+    b->id = xstrdup(e->batch);
     if (e->callback) {
         b->callback = xcalloc(1, sizeof *b->callback);
         template_copy(b->callback, e->callback);
@@ -1166,7 +1166,7 @@ static void apply_batch_opened(WorkState *ws, const Event *e, WorkItem *it)
 static void apply_batch(WorkState *ws, const Event *e, WorkItem *it)
 {
     (void)it;
-    Batch *b = hmap_del(&ws->batches, e->name);
+    Batch *b = hmap_del(&ws->batches, e->batch);
     if (b)
         batch_free(b);
 }

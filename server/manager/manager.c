@@ -728,10 +728,10 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
                   e->work_id, why);
         for (size_t j = i + 1; j < tmp->len; j++) {
             Event *t = &tmp->items[j];
-            if (t->type == EV_TICK && t->fired && !strcmp(t->fired, e->work_id)) {
-                free(t->fired);
-                t->fired = NULL;
-                t->error = xstrdup(why);
+            if (t->type == EV_TICK && t->tick_work && !strcmp(t->tick_work, e->work_id)) {
+                free(t->tick_work);
+                t->tick_work = NULL;
+                t->skipped = xstrdup(why);
                 break;
             }
         }

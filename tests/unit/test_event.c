@@ -176,7 +176,7 @@ static void fill_examples(EventList *l)
 
     e = eventlist_push(l);
     e->type = EV_CANCELLED; /* because a parent ended */
-    e->error = xstrdup("parent p1 is dead");
+    e->reason = xstrdup("parent p1 is dead");
 
     ScheduleSpec spec = {.cron_text = xstrdup("*/5 * * * * *"),
                          .tz = xstrdup("Europe/Berlin"),
@@ -196,7 +196,7 @@ static void fill_examples(EventList *l)
     CHECK(spec.zone, "zone: %s", err.msg);
     e = eventlist_push(l);
     e->type = EV_SCHEDULE_SET;
-    e->name = xstrdup("nightly");
+    e->schedule = xstrdup("nightly");
     e->sched = schedspec_dup(&spec);
     e->tick = T0 - 1000;
     free(spec.cron_text);
@@ -205,24 +205,24 @@ static void fill_examples(EventList *l)
 
     e = eventlist_push(l);
     e->type = EV_SCHEDULE_DELETED;
-    e->name = xstrdup("nightly");
+    e->schedule = xstrdup("nightly");
 
     e = eventlist_push(l);
     e->type = EV_TICK;
-    e->name = xstrdup("nightly");
+    e->schedule = xstrdup("nightly");
     e->tick = T0 + 5000;
-    e->fired = xstrdup("nightly~2026-01-01T00:00:05Z");
+    e->tick_work = xstrdup("nightly~2026-01-01T00:00:05Z");
 
     e = eventlist_push(l);
     e->type = EV_TICK; /* skipped, with the missed ticks before it */
-    e->name = xstrdup("nightly");
+    e->schedule = xstrdup("nightly");
     e->tick = T0 + 10000;
-    e->error = xstrdup("missed");
+    e->skipped = xstrdup("missed");
     e->missed = 4;
 
     e = eventlist_push(l);
     e->type = EV_BATCH_OPENED;
-    e->name = xstrdup("batch-1");
+    e->batch = xstrdup("batch-1");
     e->callback = xcalloc(1, sizeof *e->callback);
     e->callback->queue = xstrdup("done");
     e->callback->payload = J("[1]");
@@ -231,15 +231,15 @@ static void fill_examples(EventList *l)
 
     e = eventlist_push(l);
     e->type = EV_BATCH_OPENED;
-    e->name = xstrdup("batch-2"); /* no callback */
+    e->batch = xstrdup("batch-2"); /* no callback */
 
     e = eventlist_push(l);
     e->type = EV_BATCH;
-    e->name = xstrdup("batch-1");
+    e->batch = xstrdup("batch-1");
     e->counts[0] = 998;
     e->counts[1] = 1;
     e->counts[2] = 1;
-    e->fired = xstrdup("batch-1~callback");
+    e->callback_id = xstrdup("batch-1~callback");
 
     /* With the producer's trace context (schema 17): accepted and retried
      * carry it, and so do the final events, for /results and webhooks. */
@@ -617,7 +617,7 @@ static void test_copy_is_deep(void **state)
         CHECK(!d, "the copy of a %s event differs:%s", event_type_name(copy.type), d);
         event_clear(&l.items[i]); /* the copy must not share what this frees */
         CHECK(copy.type == EV_TERM || copy.type == EV_QUEUE_SET || copy.type == EV_SUBSCRIPTION ||
-                  copy.type == EV_SUB_CURSOR || copy.name ||
+                  copy.type == EV_SUB_CURSOR || copy.schedule || copy.batch ||
                   (copy.work_id && !strcmp(copy.work_id, "job-1")),
               "the copy lost its work id when the original was cleared");
         event_clear(&copy);

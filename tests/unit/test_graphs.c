@@ -98,9 +98,10 @@ static char *log_text(const Sim *s, size_t from)
     for (size_t i = from; i < s->log.len; i++) {
         const Event *e = &s->log.items[i];
         sbuf_printf(&b, "%s%s:%s", i > from ? " " : "", event_type_name(e->type),
-                    e->work_id ? e->work_id
-                    : e->name  ? e->name
-                               : "-");
+                    e->work_id    ? e->work_id
+                    : e->schedule ? e->schedule
+                    : e->batch    ? e->batch
+                                  : "-");
     }
     return sbuf_steal(&b);
 }
@@ -156,10 +157,10 @@ static void test_dead_parent_cancels_descendants(void **state)
     for (size_t i = mark; i < s.log.len; i++) {
         const Event *e = &s.log.items[i];
         if (e->type == EV_CANCELLED && !strcmp(e->work_id, "c"))
-            CHECK(e->error && !strcmp(e->error, "parent b is cancelled"), "c's reason: %s",
-                  e->error);
+            CHECK(e->reason && !strcmp(e->reason, "parent b is cancelled"), "c's reason: %s",
+                  e->reason);
         if (e->type == EV_CANCELLED && !strcmp(e->work_id, "b"))
-            CHECK(e->error && !strcmp(e->error, "parent a is dead"), "b's reason: %s", e->error);
+            CHECK(e->reason && !strcmp(e->reason, "parent a is dead"), "b's reason: %s", e->reason);
     }
     status_is(&s, "d", "pending");
     replayable(&s);
@@ -262,7 +263,7 @@ static void test_batch_finishes_once_after_its_last_member(void **state)
     const Event *b = &s.log.items[s.log.len - 2];
     CHECK(b->counts[0] == 1 && b->counts[1] == 0 && b->counts[2] == 2,
           "counts: %d completed, %d dead, %d cancelled", b->counts[0], b->counts[1], b->counts[2]);
-    CHECK(b->fired && !strcmp(b->fired, "b1~callback"), "the batch names its callback");
+    CHECK(b->callback_id && !strcmp(b->callback_id, "b1~callback"), "the batch names its callback");
     CHECK(!ws_batch(s.ws, "b1"), "a finished batch is not open");
     status_is(&s, "b1~callback", "pending");
     /* Joining it now is refused; opening it again with new work is a new batch. */
@@ -336,7 +337,7 @@ static size_t count(const Sim *s, size_t from, EventType t, bool fired)
 {
     size_t n = 0;
     for (size_t i = from; i < s->log.len; i++)
-        if (s->log.items[i].type == t && (t != EV_TICK || !!s->log.items[i].fired == fired))
+        if (s->log.items[i].type == t && (t != EV_TICK || !!s->log.items[i].tick_work == fired))
             n++;
     return n;
 }
@@ -412,7 +413,7 @@ static void test_overlap_skips_while_the_last_run_is_open(void **state)
     sim_emit(&s);
     CHECK(count(&s, 0, EV_TICK, true) == 1 && count(&s, 0, EV_TICK, false) == 1,
           "the second tick is skipped while the first run is open");
-    CHECK(!strcmp(s.log.items[s.log.len - 1].error, "overlap"), "skipped for overlap");
+    CHECK(!strcmp(s.log.items[s.log.len - 1].skipped, "overlap"), "skipped for overlap");
     spec.paused = true;
     ws_decide_schedule_set(s.ws, "sec", &spec, s.now, &s.out);
     sim_emit(&s);

@@ -269,6 +269,7 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(deadline);
     EVD_JSON(result);
     EVD_STR(error);
+    EVD_STR(reason);
     EVD_INT(retry_at);
     EVD_INT(new_term);
     EVD_STR(leader_url);
@@ -283,9 +284,11 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_STR(batch);
     EVD_STR(traceparent);
     EVD_STR(tracestate);
-    EVD_STR(name);
+    EVD_STR(schedule);
     EVD_INT(tick);
-    EVD_STR(fired);
+    EVD_STR(tick_work);
+    EVD_STR(skipped);
+    EVD_STR(callback_id);
     EVD_INT(missed);
     EVD_INT(counts[0]);
     EVD_INT(counts[1]);

@@ -15,6 +15,7 @@
 #include "event.h"
 #include "err.h"
 #include "metrics.h"
+#include "view.h"
 
 typedef struct Hub Hub;
 
@@ -32,9 +33,9 @@ void hub_shutdown(Hub *h);
 void hub_free(Hub *h);
 
 /* ---- feeding (the listener thread) ---- */
-/* ev: {seq, id, queue, status, ...} from journal_finished_after (status
- * "progress" for progress events); borrowed. */
-void hub_publish(Hub *h, json_t *ev);
+/* ev: from view_finished_after or view_result_of. The hub takes its strings
+ * when it keeps it (leaving NULL behind); the caller clears ev either way. */
+void hub_publish(Hub *h, ResultEvent *ev);
 /* The leader's own commits, straight from its manager: published at once when
  * they continue what the hub has (else the listener brings them). */
 void hub_publish_committed(Hub *h, const EventList *events);

@@ -17,6 +17,7 @@
 #include "journal.h"
 #include "log.h"
 #include "util.h"
+#include "view.h"
 
 #define READ_PAGE 200        /* events per read from the table */
 #define READ_BYTES (1 << 20) /* ... and about this many bytes */
@@ -35,11 +36,12 @@ typedef struct Sub {
     json_t *queues; /* array, or NULL: any */
     int kinds;
     bool paused, dead;
-    unsigned gen;      /* bumped when the cursor is reset: older reads are dropped */
-    int64_t cursor;    /* recorded */
-    int64_t done;      /* every event up to here was delivered or skipped */
-    int64_t read_upto; /* every event up to here is in pending or was skipped */
-    json_t *pending;   /* matching events after done, oldest first */
+    unsigned gen;       /* bumped when the cursor is reset: older reads are dropped */
+    int64_t cursor;     /* recorded */
+    int64_t done;       /* every event up to here was delivered or skipped */
+    int64_t read_upto;  /* every event up to here is in pending or was skipped */
+    ResultList pending; /* matching events after done, oldest first, from pending_at */
+    size_t pending_at;
     int64_t flushed, flushed_ms;
     bool delivered_since_flush;
     /* the delivery in flight (thread only) */
@@ -165,18 +167,41 @@ static void sub_configure(Sub *s, json_t *set)
     s->paused = json_is_true(json_object_get(set, "paused"));
 }
 
+static size_t pending_count(const Sub *s)
+{
+    return s->pending.len - s->pending_at;
+}
+
+/* The oldest pending event, NULL if none. */
+static const ResultEvent *pending_first(const Sub *s)
+{
+    return pending_count(s) ? &s->pending.items[s->pending_at] : NULL;
+}
+
+static void pending_clear(Sub *s)
+{
+    view_results_clear(&s->pending);
+    s->pending_at = 0;
+}
+
+static void pending_drop_first(Sub *s)
+{
+    view_result_clear(&s->pending.items[s->pending_at++]);
+    if (s->pending_at == s->pending.len)
+        pending_clear(s);
+}
+
 static void sub_reset_cursor(Sub *s, int64_t cursor)
 {
     s->gen++;
     s->cursor = s->done = s->read_upto = s->flushed = cursor;
-    json_array_clear(s->pending);
+    pending_clear(s);
 }
 
 static Sub *sub_new(json_t *set, int64_t cursor)
 {
     Sub *s = xcalloc(1, sizeof *s);
     s->name = xstrdup(json_string_value(json_object_get(set, "name")));
-    s->pending = json_array();
     sub_configure(s, set);
     sub_reset_cursor(s, cursor);
     s->flushed_ms = mono_ms();
@@ -194,7 +219,7 @@ static void sub_free(Sub *s)
     free(s->url);
     json_decref(s->settings);
     json_decref(s->queues);
-    json_decref(s->pending);
+    pending_clear(s);
     free(s);
 }
 
@@ -436,23 +461,21 @@ static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_soc
     return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-static bool wants(const Sub *s, json_t *ev)
+static bool wants(const Sub *s, const ResultEvent *ev)
 {
-    const char *status = json_string_value(json_object_get(ev, "status"));
-    int k = !strcmp(status, "completed")   ? K_COMPLETED
-            : !strcmp(status, "dead")      ? K_DEAD
-            : !strcmp(status, "cancelled") ? K_CANCELLED
-                                           : 0;
+    int k = ev->type == EV_COMPLETED   ? K_COMPLETED
+            : ev->type == EV_DEAD      ? K_DEAD
+            : ev->type == EV_CANCELLED ? K_CANCELLED
+                                       : 0;
     if (!(s->kinds & k))
         return false;
     if (!s->queues)
         return true;
-    const char *q = json_string_value(json_object_get(ev, "queue"));
     size_t i;
     json_t *v;
     json_array_foreach(s->queues, i, v)
     {
-        if (q && !strcmp(q, json_string_value(v)))
+        if (!strcmp(ev->queue, json_string_value(v)))
             return true;
     }
     return false;
@@ -474,8 +497,7 @@ static void read_pages(Webhooks *w)
     int64_t now = mono_ms();
     bool leading = w->leading;
     for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
-        if (!s->paused && json_array_size(s->pending) == 0 && s->read_upto < snap &&
-            now >= s->next_try)
+        if (!s->paused && pending_count(s) == 0 && s->read_upto < snap && now >= s->next_try)
             want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
     pthread_mutex_unlock(&w->lock);
     if (!leading && w->conn) { /* a standby holds no session for this */
@@ -493,11 +515,11 @@ static void read_pages(Webhooks *w)
         w->db_down_logged = !w->conn;
     }
     for (size_t i = 0; i < n; i++) {
-        json_t *rows = json_array();
+        ResultList rows = {0};
         bool at_end = false;
         Err err = {0};
         int got = w->conn ? view_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
-                                                false, NULL, rows, &at_end, &err)
+                                                false, NULL, &rows, &at_end, &err)
                           : -1;
         if (got < 0 && w->conn)
             log_warn("webhooks: reading results after seq %lld: %s", (long long)want[i].after,
@@ -505,45 +527,47 @@ static void read_pages(Webhooks *w)
         pthread_mutex_lock(&w->lock);
         Sub *s = sub_find(w, want[i].name);
         if (got >= 0 && s && s->gen == want[i].gen && s->read_upto == want[i].after) {
-            size_t j;
-            json_t *ev;
-            json_array_foreach(rows, j, ev)
-            {
-                if (wants(s, ev))
-                    json_array_append(s->pending, ev);
-                s->read_upto = json_integer_value(json_object_get(ev, "seq"));
+            for (size_t j = 0; j < rows.len; j++) {
+                ResultEvent *ev = &rows.items[j];
+                s->read_upto = ev->seq;
+                if (wants(s, ev)) { /* moved into pending */
+                    *view_results_push(&s->pending) = *ev;
+                    memset(ev, 0, sizeof *ev);
+                }
             }
             if (at_end && s->read_upto < snap)
                 s->read_upto = snap;
-            if (json_array_size(s->pending) == 0)
+            if (pending_count(s) == 0)
                 s->done = s->read_upto;
         } else if (got < 0 && s) {
             s->next_try = mono_ms() + 1000;
         }
         pthread_mutex_unlock(&w->lock);
-        json_decref(rows);
+        view_results_clear(&rows);
         free(want[i].name);
     }
 }
 
-static const char *kind_type(const char *status)
+static const char *kind_type(EventType t)
 {
-    return !strcmp(status, "completed") ? "work.completed"
-           : !strcmp(status, "dead")    ? "work.dead"
-                                        : "work.cancelled";
+    return t == EV_COMPLETED ? "work.completed" : t == EV_DEAD ? "work.dead" : "work.cancelled";
 }
 
-/* Starts the delivery of s's oldest pending event (w->lock held). */
+/* Starts the delivery of s's oldest pending event (w->lock held): the
+ * Standard Webhooks envelope around the event's JSON as /results sends it. */
 static void start_delivery(Webhooks *w, Sub *s)
 {
-    json_t *ev = json_array_get(s->pending, 0);
-    int64_t seq = json_integer_value(json_object_get(ev, "seq"));
-    json_t *msg = json_pack("{s:s, s:O, s:O}", "type",
-                            kind_type(json_string_value(json_object_get(ev, "status"))),
-                            "timestamp", json_object_get(ev, "at"), "data", ev);
+    const ResultEvent *ev = pending_first(s);
+    int64_t seq = ev->seq;
+    char at[40];
+    time_format(ev->at, at, sizeof at);
+    SBuf body;
+    sbuf_init(&body);
+    sbuf_printf(&body, "{\"type\":\"%s\",\"timestamp\":\"%s\",\"data\":", kind_type(ev->type), at);
+    sbuf_append(&body, ev->frame + ev->data_off, ev->data_len);
+    sbuf_puts(&body, "}");
     free(s->body);
-    s->body = json_dumps(msg, JSON_COMPACT);
-    json_decref(msg);
+    s->body = sbuf_steal(&body);
     char id[40], ts[24], sig[WEBHOOKS_SIG_LEN], line[WEBHOOKS_SIG_LEN + 32];
     snprintf(id, sizeof id, "msg_%lld", (long long)seq);
     int64_t t = wall_ms() / 1000;
@@ -609,17 +633,14 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
     s->easy = NULL;
     if (s->dead)
         return;
-    json_t *head = json_array_get(s->pending, 0);
-    bool same = head && json_integer_value(json_object_get(head, "seq")) == s->fly_seq;
+    const ResultEvent *head = pending_first(s);
+    bool same = head && head->seq == s->fly_seq;
     /* An answer cut at RESPONSE_MAX still has its status. */
     bool answered = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && s->capped);
     if (answered && status >= 200 && status < 300) {
         if (same)
-            json_array_remove(s->pending, 0);
-        s->done =
-            json_array_size(s->pending)
-                ? json_integer_value(json_object_get(json_array_get(s->pending, 0), "seq")) - 1
-                : s->read_upto;
+            pending_drop_first(s);
+        s->done = pending_count(s) ? pending_first(s)->seq - 1 : s->read_upto;
         s->delivered++;
         s->last_delivered_at = wall_ms();
         s->delivered_since_flush = true;
@@ -681,7 +702,7 @@ static void *webhooks_main(void *arg)
         for (Sub *s = w->subs; s; s = s->next) {
             if (s->paused || s->easy)
                 continue;
-            if (json_array_size(s->pending) && now >= s->next_try)
+            if (pending_count(s) && now >= s->next_try)
                 start_delivery(w, s);
             else if (s->next_try > now && s->next_try < wake)
                 wake = s->next_try;

@@ -325,8 +325,67 @@ static const char finished_after_sql[] = FINISHED_AFTER_SQL("e.seq > $1::bigint"
 static const char finished_after_work_sql[] =
     FINISHED_AFTER_SQL("e.work_id = $5::text AND e.seq > $1::bigint");
 
+static int sbuf_dump(const char *buf, size_t size, void *b)
+{
+    sbuf_append(b, buf, size);
+    return 0;
+}
+
+void view_result_of(const Event *e, ResultEvent *out)
+{
+    const char *status = event_type_name(e->type);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_printf(&b, "id: %lld\nevent: %s\ndata: ", (long long)e->seq, status);
+    size_t off = b.len;
+    json_t *o = event_result_json(e);
+    if (json_dump_callback(o, sbuf_dump, &b, JSON_COMPACT) != 0)
+        sbuf_puts(&b, "{}"); /* cannot happen: jansson's own tree */
+    json_decref(o);
+    size_t data_len = b.len - off;
+    sbuf_puts(&b, "\n\n");
+    *out = (ResultEvent){
+        .seq = e->seq,
+        .at = e->at,
+        .type = e->type,
+        .work_id = xstrdup(e->type == EV_BATCH ? e->name : e->work_id),
+        .queue = xstrdup(e->type == EV_BATCH || !e->queue ? "" : e->queue),
+        .frame_len = b.len,
+        .data_off = off,
+        .data_len = data_len,
+    };
+    out->frame = sbuf_steal(&b);
+}
+
+void view_result_clear(ResultEvent *r)
+{
+    free(r->work_id);
+    free(r->queue);
+    free(r->frame);
+    memset(r, 0, sizeof *r);
+}
+
+void view_results_clear(ResultList *l)
+{
+    for (size_t i = 0; i < l->len; i++)
+        view_result_clear(&l->items[i]);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+ResultEvent *view_results_push(ResultList *l)
+{
+    if (l->len == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->items = xrealloc(l->items, l->cap * sizeof *l->items);
+    }
+    ResultEvent *r = &l->items[l->len++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
 int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, json_t *out, bool *at_end, Err *err)
+                        const char *work_id, ResultList *out, bool *at_end, Err *err)
 {
     char a[24], l[16], b[24];
     snprintf(a, sizeof a, "%lld", (long long)after);
@@ -366,7 +425,7 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
         e.queue = xstrdup(db_str(r, i, 7));
         if (e.type == EV_DEAD && !e.attempt && !PQgetisnull(r, i, 8)) /* logs before schema 3 */
             e.attempt = (int)db_int(r, i, 8);
-        json_array_append_new(out, event_result_json(&e));
+        view_result_of(&e, view_results_push(out));
         event_clear(&e);
     }
     PQclear(r);

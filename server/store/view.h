@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "event.h"
 
 /* workd_activity: buckets of this many seconds, kept this long (retention). */
 #define ACTIVITY_BUCKET_S 10
@@ -35,15 +36,45 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UN
  * or null after the last}; 404 if the work has no event (after == 0). */
 json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err) WARN_UNUSED;
 
+/* ---- the results stream ---- */
+/* One published event (event_is_published) as /results and webhooks send it,
+ * typed for filtering, with its frame built once:
+ * "id: <seq>\nevent: <status>\ndata: <json>\n\n", the JSON (data_off,
+ * data_len) being the object a client reads ({seq, id, queue, status, at,
+ * ...}). Owns its strings (view_result_clear); whoever keeps them may take
+ * them and leave NULL behind. */
+typedef struct ResultEvent {
+    int64_t seq;
+    int64_t at;     /* ms since the epoch */
+    EventType type; /* EV_COMPLETED, EV_DEAD, EV_CANCELLED, EV_PROGRESS or EV_BATCH */
+    char *work_id;  /* a batch's end: the batch's id */
+    char *queue;    /* "" when none (a batch) */
+    char *frame;
+    size_t frame_len;
+    size_t data_off, data_len; /* the JSON object inside frame */
+} ResultEvent;
+
+typedef struct ResultList {
+    ResultEvent *items;
+    size_t len, cap;
+} ResultList;
+
+/* e as a ResultEvent (e must be published); e is only read. */
+void view_result_of(const Event *e, ResultEvent *out);
+void view_result_clear(ResultEvent *r);
+/* Frees every event and the array; the list is empty and reusable after. */
+void view_results_clear(ResultList *l);
+/* A new zeroed slot at the end of l (valid until the next push). */
+ResultEvent *view_results_push(ResultList *l);
+
 /* Events after seq that finish work (completed, dead, cancelled) and, with
  * progress, progress events, of work_id only if not NULL, oldest first, at
  * most limit and about max_bytes of event data (at least one event, so a
- * large result still gets through), as SSE-ready objects {seq, id, queue,
- * status, ...}, appended to out (a JSON array). Sets *at_end when no such
- * event is left after the ones appended (as of the read). Returns the number
- * appended, or -1. */
+ * large result still gets through), appended to out. Sets *at_end when no
+ * such event is left after the ones appended (as of the read). Returns the
+ * number appended, or -1. */
 int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, json_t *out, bool *at_end, Err *err) WARN_UNUSED;
+                        const char *work_id, ResultList *out, bool *at_end, Err *err) WARN_UNUSED;
 
 /* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
 /* Every subscription as its events left it: [{name, url, secret, queues

@@ -17,6 +17,7 @@
 #include "parse.h"
 #include "parse_hooks.h"
 #include "proxy.h"
+#include "render.h"
 #include "hub.h"
 #include "static.h"
 #include "trace.h"
@@ -489,22 +490,29 @@ static void get_task(PGconn *conn, void *arg)
         problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
         goto cleanup;
     }
-    json_t *o = t->events ? view_work_events(conn, t->id, t->after, t->limit, &err)
-                          : view_work_get(conn, t->id, wall_ms(), &err);
-    if (!o) {
+    if (t->events) {
+        WorkEvents *e = view_work_events(conn, t->id, t->after, t->limit, &err);
+        if (e)
+            req_finish_json(r, 200, render_work_events(e));
+        else
+            req_finish_problem(r, &err);
+        view_work_events_free(e);
+        goto cleanup;
+    }
+    WorkView *w = view_work_get(conn, t->id, wall_ms(), &err);
+    if (!w) {
         req_finish_problem(r, &err);
         goto cleanup;
     }
-    const char *status = json_string_value(json_object_get(o, "status"));
-    if (!t->events && t->wait_ms > 0 && !t->waited && !is_final(status)) {
-        int64_t after = json_integer_value(json_object_get(o, "updated_seq"));
-        json_decref(o);
+    if (t->wait_ms > 0 && !t->waited && !is_final(w->status)) {
+        int64_t after = w->updated_seq;
+        view_work_free(w);
         hub_wait(r->srv->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
         listener_wake(r->srv->listener); /* to answer at the deadline, not after it */
         return;
     }
-    json_object_del(o, "updated_seq");
-    req_finish_json(r, 200, o);
+    req_finish_json(r, 200, render_work(w));
+    view_work_free(w);
 cleanup:
     free(t->id);
     free(t);
@@ -805,14 +813,16 @@ static void list_task(PGconn *conn, void *arg)
 {
     ListTask *t = arg;
     Err err = {0};
-    json_t *o = conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
-    if (!o) {
+    WorkList *l =
+        conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
+    if (!l) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(t->r, &err);
     } else {
-        req_finish_json(t->r, 200, o);
+        req_finish_json(t->r, 200, render_work_list(l));
     }
+    view_work_list_free(l);
     free(t->status);
     free(t->queue);
     free(t);

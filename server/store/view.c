@@ -5,13 +5,96 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "db.h"
 #include "event.h"
 #include "log.h"
 #include "rows.h"
 #include "util.h"
 
-json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
+static char *str_or_null(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : xstrdup(PQgetvalue(r, row, col));
+}
+
+static int64_t time_or_none(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? VIEW_NO_TIME : db_int(r, row, col);
+}
+
+/* A JSON array of strings (a jsonb column) as a strv; never NULL. */
+static char **strv_of_json(const PGresult *r, int row, int col)
+{
+    json_t *a = rows_json(r, row, col);
+    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
+    size_t i, n = 0;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_is_string(x))
+            v[n++] = xstrdup(json_string_value(x));
+    }
+    json_decref(a);
+    return v;
+}
+
+/* The last progress of the work (the (work_id, seq) index, newest first): a
+ * progress event carries the attempt's latest fraction and message. */
+WARN_UNUSED static int read_progress(PGconn *c, const char *id, WorkView *w, Err *err)
+{
+    const char *params[] = {id};
+    PGresult *r = db_exec(c,
+                          "SELECT seq, workd_epoch_ms(at), data::text"
+                          "  FROM workd_events"
+                          " WHERE work_id = $1 AND type = 'progress'"
+                          " ORDER BY seq DESC LIMIT 1",
+                          1, params, "reading progress", err);
+    if (!r)
+        return -1;
+    if (PQntuples(r)) {
+        json_t *d = rows_json(r, 0, 2);
+        json_t *f = json_object_get(d, "fraction");
+        w->has_progress = true;
+        w->progress = (WorkProgress){
+            .seq = db_int(r, 0, 0),
+            .at = time_or_none(r, 0, 1),
+            .attempt = (int)json_integer_value(json_object_get(d, "attempt")),
+            .has_fraction = json_is_number(f),
+            .fraction = json_number_value(f),
+            .message = xstrdup(json_string_value(json_object_get(d, "message"))),
+        };
+        json_decref(d);
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Its children: work that names it in after, open or kept (GIN indexes). */
+WARN_UNUSED static int read_children(PGconn *c, const char *id, WorkView *w, Err *err)
+{
+    json_t *probe = json_pack("[s]", id);
+    char *probe_text = json_dumps(probe, JSON_COMPACT);
+    json_decref(probe);
+    const char *cp[] = {probe_text};
+    PGresult *r = db_exec(c,
+                          "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
+                          "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
+                          "                UNION ALL"
+                          "                SELECT id, accepted_seq FROM workd_done"
+                          "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
+                          " ORDER BY accepted_seq LIMIT 1000",
+                          1, cp, "reading children", err);
+    free(probe_text);
+    if (!r)
+        return -1;
+    w->children = xcalloc((size_t)PQntuples(r) + 1, sizeof *w->children);
+    for (int i = 0; i < PQntuples(r); i++)
+        w->children[i] = xstrdup(db_str(r, i, 0));
+    PQclear(r);
+    return 0;
+}
+
+WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r = db_exec(
@@ -31,19 +114,6 @@ json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
-    /* The last progress (the (work_id, seq) index, newest first): a progress
-     * event carries the attempt's latest fraction and message. */
-    PGresult *pr = r && PQntuples(r) ? db_exec(c,
-                                               "SELECT seq, workd_epoch_ms(at), data::text"
-                                               "  FROM workd_events"
-                                               " WHERE work_id = $1 AND type = 'progress'"
-                                               " ORDER BY seq DESC LIMIT 1",
-                                               1, params, "reading progress", err)
-                                     : NULL;
-    if (r && PQntuples(r) && !pr) {
-        PQclear(r);
-        return NULL;
-    }
     if (!r)
         return NULL;
     if (PQntuples(r) == 0) {
@@ -54,77 +124,60 @@ json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *status = db_str(r, 0, 4);
     if (!strcmp(status, "pending") && !PQgetisnull(r, 0, 8) && db_int(r, 0, 8) > now)
         status = "scheduled";
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(db_str(r, 0, 0)));
-    json_object_set_new(o, "queue", json_string(db_str(r, 0, 1)));
-    json_object_set_new(o, "priority", json_integer(db_int(r, 0, 2)));
-    json_object_set_new(o, "status", json_string(status));
-    json_object_set_new(o, "payload", rows_json(r, 0, 3));
-    json_object_set_new(o, "attempts", json_integer(db_int(r, 0, 5)));
-    json_object_set_new(o, "max_attempts", json_integer(db_int(r, 0, 6)));
-    json_object_set_new(o, "timeout_ms", json_integer(db_int(r, 0, 7)));
-    rows_time_field(o, "run_at", r, 0, 8);
-    rows_time_field(o, "created_at", r, 0, 9);
-    rows_time_field(o, "started_at", r, 0, 10);
-    rows_time_field(o, "finished_at", r, 0, 11);
-    const char *w = db_str(r, 0, 12);
-    json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
-    rows_time_field(o, "deadline", r, 0, 13);
-    json_object_set_new(o, "result", rows_json(r, 0, 14));
-    const char *le = db_str(r, 0, 15);
-    json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
-    json_object_set_new(o, "updated_seq", json_integer(db_int(r, 0, 16)));
-    const char *key = db_str(r, 0, 17);
-    json_object_set_new(o, "key", key ? json_string(key) : json_null());
-    json_t *after = PQgetisnull(r, 0, 18) ? NULL : rows_json(r, 0, 18);
-    json_object_set_new(o, "after", after ? after : json_array());
-    json_object_set_new(o, "run_anyway",
-                        json_boolean(db_str(r, 0, 19) && !strcmp(db_str(r, 0, 19), "run")));
-    const char *batch = db_str(r, 0, 20);
-    json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
-    if (!PQgetisnull(r, 0, 21)) { /* the producer's trace context: only when there is one */
-        json_object_set_new(o, "traceparent", json_string(db_str(r, 0, 21)));
-        if (!PQgetisnull(r, 0, 22))
-            json_object_set_new(o, "tracestate", json_string(db_str(r, 0, 22)));
-    }
+    const char *policy = db_str(r, 0, 19);
+    WorkView *w = xcalloc(1, sizeof *w);
+    *w = (WorkView){
+        .id = xstrdup(db_str(r, 0, 0)),
+        .queue = xstrdup(db_str(r, 0, 1)),
+        .status = xstrdup(status),
+        .key = str_or_null(r, 0, 17),
+        .batch = str_or_null(r, 0, 20),
+        .priority = (int)db_int(r, 0, 2),
+        .attempts = (int)db_int(r, 0, 5),
+        .max_attempts = (int)db_int(r, 0, 6),
+        .timeout_ms = db_int(r, 0, 7),
+        .payload = rows_json(r, 0, 3),
+        .result = rows_json(r, 0, 14),
+        .run_at = time_or_none(r, 0, 8),
+        .created_at = time_or_none(r, 0, 9),
+        .started_at = time_or_none(r, 0, 10),
+        .finished_at = time_or_none(r, 0, 11),
+        .deadline = time_or_none(r, 0, 13),
+        .worker_id = str_or_null(r, 0, 12),
+        .last_error = str_or_null(r, 0, 15),
+        .updated_seq = db_int(r, 0, 16),
+        .after = PQgetisnull(r, 0, 18) ? xcalloc(1, sizeof(char *)) : strv_of_json(r, 0, 18),
+        .run_anyway = policy && !strcmp(policy, "run"),
+        .traceparent = str_or_null(r, 0, 21),
+        .tracestate = PQgetisnull(r, 0, 21) ? NULL : str_or_null(r, 0, 22),
+    };
     PQclear(r);
-    json_t *progress = json_null();
-    if (PQntuples(pr)) {
-        json_t *d = rows_json(pr, 0, 2);
-        progress = json_pack(
-            "{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
-            json_object_get(d, "attempt") ? json_object_get(d, "attempt") : json_null(), "fraction",
-            json_object_get(d, "fraction") ? json_object_get(d, "fraction") : json_null(),
-            "message", json_object_get(d, "message") ? json_object_get(d, "message") : json_null());
-        rows_time_field(progress, "at", pr, 0, 1);
-        json_decref(d);
-    }
-    PQclear(pr);
-    json_object_set_new(o, "progress", progress);
-    /* Its children: work that names it in after, open or kept (GIN indexes). */
-    json_t *probe = json_pack("[s]", id);
-    char *probe_text = json_dumps(probe, JSON_COMPACT);
-    json_decref(probe);
-    const char *cp[] = {probe_text};
-    r = db_exec(c,
-                "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
-                "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
-                "                UNION ALL"
-                "                SELECT id, accepted_seq FROM workd_done"
-                "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
-                " ORDER BY accepted_seq LIMIT 1000",
-                1, cp, "reading children", err);
-    free(probe_text);
-    if (!r) {
-        json_decref(o);
+    if (read_progress(c, id, w, err) != 0 || read_children(c, id, w, err) != 0) {
+        view_work_free(w);
         return NULL;
     }
-    json_t *kids = json_array();
-    for (int i = 0; i < PQntuples(r); i++)
-        json_array_append_new(kids, json_string(db_str(r, i, 0)));
-    json_object_set_new(o, "children", kids);
-    PQclear(r);
-    return o;
+    return w;
+}
+
+void view_work_free(WorkView *w)
+{
+    if (!w)
+        return;
+    free(w->id);
+    free(w->queue);
+    free(w->status);
+    free(w->key);
+    free(w->batch);
+    json_decref(w->payload);
+    json_decref(w->result);
+    free(w->worker_id);
+    free(w->last_error);
+    strv_free(w->after);
+    free(w->traceparent);
+    free(w->tracestate);
+    free(w->progress.message);
+    strv_free(w->children);
+    free(w);
 }
 
 json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
@@ -251,7 +304,7 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
     return o;
 }
 
-json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
+WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
 {
     char a[24], l[16];
     snprintf(a, sizeof a, "%lld", (long long)after);
@@ -273,20 +326,33 @@ json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Er
     bool more = n > limit;
     if (more)
         n = limit;
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_object();
-        json_object_set_new(e, "seq", json_integer(db_int(r, i, 0)));
-        json_object_set_new(e, "term", json_integer(db_int(r, i, 1)));
-        rows_time_field(e, "at", r, i, 2);
-        json_object_set_new(e, "type", json_string(db_str(r, i, 3)));
-        json_object_set_new(e, "version", json_integer(db_int(r, i, 4)));
-        json_object_set_new(e, "data", rows_json(r, i, 5));
-        json_array_append_new(arr, e);
-    }
-    json_t *next = more ? json_integer(db_int(r, n - 1, 0)) : json_null();
+    WorkEvents *o = xcalloc(1, sizeof *o);
+    o->id = xstrdup(id);
+    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
+    o->len = (size_t)n;
+    for (int i = 0; i < n; i++)
+        o->items[i] = (WorkEvent){.seq = db_int(r, i, 0),
+                                  .term = db_int(r, i, 1),
+                                  .at = time_or_none(r, i, 2),
+                                  .type = xstrdup(db_str(r, i, 3)),
+                                  .version = (int)db_int(r, i, 4),
+                                  .data = rows_json(r, i, 5)};
+    o->next_after = more ? db_int(r, n - 1, 0) : 0;
     PQclear(r);
-    return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
+    return o;
+}
+
+void view_work_events_free(WorkEvents *e)
+{
+    if (!e)
+        return;
+    for (size_t i = 0; i < e->len; i++) {
+        free(e->items[i].type);
+        json_decref(e->items[i].data);
+    }
+    free(e->items);
+    free(e->id);
+    free(e);
 }
 
 /* Planned once per session (db_exec_cached): planning it over every part of
@@ -433,8 +499,8 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
     return n;
 }
 
-json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before, int limit,
-                       Err *err)
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                         int limit, Err *err)
 {
     char b[24], l[16];
     snprintf(b, sizeof b, "%lld", (long long)before);
@@ -466,26 +532,40 @@ json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t
         4, params, "listing work", err);
     if (!r)
         return NULL;
-    json_t *items = json_array();
     int n = PQntuples(r);
-    for (int i = 0; i < n; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "id", json_string(db_str(r, i, 0)));
-        json_object_set_new(o, "queue", json_string(db_str(r, i, 1)));
-        json_object_set_new(o, "priority", json_integer(db_int(r, i, 2)));
-        json_object_set_new(o, "status", json_string(db_str(r, i, 3)));
-        json_object_set_new(o, "attempts", json_integer(db_int(r, i, 4)));
-        json_object_set_new(o, "max_attempts", json_integer(db_int(r, i, 5)));
-        rows_time_field(o, "created_at", r, i, 6);
-        rows_time_field(o, "finished_at", r, i, 7);
-        const char *w = db_str(r, i, 8), *le = db_str(r, i, 9);
-        json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
-        json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
-        json_array_append_new(items, o);
-    }
-    json_t *next = n == limit && n > 0 ? json_integer(db_int(r, n - 1, 10)) : json_null();
+    WorkList *o = xcalloc(1, sizeof *o);
+    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
+    o->len = (size_t)n;
+    for (int i = 0; i < n; i++)
+        o->items[i] = (WorkSummary){.id = xstrdup(db_str(r, i, 0)),
+                                    .queue = xstrdup(db_str(r, i, 1)),
+                                    .status = xstrdup(db_str(r, i, 3)),
+                                    .priority = (int)db_int(r, i, 2),
+                                    .attempts = (int)db_int(r, i, 4),
+                                    .max_attempts = (int)db_int(r, i, 5),
+                                    .created_at = time_or_none(r, i, 6),
+                                    .finished_at = time_or_none(r, i, 7),
+                                    .worker_id = str_or_null(r, i, 8),
+                                    .last_error = str_or_null(r, i, 9)};
+    o->next_before = n == limit && n > 0 ? db_int(r, n - 1, 10) : 0;
     PQclear(r);
-    return json_pack("{s:o, s:o}", "items", items, "next_before", next);
+    return o;
+}
+
+void view_work_list_free(WorkList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        WorkSummary *w = &l->items[i];
+        free(w->id);
+        free(w->queue);
+        free(w->status);
+        free(w->worker_id);
+        free(w->last_error);
+    }
+    free(l->items);
+    free(l);
 }
 
 #define READY "status = 'pending' AND (run_at IS NULL OR run_at <= now())"

@@ -18,9 +18,88 @@
 #define ACTIVITY_BUCKET_S 10
 #define ACTIVITY_KEEP_S 3600
 
-/* The work row as the API shows it (a new reference), or NULL with err 404.
- * Finished work is found while its part is kept (the retention window). */
-json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+/* A time not set (null in the API), where times are ms since the epoch. */
+#define VIEW_NO_TIME INT64_MIN
+
+/* ---- work ---- */
+/* The last progress an attempt reported (a progress event's data). */
+typedef struct WorkProgress {
+    int64_t seq, at;
+    int attempt;
+    bool has_fraction;
+    double fraction;
+    char *message; /* NULL: none */
+} WorkProgress;
+
+/* One work item, open or kept. Owns every string, list and JSON value
+ * (view_work_free); payload and result are the client's and the worker's
+ * JSON, opaque. */
+typedef struct WorkView {
+    char *id, *queue, *status; /* "scheduled": pending with run_at after now */
+    char *key, *batch;         /* NULL: none */
+    int priority, attempts, max_attempts;
+    int64_t timeout_ms;
+    json_t *payload;
+    json_t *result;                                                /* JSON null unless completed */
+    int64_t run_at, created_at, started_at, finished_at, deadline; /* or VIEW_NO_TIME */
+    char *worker_id, *last_error;                                  /* NULL: none */
+    int64_t updated_seq; /* the last event that changed it */
+    char **after;        /* its parents (strv, never NULL) */
+    bool run_anyway;
+    char *traceparent, *tracestate; /* the producer's trace context; NULL: none */
+    bool has_progress;
+    WorkProgress progress;
+    char **children; /* work that names it in after (strv, never NULL), at most 1000 */
+} WorkView;
+
+/* The work item (view_work_free), or NULL with err 404. Finished work is
+ * found while its part is kept (the retention window). */
+WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+void view_work_free(WorkView *w);
+
+/* One event of a work item's history, as the log holds it. */
+typedef struct WorkEvent {
+    int64_t seq, term, at;
+    char *type;
+    int version;
+    json_t *data; /* the event's data as stored */
+} WorkEvent;
+
+/* A page of one work item's history. */
+typedef struct WorkEvents {
+    char *id;
+    WorkEvent *items;
+    size_t len;
+    int64_t next_after; /* the `after` of the next page; 0 after the last */
+} WorkEvents;
+
+/* The history of one work item, a page at a time: at most limit events with
+ * seq > after (view_work_events_free); 404 if the work has no event (after
+ * == 0). */
+WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit,
+                             Err *err) WARN_UNUSED;
+void view_work_events_free(WorkEvents *e);
+
+/* One line of the work list. */
+typedef struct WorkSummary {
+    char *id, *queue, *status;
+    int priority, attempts, max_attempts;
+    int64_t created_at, finished_at; /* or VIEW_NO_TIME */
+    char *worker_id, *last_error;    /* NULL: none */
+} WorkSummary;
+
+typedef struct WorkList {
+    WorkSummary *items;
+    size_t len;
+    int64_t next_before; /* the `before` of the next page; 0: none */
+} WorkList;
+
+/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
+ * are told apart by run_at) and queue (NULL: any), before accepted seq
+ * `before` (0: from the newest), at most limit (view_work_list_free). */
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                         int limit, Err *err) WARN_UNUSED;
+void view_work_list_free(WorkList *l);
 
 /* Schedules as workd_schedules holds them, with their next fire times after
  * now and their last run: {"schedules": [...]} when name is NULL, else the one
@@ -30,11 +109,6 @@ json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err) WARN_
 /* A batch: when it opened and finished, its callback, and its work counted by
  * status (a new reference; 404 if none). */
 json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
-
-/* The history of one work item, a page at a time: {"id", "events": [at most
- * limit events with seq > after], "next_after": the `after` of the next page,
- * or null after the last}; 404 if the work has no event (after == 0). */
-json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err) WARN_UNUSED;
 
 /* ---- the results stream ---- */
 /* One published event (event_is_published) as /results and webhooks send it,
@@ -81,12 +155,6 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
  * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
  * reference), or NULL with err. */
 json_t *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
-
-/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
- * are told apart by run_at) and queue (NULL: any), before accepted seq
- * `before` (0: from the newest), at most limit: {"items": [...], "next_before": N|null}. */
-json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before, int limit,
-                       Err *err) WARN_UNUSED;
 
 /* Open work by queue from the projection: {queue: {pending, scheduled, running,
  * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the

@@ -48,16 +48,15 @@ typedef struct Waiter {
     struct Waiter *next;
 } Waiter;
 
-/* The finished statuses counted per queue, in the order of Rate.count. */
+/* The finished statuses counted per queue: completed, dead, cancelled (as in
+ * QueueRate). */
 enum { RATE_KINDS = 3 };
-static const char *const rate_kinds[] = {"completed", "dead", "cancelled"};
-_Static_assert(sizeof rate_kinds / sizeof rate_kinds[0] == RATE_KINDS, "a name per rate kind");
 
 /* Finished events per 10-second bucket, for one queue. */
 typedef struct Rate {
     char *queue;
     int64_t bucket[HUB_RATE_BUCKETS]; /* which bucket (ms / HUB_RATE_BUCKET_MS) slot i holds */
-    int count[RATE_KINDS][HUB_RATE_BUCKETS]; /* by rate_kinds */
+    int count[RATE_KINDS][HUB_RATE_BUCKETS]; /* completed, dead, cancelled */
     struct Rate *next;
 } Rate;
 
@@ -216,12 +215,9 @@ static bool ends_work(const ResultEvent *ev)
 
 /* ---- throughput ---- */
 
-static void count_rate(Hub *h, const char *queue, const char *status, int64_t now)
+static void count_rate(Hub *h, const char *queue, EventType type, int64_t now)
 {
-    int kind = RATE_KINDS - 1; /* cancelled: the last */
-    for (int k = 0; k < RATE_KINDS - 1; k++)
-        if (!strcmp(status, rate_kinds[k]))
-            kind = k;
+    int kind = type == EV_COMPLETED ? 0 : type == EV_DEAD ? 1 : 2; /* as in QueueRate */
     Rate *r = h->rates;
     while (r && strcmp(r->queue, queue) != 0)
         r = r->next;
@@ -241,26 +237,41 @@ static void count_rate(Hub *h, const char *queue, const char *status, int64_t no
     r->count[kind][slot]++;
 }
 
-json_t *hub_throughput(Hub *h, int64_t now)
+static int rate_by_queue(const void *a, const void *b)
 {
-    json_t *queues = json_object();
+    return strcmp(((const QueueRate *)a)->queue, ((const QueueRate *)b)->queue);
+}
+
+HubRates *hub_rates(Hub *h, int64_t now)
+{
+    HubRates *out = xcalloc(1, sizeof *out);
     int64_t last = now / HUB_RATE_BUCKET_MS;
     pthread_mutex_lock(&h->lock);
     for (Rate *r = h->rates; r; r = r->next) {
-        json_t *q = json_object();
-        for (int k = 0; k < RATE_KINDS; k++) {
-            json_t *arr = json_array();
-            for (int64_t b = last - HUB_RATE_BUCKETS + 1; b <= last; b++) {
+        out->items = xrealloc(out->items, (out->len + 1) * sizeof *out->items);
+        QueueRate *q = &out->items[out->len++];
+        q->queue = xstrdup(r->queue);
+        int *into[RATE_KINDS] = {q->completed, q->dead, q->cancelled};
+        for (int k = 0; k < RATE_KINDS; k++)
+            for (int64_t b = last - HUB_RATE_BUCKETS + 1, i = 0; b <= last; b++, i++) {
                 int slot = (int)(b % HUB_RATE_BUCKETS);
-                json_array_append_new(arr,
-                                      json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
+                into[k][i] = r->bucket[slot] == b ? r->count[k][slot] : 0;
             }
-            json_object_set_new(q, rate_kinds[k], arr);
-        }
-        json_object_set_new(queues, r->queue, q);
     }
     pthread_mutex_unlock(&h->lock);
-    return json_pack("{s:i, s:o}", "bucket_seconds", HUB_RATE_BUCKET_MS / 1000, "queues", queues);
+    if (out->len > 1)
+        qsort(out->items, out->len, sizeof *out->items, rate_by_queue);
+    return out;
+}
+
+void hub_rates_free(HubRates *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->len; i++)
+        free(r->items[i].queue);
+    free(r->items);
+    free(r);
 }
 
 /* ---- feeding ---- */
@@ -296,7 +307,7 @@ void hub_publish(Hub *h, ResultEvent *ev)
     h->len++;
     h->scanned_upto = seq;
     if (!e->progress && ev->type != EV_BATCH) /* a batch's end is not a job's */
-        count_rate(h, e->queue, event_type_name(ev->type), wall_ms());
+        count_rate(h, e->queue, ev->type, wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "hub.h"
 #include "view.h"
 
 /* ---- work ---- */
@@ -17,5 +18,16 @@ json_t *render_work(const WorkView *w);
 json_t *render_work_events(const WorkEvents *e);
 /* GET /work: {items, next_before}. */
 json_t *render_work_list(const WorkList *l);
+
+/* ---- queues ---- */
+/* GET /queues: every queue that any of the lists names, by name, with its
+ * open and finished counts, its throughput on this node and its limits;
+ * finished_age_s is how old the finished counts may be. */
+json_t *render_queues(const OpenCounts *open, const FinishedCounts *finished,
+                      const QueueLimitsList *limits, const HubRates *rates, int finished_age_s);
+/* GET /queues/{queue}/keys: the queue's entry of k (empty when absent). */
+json_t *render_key_backlog(const char *queue, const KeyBacklogs *k);
+/* GET /activity. */
+json_t *render_activity(const Activity *a);
 
 #endif

@@ -570,7 +570,14 @@ void view_work_list_free(WorkList *l)
 
 #define READY "status = 'pending' AND (run_at IS NULL OR run_at <= now())"
 
-json_t *view_open_counts(PGconn *c, Err *err)
+static int by_queue(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+/* Sorts n entries of size sz whose first member is their queue's name. */
+#define SORT_BY_QUEUE(items, n) qsort((items), (n), sizeof *(items), by_queue)
+
+OpenCounts *view_open_counts(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(
         c,
@@ -586,21 +593,51 @@ json_t *view_open_counts(PGconn *c, Err *err)
         0, NULL, "counting open work", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
-        json_t *q = json_pack("{s:I, s:I, s:I, s:I}", "waiting", (json_int_t)db_int(r, i, 6),
-                              "pending", (json_int_t)db_int(r, i, 1), "scheduled",
-                              (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
-        rows_time_field(q, "oldest_pending_at", r, i, 4);
-        json_object_set_new(q, "oldest_pending_age_s",
-                            PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));
-        json_object_set_new(o, db_str(r, i, 0), q);
-    }
+    OpenCounts *o = xcalloc(1, sizeof *o);
+    o->len = (size_t)PQntuples(r);
+    o->items = xcalloc(o->len + 1, sizeof *o->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        o->items[i] = (OpenCount){
+            .queue = xstrdup(db_str(r, i, 0)),
+            .waiting = db_int(r, i, 6),
+            .pending = db_int(r, i, 1),
+            .scheduled = db_int(r, i, 2),
+            .running = db_int(r, i, 3),
+            .oldest_pending_at = time_or_none(r, i, 4),
+            .oldest_pending_age_s = PQgetisnull(r, i, 5) ? 0 : atof(db_str(r, i, 5)),
+        };
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
 }
 
-json_t *view_activity(PGconn *c, int buckets, Err *err)
+void view_open_counts_free(OpenCounts *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->len; i++)
+        free(o->items[i].queue);
+    free(o->items);
+    free(o);
+}
+
+const char *const activity_kinds[ACTIVITY_KINDS] = {"accepted", "completed", "failed", "dead",
+                                                    "cancelled"};
+
+static ActivityQueue *activity_queue(Activity *a, const char *name)
+{
+    for (size_t i = 0; i < a->len; i++)
+        if (!strcmp(a->queues[i].queue, name))
+            return &a->queues[i];
+    a->queues = xrealloc(a->queues, (a->len + 1) * sizeof *a->queues);
+    ActivityQueue *q = &a->queues[a->len++];
+    q->queue = xstrdup(name);
+    for (int k = 0; k < ACTIVITY_KINDS; k++)
+        q->count[k] = xcalloc((size_t)a->buckets, sizeof *q->count[k]);
+    return q;
+}
+
+Activity *view_activity(PGconn *c, int buckets, Err *err)
 {
     char span[24], size[16];
     snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
@@ -616,37 +653,43 @@ json_t *view_activity(PGconn *c, int buckets, Err *err)
         2, params, "reading the activity", err);
     if (!r)
         return NULL;
-    static const char *const kinds[] = {"accepted", "completed", "failed", "dead", "cancelled"};
-    int64_t first = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
-    json_t *queues = json_object();
+    Activity *a = xcalloc(1, sizeof *a);
+    a->buckets = buckets;
+    a->start = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
     for (int i = 0; i < PQntuples(r); i++) {
         if (PQgetisnull(r, i, 1))
             continue; /* no activity at all: the left join's one row */
-        const char *name = db_str(r, i, 2);
-        json_t *q = json_object_get(queues, name);
-        if (!q) {
-            q = json_object();
-            for (int k = 0; k < 5; k++) {
-                json_t *arr = json_array();
-                for (int b = 0; b < buckets; b++)
-                    json_array_append_new(arr, json_integer(0));
-                json_object_set_new(q, kinds[k], arr);
-            }
-            json_object_set_new(queues, name, q);
-        }
-        size_t slot = (size_t)((db_int(r, i, 1) - first) / ACTIVITY_BUCKET_S);
-        for (int k = 0; k < 5; k++)
-            json_array_set_new(json_object_get(q, kinds[k]), slot,
-                               json_integer(db_int(r, i, 3 + k)));
+        ActivityQueue *q = activity_queue(a, db_str(r, i, 2));
+        int64_t slot = (db_int(r, i, 1) - a->start) / ACTIVITY_BUCKET_S;
+        if (slot < 0 || slot >= buckets)
+            continue;
+        for (int k = 0; k < ACTIVITY_KINDS; k++)
+            q->count[k][slot] = db_int(r, i, 3 + k);
     }
     PQclear(r);
-    char start[40];
-    time_format(first * 1000, start, sizeof start);
-    return json_pack("{s:i, s:s, s:i, s:o}", "bucket_seconds", ACTIVITY_BUCKET_S, "start", start,
-                     "buckets", buckets, "queues", queues);
+    return a;
 }
 
-json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
+void view_activity_free(Activity *a)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < a->len; i++) {
+        free(a->queues[i].queue);
+        for (int k = 0; k < ACTIVITY_KINDS; k++)
+            free(a->queues[i].count[k]);
+    }
+    free(a->queues);
+    free(a);
+}
+
+static KeyCount key_count(const PGresult *r, int i)
+{
+    return (KeyCount){
+        .pending = db_int(r, i, 3), .scheduled = db_int(r, i, 4), .running = db_int(r, i, 5)};
+}
+
+KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
 {
     char topv[16];
     snprintf(topv, sizeof topv, "%d", top);
@@ -670,46 +713,71 @@ json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
         2, params, "counting the backlog per key", err);
     if (!r)
         return NULL;
-    json_t *out = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
+    KeyBacklogs *out = xcalloc(1, sizeof *out);
+    int n = PQntuples(r);
+    out->items = xcalloc((size_t)n + 1, sizeof *out->items); /* a queue has a row at least */
+    for (int i = 0; i < n; i++) {
         const char *name = db_str(r, i, 0);
-        json_t *q = json_object_get(out, name);
-        if (!q) {
-            q = json_pack("{s:[], s:{s:i, s:i, s:i, s:i}}", "keys", "other", "keys", 0, "pending",
-                          0, "scheduled", 0, "running", 0);
-            json_object_set_new(out, name, q);
+        KeyBacklog *q = out->len ? &out->items[out->len - 1] : NULL;
+        if (!q || strcmp(q->queue, name) != 0) { /* the rows come queue by queue */
+            q = &out->items[out->len++];
+            q->queue = xstrdup(name);
         }
-        json_t *counts =
-            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3), "scheduled",
-                      (json_int_t)db_int(r, i, 4), "running", (json_int_t)db_int(r, i, 5));
         if (!strcmp(PQgetvalue(r, i, 1), "t")) {
-            const char *key = db_str(r, i, 2);
-            json_object_set_new(counts, "key", key ? json_string(key) : json_null());
-            json_array_append_new(json_object_get(q, "keys"), counts);
+            q->keys = xrealloc(q->keys, (q->n_keys + 1) * sizeof *q->keys);
+            KeyCount *k = &q->keys[q->n_keys++];
+            *k = key_count(r, i);
+            k->key = str_or_null(r, i, 2);
         } else {
-            json_object_set_new(counts, "keys", json_integer(db_int(r, i, 6)));
-            json_object_set_new(q, "other", counts);
+            q->other = key_count(r, i);
+            q->other_keys = db_int(r, i, 6);
         }
     }
     PQclear(r);
+    SORT_BY_QUEUE(out->items, out->len);
     return out;
 }
 
-json_t *view_queue_limits(PGconn *c, Err *err)
+void view_key_backlog_free(KeyBacklogs *k)
+{
+    if (!k)
+        return;
+    for (size_t i = 0; i < k->len; i++) {
+        for (size_t j = 0; j < k->items[i].n_keys; j++)
+            free(k->items[i].keys[j].key);
+        free(k->items[i].keys);
+        free(k->items[i].queue);
+    }
+    free(k->items);
+    free(k);
+}
+
+QueueLimitsList *view_queue_limits(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c, ROWS_QUEUES_SQL, 0, NULL, "reading the queues' limits", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
-        QueueLimits lim = rows_queue_limits(r, i);
-        json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
-        queue_limits_clear(&lim);
-        json_object_del(l, "queue");
-        json_object_set_new(o, db_str(r, i, 0), l);
-    }
+    QueueLimitsList *o = xcalloc(1, sizeof *o);
+    o->len = (size_t)PQntuples(r);
+    o->items = xcalloc(o->len + 1, sizeof *o->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        o->items[i] =
+            (QueueLimitsRow){.queue = xstrdup(db_str(r, i, 0)), .limits = rows_queue_limits(r, i)};
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
+}
+
+void view_queue_limits_free(QueueLimitsList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        free(l->items[i].queue);
+        queue_limits_clear(&l->items[i].limits);
+    }
+    free(l->items);
+    free(l);
 }
 
 int view_last_seq(PGconn *c, int64_t *seq, Err *err)
@@ -739,7 +807,7 @@ int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *er
     return 0;
 }
 
-json_t *view_finished_counts(PGconn *c, Err *err)
+FinishedCounts *view_finished_counts(PGconn *c, Err *err)
 {
     PGresult *r =
         db_exec(c,
@@ -750,18 +818,51 @@ json_t *view_finished_counts(PGconn *c, Err *err)
                 0, NULL, "counting finished work", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
+    FinishedCounts *o = xcalloc(1, sizeof *o);
+    o->items = xcalloc((size_t)PQntuples(r) + 1, sizeof *o->items);
     for (int i = 0; i < PQntuples(r); i++) {
-        const char *q = db_str(r, i, 0);
-        json_t *qo = json_object_get(o, q);
-        if (!qo) {
-            qo = json_pack("{s:i, s:i, s:i}", "completed", 0, "dead", 0, "cancelled", 0);
-            json_object_set_new(o, q, qo);
+        const char *q = db_str(r, i, 0), *st = db_str(r, i, 1);
+        FinishedCount *f = NULL;
+        for (size_t j = 0; j < o->len && !f; j++)
+            if (!strcmp(o->items[j].queue, q))
+                f = &o->items[j];
+        if (!f) {
+            f = &o->items[o->len++];
+            f->queue = xstrdup(q);
         }
-        json_object_set_new(qo, db_str(r, i, 1), json_integer(db_int(r, i, 2)));
+        int64_t n = db_int(r, i, 2);
+        if (!strcmp(st, "completed"))
+            f->completed = n;
+        else if (!strcmp(st, "dead"))
+            f->dead = n;
+        else if (!strcmp(st, "cancelled"))
+            f->cancelled = n;
     }
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
+}
+
+FinishedCounts *view_finished_counts_copy(const FinishedCounts *f)
+{
+    FinishedCounts *o = xcalloc(1, sizeof *o);
+    o->len = f->len;
+    o->items = xcalloc(f->len + 1, sizeof *o->items);
+    for (size_t i = 0; i < f->len; i++) {
+        o->items[i] = f->items[i];
+        o->items[i].queue = xstrdup(f->items[i].queue);
+    }
+    return o;
+}
+
+void view_finished_counts_free(FinishedCounts *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->len; i++)
+        free(f->items[i].queue);
+    free(f->items);
+    free(f);
 }
 
 json_t *view_subscriptions(PGconn *c, Err *err)

@@ -156,37 +156,102 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
  * reference), or NULL with err. */
 json_t *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
 
-/* Open work by queue from the projection: {queue: {pending, scheduled, running,
- * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
- * open work. */
-json_t *view_open_counts(PGconn *c, Err *err) WARN_UNUSED;
-/* The dashboard's chart: per queue and bucket of ACTIVITY_BUCKET_S seconds,
- * the last `buckets` buckets up to the database's now, from workd_activity
- * (kept by the leader's append): {"bucket_seconds", "start" (the first
- * bucket's time), "buckets", "queues": {queue: {"accepted": [n...],
- * "completed", "failed", "dead", "cancelled"}}}, oldest first. New reference,
- * NULL on error. */
-json_t *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
+/* ---- queues ----
+ * Each list is one entry per queue, sorted by name (strcmp), so that a reader
+ * merges them in one pass; each has its *_free, which takes NULL. */
+typedef struct OpenCount {
+    char *queue;
+    int64_t waiting, pending, scheduled, running;
+    int64_t oldest_pending_at;   /* the oldest ready work's time; VIEW_NO_TIME: none */
+    double oldest_pending_age_s; /* 0 when none */
+} OpenCount;
+typedef struct OpenCounts {
+    OpenCount *items;
+    size_t len;
+} OpenCounts;
+
+/* Open work by queue from the projection. Cost follows the open work. */
+OpenCounts *view_open_counts(PGconn *c, Err *err) WARN_UNUSED;
+void view_open_counts_free(OpenCounts *o);
+
+typedef struct FinishedCount {
+    char *queue;
+    int64_t completed, dead, cancelled;
+} FinishedCount;
+typedef struct FinishedCounts {
+    FinishedCount *items;
+    size_t len;
+} FinishedCounts;
+
+/* Counts of finished work by queue and status within the retention window
+ * (dead work: all of it). */
+FinishedCounts *view_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
+FinishedCounts *view_finished_counts_copy(const FinishedCounts *f);
+void view_finished_counts_free(FinishedCounts *f);
+
+typedef struct QueueLimitsRow {
+    char *queue;
+    QueueLimits limits; /* owns its weights */
+} QueueLimitsRow;
+typedef struct QueueLimitsList {
+    QueueLimitsRow *items;
+    size_t len;
+} QueueLimitsList;
+
+/* Every queue's flow control as operators set it (queues never set are
+ * absent). */
+QueueLimitsList *view_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
+void view_queue_limits_free(QueueLimitsList *l);
+
+typedef struct KeyCount {
+    char *key; /* NULL: work without a key */
+    int64_t pending, scheduled, running;
+} KeyCount;
+/* One queue's backlog per key: its top keys, the rest added up. */
+typedef struct KeyBacklog {
+    char *queue;
+    KeyCount *keys; /* most ready work first */
+    size_t n_keys;
+    int64_t other_keys; /* how many keys other holds (its key is NULL) */
+    KeyCount other;
+} KeyBacklog;
+typedef struct KeyBacklogs {
+    KeyBacklog *items;
+    size_t len;
+} KeyBacklogs;
+
 /* The backlog of each key of a queue (all queues when queue is NULL), bounded:
- * the `top` keys with the most ready work, the rest added up as "other":
- * {queue: {"keys": [{"key": k|null, "pending", "scheduled", "running"}...],
- * "other": {"keys": n, "pending", "scheduled", "running"}}}. One pass over
- * the open work (workd_open). New reference, NULL on error. */
-json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
+ * the `top` keys with the most ready work, the rest added up as other. One
+ * pass over the open work (workd_open). */
+KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
+void view_key_backlog_free(KeyBacklogs *k);
 
-/* Every queue's flow control as operators set it: {queue: {paused,
- * max_running, rate}} (a new reference; queues never set are absent). */
-json_t *view_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
+/* ---- the dashboard's chart ---- */
+enum { ACTIVITY_KINDS = 5 }; /* accepted, completed, failed, dead, cancelled */
+extern const char *const activity_kinds[ACTIVITY_KINDS];
 
+typedef struct ActivityQueue {
+    char *queue;
+    int64_t *count[ACTIVITY_KINDS]; /* by activity_kinds, each Activity.buckets long */
+} ActivityQueue;
+typedef struct Activity {
+    int64_t start; /* the first bucket's time, seconds since the epoch */
+    int buckets;   /* of ACTIVITY_BUCKET_S seconds, oldest first */
+    ActivityQueue *queues;
+    size_t len;
+} Activity;
+
+/* Per queue and bucket of ACTIVITY_BUCKET_S seconds, the last `buckets`
+ * buckets up to the database's now, from workd_activity (kept by the
+ * leader's append); queues in the order they first had activity. */
+Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
+void view_activity_free(Activity *a);
+
+/* ---- the log ---- */
 /* The highest seq in the table (0 if empty). */
 int view_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
 
 /* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
 int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
-
-/* Counts of finished work by queue and status within the retention window
- * (dead work: all of it) (a new reference: {"queue": {"completed": n, "dead":
- * n, "cancelled": n}}). */
-json_t *view_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
 
 #endif

@@ -698,13 +698,27 @@ typedef struct FlowRead {
     bool batch;
 } FlowRead;
 
+/* The answer of a flow read (a new reference), or NULL with err. */
+static json_t *flow_read_json(PGconn *conn, const FlowRead *t, Err *err)
+{
+    int64_t now = wall_ms();
+    if (t->batch) {
+        BatchView *b = view_batch_get(conn, t->key, now, err);
+        json_t *o = b ? render_batch(b) : NULL;
+        view_batch_free(b);
+        return o;
+    }
+    ScheduleList *l = view_schedules(conn, t->key, err);
+    json_t *o = !l ? NULL : t->key ? render_schedule(&l->items[0], now) : render_schedules(l, now);
+    view_schedules_free(l);
+    return o;
+}
+
 static void flow_read_task(PGconn *conn, void *arg)
 {
     FlowRead *t = arg;
     Err err = {0};
-    json_t *o = !conn      ? NULL
-                : t->batch ? view_batch_get(conn, t->key, wall_ms(), &err)
-                           : view_schedules(conn, t->key, wall_ms(), &err);
+    json_t *o = conn ? flow_read_json(conn, t, &err) : NULL;
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");

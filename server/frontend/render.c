@@ -233,3 +233,47 @@ json_t *render_activity(const Activity *a)
     return json_pack("{s:i, s:s, s:i, s:o}", "bucket_seconds", ACTIVITY_BUCKET_S, "start", start,
                      "buckets", a->buckets, "queues", queues);
 }
+
+/* ---- schedules and batches ---- */
+
+json_t *render_schedule(const ScheduleView *v, int64_t now)
+{
+    json_t *o;
+    if (v->spec) {
+        o = sched_json(v->name, v->spec, v->last_tick, now);
+    } else { /* shown as stored, with why it does not fire */
+        o = json_deep_copy(v->stored);
+        json_object_del(o, "since");
+        json_object_del(o, "schedule");
+        json_object_set_new(o, "name", json_string(v->name));
+        json_object_set_new(o, "next", json_array());
+        json_object_set_new(o, "error", json_string(v->error));
+    }
+    json_object_set_new(o, "last_run",
+                        v->last_work ? json_pack("{s:s, s:o, s:s}", "id", v->last_work, "fired_at",
+                                                 at_json(v->last_fired_at), "status",
+                                                 v->last_status ? v->last_status : "unknown")
+                                     : json_null());
+    json_object_set_new(o, "updated_at", at_json(v->updated_at));
+    return o;
+}
+
+json_t *render_schedules(const ScheduleList *l, int64_t now)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < l->len; i++)
+        json_array_append_new(arr, render_schedule(&l->items[i], now));
+    return json_pack("{s:o}", "schedules", arr);
+}
+
+json_t *render_batch(const BatchView *b)
+{
+    return json_pack(
+        "{s:s, s:o, s:b, s:o, s:O, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I}", "id", b->id,
+        "opened_at", at_json(b->opened_at), "finished", b->finished_at != VIEW_NO_TIME,
+        "finished_at", at_json(b->finished_at), "callback", b->callback ? b->callback : json_null(),
+        "callback_id", str_json(b->callback_id), "counts", "waiting", (json_int_t)b->waiting,
+        "pending", (json_int_t)b->pending, "scheduled", (json_int_t)b->scheduled, "running",
+        (json_int_t)b->running, "completed", (json_int_t)b->completed, "dead", (json_int_t)b->dead,
+        "cancelled", (json_int_t)b->cancelled, "total", (json_int_t)b->total);
+}

@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "hub.h"
+#include "schedule.h"
 #include "view.h"
 
 /* ---- work ---- */
@@ -29,5 +30,13 @@ json_t *render_queues(const OpenCounts *open, const FinishedCounts *finished,
 json_t *render_key_backlog(const char *queue, const KeyBacklogs *k);
 /* GET /activity. */
 json_t *render_activity(const Activity *a);
+
+/* ---- schedules and batches ---- */
+/* GET /schedules/{name}: one schedule, its next fire times after now. */
+json_t *render_schedule(const ScheduleView *v, int64_t now);
+/* GET /schedules: {"schedules": [...]}. */
+json_t *render_schedules(const ScheduleList *l, int64_t now);
+/* GET /batches/{id}. */
+json_t *render_batch(const BatchView *b);
 
 #endif

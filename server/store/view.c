@@ -180,7 +180,7 @@ void view_work_free(WorkView *w)
     free(w);
 }
 
-json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
+ScheduleList *view_schedules(PGconn *c, const char *name, Err *err)
 {
     const char *params[] = {name};
     PGresult *r = db_exec(
@@ -198,51 +198,51 @@ json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
         err_set(err, 404, "not-found", "no schedule '%s'", name);
         return NULL;
     }
-    json_t *list = json_array();
+    ScheduleList *l = xcalloc(1, sizeof *l);
+    l->len = (size_t)PQntuples(r);
+    l->items = xcalloc(l->len + 1, sizeof *l->items);
     for (int i = 0; i < PQntuples(r); i++) {
-        json_t *spec = rows_json(r, i, 1);
+        ScheduleView *v = &l->items[i];
+        json_t *stored = rows_json(r, i, 1);
         ScheduleSpec sp;
         Err e = {0};
-        json_t *o;
-        if (schedspec_decode(spec, &sp, &e) == 0) {
-            o = sched_json(db_str(r, i, 0), &sp, db_int(r, i, 2), now);
-            free(sp.cron_text);
-            free(sp.tz);
-            template_clear(&sp.work);
+        if (schedspec_decode(stored, &sp, &e) == 0) {
+            v->spec = xcalloc(1, sizeof *v->spec);
+            *v->spec = sp;
+            json_decref(stored);
         } else { /* shown as stored, with why it does not fire */
-            o = json_deep_copy(spec);
-            json_object_del(o, "since");
-            json_object_del(o, "schedule");
-            json_object_set_new(o, "name", json_string(db_str(r, i, 0)));
-            json_object_set_new(o, "next", json_array());
-            json_object_set_new(o, "error", json_string(e.msg));
+            v->stored = stored;
+            v->error = xstrdup(e.msg);
         }
-        json_decref(spec);
-        const char *lw = db_str(r, i, 3);
-        json_t *last = json_null();
-        if (lw) {
-            char at[40];
-            time_format(db_int(r, i, 4), at, sizeof at);
-            const char *st = db_str(r, i, 5);
-            last = json_pack("{s:s, s:s, s:s}", "id", lw, "fired_at", at, "status",
-                             st ? st : "unknown");
-        }
-        json_object_set_new(o, "last_run", last);
-        char upd[40];
-        time_format(db_int(r, i, 6), upd, sizeof upd);
-        json_object_set_new(o, "updated_at", json_string(upd));
-        json_array_append_new(list, o);
+        v->name = xstrdup(db_str(r, i, 0));
+        v->last_tick = db_int(r, i, 2);
+        v->last_work = str_or_null(r, i, 3);
+        v->last_fired_at = time_or_none(r, i, 4);
+        v->last_status = str_or_null(r, i, 5);
+        v->updated_at = time_or_none(r, i, 6);
     }
     PQclear(r);
-    if (name) {
-        json_t *one = json_incref(json_array_get(list, 0));
-        json_decref(list);
-        return one;
-    }
-    return json_pack("{s:o}", "schedules", list);
+    return l;
 }
 
-json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
+void view_schedules_free(ScheduleList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        ScheduleView *v = &l->items[i];
+        free(v->name);
+        schedspec_free(v->spec);
+        json_decref(v->stored);
+        free(v->error);
+        free(v->last_work);
+        free(v->last_status);
+    }
+    free(l->items);
+    free(l);
+}
+
+BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r =
@@ -258,20 +258,12 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
         err_set(err, 404, "not-found", "no batch '%s'", id);
         return NULL;
     }
-    char opened[40];
-    time_format(db_int(r, 0, 0), opened, sizeof opened);
-    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "opened_at", opened, "finished",
-                          !PQgetisnull(r, 0, 1));
-    if (!PQgetisnull(r, 0, 1)) {
-        char fin[40];
-        time_format(db_int(r, 0, 1), fin, sizeof fin);
-        json_object_set_new(o, "finished_at", json_string(fin));
-    } else {
-        json_object_set_new(o, "finished_at", json_null());
-    }
-    json_object_set_new(o, "callback", PQgetisnull(r, 0, 2) ? json_null() : rows_json(r, 0, 2));
-    const char *cb = db_str(r, 0, 3);
-    json_object_set_new(o, "callback_id", cb ? json_string(cb) : json_null());
+    BatchView *b = xcalloc(1, sizeof *b);
+    b->id = xstrdup(id);
+    b->opened_at = time_or_none(r, 0, 0);
+    b->finished_at = time_or_none(r, 0, 1);
+    b->callback = PQgetisnull(r, 0, 2) ? NULL : rows_json(r, 0, 2);
+    b->callback_id = str_or_null(r, 0, 3);
     PQclear(r);
     char nowv[24];
     snprintf(nowv, sizeof nowv, "%lld", (long long)now);
@@ -284,24 +276,35 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
                 "SELECT status, count(*) FROM workd_done WHERE batch = $1 GROUP BY 1",
                 2, p2, "counting a batch", err);
     if (!r) {
-        json_decref(o);
+        view_batch_free(b);
         return NULL;
     }
-    json_t *counts =
-        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
-                  "running", 0, "completed", 0, "dead", 0, "cancelled", 0);
-    json_int_t total = 0;
+    struct {
+        const char *status;
+        int64_t *n;
+    } const by[] = {{"waiting", &b->waiting},     {"pending", &b->pending},
+                    {"scheduled", &b->scheduled}, {"running", &b->running},
+                    {"completed", &b->completed}, {"dead", &b->dead},
+                    {"cancelled", &b->cancelled}};
     for (int i = 0; i < PQntuples(r); i++) {
-        json_int_t n = db_int(r, i, 1);
-        const char *st = db_str(r, i, 0);
-        json_object_set_new(counts, st,
-                            json_integer(json_integer_value(json_object_get(counts, st)) + n));
-        total += n;
+        int64_t n = db_int(r, i, 1);
+        for (size_t k = 0; k < sizeof by / sizeof by[0]; k++)
+            if (!strcmp(db_str(r, i, 0), by[k].status))
+                *by[k].n += n;
+        b->total += n;
     }
     PQclear(r);
-    json_object_set_new(o, "counts", counts);
-    json_object_set_new(o, "total", json_integer(total));
-    return o;
+    return b;
+}
+
+void view_batch_free(BatchView *b)
+{
+    if (!b)
+        return;
+    free(b->id);
+    json_decref(b->callback);
+    free(b->callback_id);
+    free(b);
 }
 
 WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)

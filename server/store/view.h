@@ -101,14 +101,42 @@ WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64
                          int limit, Err *err) WARN_UNUSED;
 void view_work_list_free(WorkList *l);
 
-/* Schedules as workd_schedules holds them, with their next fire times after
- * now and their last run: {"schedules": [...]} when name is NULL, else the one
- * named (404 if none). */
-json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err) WARN_UNUSED;
+/* ---- schedules and batches ---- */
+/* A schedule as workd_schedules holds it. Owns everything (in a
+ * ScheduleList: view_schedules_free). */
+typedef struct ScheduleView {
+    char *name;
+    ScheduleSpec *spec; /* NULL when the stored definition no longer decodes: */
+    json_t *stored;     /* ...then the definition as stored, */
+    char *error;        /* ...and why it does not fire */
+    int64_t last_tick;  /* ms */
+    char *last_work;    /* the work of its last run; NULL: none yet */
+    int64_t last_fired_at;
+    char *last_status; /* that work's status; NULL: no longer kept */
+    int64_t updated_at;
+} ScheduleView;
+typedef struct ScheduleList {
+    ScheduleView *items; /* by name */
+    size_t len;
+} ScheduleList;
 
-/* A batch: when it opened and finished, its callback, and its work counted by
- * status (a new reference; 404 if none). */
-json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+/* Every schedule when name is NULL, else the one named (404 if none). */
+ScheduleList *view_schedules(PGconn *c, const char *name, Err *err) WARN_UNUSED;
+void view_schedules_free(ScheduleList *l);
+
+/* A batch: when it opened and finished, its callback, its work by status. */
+typedef struct BatchView {
+    char *id;
+    int64_t opened_at, finished_at; /* finished_at: VIEW_NO_TIME while open */
+    json_t *callback;               /* the callback's template as stored; NULL: none */
+    char *callback_id;              /* NULL: none */
+    int64_t waiting, pending, scheduled, running, completed, dead, cancelled, total;
+} BatchView;
+
+/* The batch (view_batch_free), or NULL with err (404 if none); now tells
+ * scheduled from pending work. */
+BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+void view_batch_free(BatchView *b);
 
 /* ---- the results stream ---- */
 /* One published event (event_is_published) as /results and webhooks send it,

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "config.h"
 #include "db.h"
 #include "journal.h"
 #include "log.h"
@@ -29,12 +30,10 @@ enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 
 typedef struct Sub {
     char *name;
-    json_t *settings; /* as recorded, secret included */
-    char *url;
+    Subscription cfg; /* as recorded, secret included; its cursor unused (the fields below) */
     unsigned char key[WEBHOOKS_KEY_MAX];
     size_t keylen;
-    json_t *queues; /* array, or NULL: any */
-    int kinds;
+    int kinds; /* cfg.kinds as K_* bits */
     bool paused, dead;
     unsigned gen;       /* bumped when the cursor is reset: older reads are dropped */
     int64_t cursor;     /* recorded */
@@ -128,43 +127,88 @@ int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64
 
 /* ---- subscriptions (w->lock held) ---- */
 
-static int kinds_of(json_t *arr)
+static int kinds_of(char *const *kinds)
 {
     int k = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v)
-    {
-        const char *s = json_string_value(v);
-        if (!s)
-            continue;
-        k |= !strcmp(s, "completed")   ? K_COMPLETED
-             : !strcmp(s, "dead")      ? K_DEAD
-             : !strcmp(s, "cancelled") ? K_CANCELLED
-                                       : 0;
-    }
+    for (size_t i = 0; kinds && kinds[i]; i++)
+        k |= !strcmp(kinds[i], "completed")   ? K_COMPLETED
+             : !strcmp(kinds[i], "dead")      ? K_DEAD
+             : !strcmp(kinds[i], "cancelled") ? K_CANCELLED
+                                              : 0;
     return k;
 }
 
-/* Takes the settings of set (a subscription event's detail or a table row). */
-static void sub_configure(Sub *s, json_t *set)
+/* A JSON array of strings as a strv (NULL when it is not an array). */
+static char **strv_of(json_t *a)
 {
-    json_t *keep = json_deep_copy(set);
-    json_object_del(keep, "cursor");
-    json_object_del(keep, "start");
-    json_object_del(keep, "deleted");
-    json_decref(s->settings);
-    s->settings = keep;
-    free(s->url);
-    s->url = xstrdup(json_string_value(json_object_get(set, "url")));
-    if (webhooks_secret_key(json_string_value(json_object_get(set, "secret")), s->key,
-                            &s->keylen) != 0)
+    if (!json_is_array(a))
+        return NULL;
+    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
+    size_t i, n = 0;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_is_string(x))
+            v[n++] = xstrdup(json_string_value(x));
+    }
+    return v;
+}
+
+/* A subscription event's detail as a Subscription (its cursor left 0). */
+static void subscription_of(json_t *d, Subscription *out)
+{
+    const char *reason = json_string_value(json_object_get(d, "paused_reason"));
+    *out = (Subscription){
+        .name = xstrdup(json_string_value(json_object_get(d, "name"))),
+        .url = xstrdup(json_string_value(json_object_get(d, "url"))),
+        .secret = xstrdup(json_string_value(json_object_get(d, "secret"))),
+        .queues = strv_of(json_object_get(d, "queues")),
+        .kinds = strv_of(json_object_get(d, "kinds")),
+        .paused = json_is_true(json_object_get(d, "paused")),
+        .paused_reason = xstrdup(reason),
+    };
+    if (!out->kinds)
+        out->kinds = xcalloc(1, sizeof *out->kinds);
+}
+
+static json_t *strv_json(char *const *v)
+{
+    if (!v)
+        return json_null();
+    json_t *a = json_array();
+    for (size_t i = 0; v[i]; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+/* The settings as a subscription event records them: {name, url, secret,
+ * queues, kinds, paused, paused_reason}; without the secret and with url as
+ * shown when shown_url is not NULL (the API's view). */
+static json_t *settings_json(const Subscription *c, const char *shown_url)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(c->name));
+    json_object_set_new(o, "url", json_string(shown_url ? shown_url : c->url));
+    if (!shown_url)
+        json_object_set_new(o, "secret", json_string(c->secret));
+    json_object_set_new(o, "queues", strv_json(c->queues));
+    json_object_set_new(o, "kinds", strv_json(c->kinds));
+    json_object_set_new(o, "paused", json_boolean(c->paused));
+    json_object_set_new(o, "paused_reason",
+                        c->paused_reason ? json_string(c->paused_reason) : json_null());
+    return o;
+}
+
+/* Takes the settings of set (moved: set is left empty). */
+static void sub_configure(Sub *s, Subscription *set)
+{
+    subscription_clear(&s->cfg);
+    s->cfg = *set;
+    memset(set, 0, sizeof *set);
+    if (webhooks_secret_key(s->cfg.secret, s->key, &s->keylen) != 0)
         s->keylen = 0; /* the API checks secrets: a bad one here is a bug; deliveries fail */
-    json_decref(s->queues);
-    json_t *q = json_object_get(set, "queues");
-    s->queues = json_is_array(q) ? json_incref(q) : NULL;
-    s->kinds = kinds_of(json_object_get(set, "kinds"));
-    s->paused = json_is_true(json_object_get(set, "paused"));
+    s->kinds = kinds_of(s->cfg.kinds);
+    s->paused = s->cfg.paused;
 }
 
 static size_t pending_count(const Sub *s)
@@ -198,10 +242,10 @@ static void sub_reset_cursor(Sub *s, int64_t cursor)
     pending_clear(s);
 }
 
-static Sub *sub_new(json_t *set, int64_t cursor)
+static Sub *sub_new(Subscription *set, int64_t cursor)
 {
     Sub *s = xcalloc(1, sizeof *s);
-    s->name = xstrdup(json_string_value(json_object_get(set, "name")));
+    s->name = xstrdup(set->name);
     sub_configure(s, set);
     sub_reset_cursor(s, cursor);
     s->flushed_ms = mono_ms();
@@ -216,9 +260,7 @@ static void sub_free(Sub *s)
     curl_slist_free_all(s->hdrs);
     free(s->body);
     free(s->name);
-    free(s->url);
-    json_decref(s->settings);
-    json_decref(s->queues);
+    subscription_clear(&s->cfg);
     pending_clear(s);
     free(s);
 }
@@ -265,20 +307,16 @@ static void sub_add(Webhooks *w, Sub *s)
 
 /* ---- the manager thread ---- */
 
-void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq)
+void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq)
 {
     pthread_mutex_lock(&w->lock);
     bury_all(w);
     w->leading = true;
     w->last_seq = last_seq;
-    size_t i;
-    json_t *row;
-    json_array_foreach(subs, i, row)
-    {
-        sub_add(w, sub_new(row, json_integer_value(json_object_get(row, "cursor"))));
-    }
+    for (size_t i = 0; i < subs->len; i++)
+        sub_add(w, sub_new(&subs->items[i], subs->items[i].cursor));
     pthread_mutex_unlock(&w->lock);
-    json_decref(subs);
+    view_subscriptions_free(subs);
     curl_multi_wakeup(w->multi);
 }
 
@@ -321,14 +359,16 @@ void webhooks_committed(Webhooks *w, const EventList *events)
             continue;
         }
         json_t *cursor = json_object_get(e->detail, "cursor");
+        Subscription set;
+        subscription_of(e->detail, &set);
         if (!s) {
-            sub_add(w, sub_new(e->detail,
-                               json_is_integer(cursor)
-                                   ? json_integer_value(cursor)
-                                   : json_integer_value(json_object_get(e->detail, "start"))));
+            sub_add(w,
+                    sub_new(&set, json_is_integer(cursor)
+                                      ? json_integer_value(cursor)
+                                      : json_integer_value(json_object_get(e->detail, "start"))));
             continue;
         }
-        sub_configure(s, e->detail);
+        sub_configure(s, &set);
         if (json_is_integer(cursor))
             sub_reset_cursor(s, json_integer_value(cursor));
         if (json_is_null(json_object_get(e->detail, "paused_reason"))) {
@@ -348,7 +388,7 @@ json_t *webhooks_settings(Webhooks *w, const char *name)
 {
     pthread_mutex_lock(&w->lock);
     Sub *s = sub_find(w, name);
-    json_t *o = s ? json_deep_copy(s->settings) : NULL;
+    json_t *o = s ? settings_json(&s->cfg, NULL) : NULL;
     pthread_mutex_unlock(&w->lock);
     return o;
 }
@@ -390,10 +430,8 @@ static char *url_redacted(const char *url)
 
 static json_t *sub_json(const Webhooks *w, const Sub *s)
 {
-    json_t *o = json_deep_copy(s->settings);
-    json_object_del(o, "secret");
-    char *shown = url_redacted(s->url);
-    json_object_set_new(o, "url", json_string(shown));
+    char *shown = url_redacted(s->cfg.url);
+    json_t *o = settings_json(&s->cfg, shown);
     free(shown);
     json_object_set_new(o, "cursor", json_integer(s->cursor));
     json_object_set_new(o, "delivered_upto", json_integer(s->done));
@@ -469,16 +507,7 @@ static bool wants(const Sub *s, const ResultEvent *ev)
                                        : 0;
     if (!(s->kinds & k))
         return false;
-    if (!s->queues)
-        return true;
-    size_t i;
-    json_t *v;
-    json_array_foreach(s->queues, i, v)
-    {
-        if (!strcmp(ev->queue, json_string_value(v)))
-            return true;
-    }
-    return false;
+    return !s->cfg.queues || strv_contains(s->cfg.queues, ev->queue);
 }
 
 /* Reads the next page of events for every subscription that has delivered
@@ -589,7 +618,7 @@ static void start_delivery(Webhooks *w, Sub *s)
     s->refused[0] = '\0';
     s->allow = w->cfg.allow;
     CURL *e = curl_easy_init();
-    curl_easy_setopt(e, CURLOPT_URL, s->url);
+    curl_easy_setopt(e, CURLOPT_URL, s->cfg.url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, s->body);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(s->body));

@@ -868,7 +868,7 @@ void view_finished_counts_free(FinishedCounts *f)
     free(f);
 }
 
-json_t *view_subscriptions(PGconn *c, Err *err)
+SubscriptionList *view_subscriptions(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c,
                           "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
@@ -877,17 +877,41 @@ json_t *view_subscriptions(PGconn *c, Err *err)
                           0, NULL, "reading webhook subscriptions", err);
     if (!r)
         return NULL;
-    json_t *out = json_array();
-    for (int i = 0; i < PQntuples(r); i++) {
-        const char *reason = db_str(r, i, 6);
-        json_array_append_new(out,
-                              json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name",
-                                        db_str(r, i, 0), "url", db_str(r, i, 1), "secret",
-                                        db_str(r, i, 2), "queues", rows_json(r, i, 3), "kinds",
-                                        rows_json(r, i, 4), "paused", !strcmp(db_str(r, i, 5), "t"),
-                                        "paused_reason", reason ? json_string(reason) : json_null(),
-                                        "cursor", (json_int_t)db_int(r, i, 7)));
-    }
+    SubscriptionList *l = xcalloc(1, sizeof *l);
+    l->len = (size_t)PQntuples(r);
+    l->items = xcalloc(l->len + 1, sizeof *l->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        l->items[i] = (Subscription){
+            .name = xstrdup(db_str(r, i, 0)),
+            .url = xstrdup(db_str(r, i, 1)),
+            .secret = xstrdup(db_str(r, i, 2)),
+            .queues = PQgetisnull(r, i, 3) ? NULL : strv_of_json(r, i, 3),
+            .kinds = strv_of_json(r, i, 4),
+            .paused = !strcmp(db_str(r, i, 5), "t"),
+            .paused_reason = str_or_null(r, i, 6),
+            .cursor = db_int(r, i, 7),
+        };
     PQclear(r);
-    return out;
+    return l;
+}
+
+void subscription_clear(Subscription *s)
+{
+    free(s->name);
+    free(s->url);
+    free(s->secret);
+    strv_free(s->queues);
+    strv_free(s->kinds);
+    free(s->paused_reason);
+    memset(s, 0, sizeof *s);
+}
+
+void view_subscriptions_free(SubscriptionList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++)
+        subscription_clear(&l->items[i]);
+    free(l->items);
+    free(l);
 }

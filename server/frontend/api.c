@@ -17,6 +17,7 @@
 #include "parse.h"
 #include "parse_hooks.h"
 #include "proxy.h"
+#include "render.h"
 #include "hub.h"
 #include "static.h"
 #include "trace.h"
@@ -489,22 +490,29 @@ static void get_task(PGconn *conn, void *arg)
         problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
         goto cleanup;
     }
-    json_t *o = t->events ? view_work_events(conn, t->id, t->after, t->limit, &err)
-                          : view_work_get(conn, t->id, wall_ms(), &err);
-    if (!o) {
+    if (t->events) {
+        WorkEvents *e = view_work_events(conn, t->id, t->after, t->limit, &err);
+        if (e)
+            req_finish_json(r, 200, render_work_events(e));
+        else
+            req_finish_problem(r, &err);
+        view_work_events_free(e);
+        goto cleanup;
+    }
+    WorkView *w = view_work_get(conn, t->id, wall_ms(), &err);
+    if (!w) {
         req_finish_problem(r, &err);
         goto cleanup;
     }
-    const char *status = json_string_value(json_object_get(o, "status"));
-    if (!t->events && t->wait_ms > 0 && !t->waited && !is_final(status)) {
-        int64_t after = json_integer_value(json_object_get(o, "updated_seq"));
-        json_decref(o);
+    if (t->wait_ms > 0 && !t->waited && !is_final(w->status)) {
+        int64_t after = w->updated_seq;
+        view_work_free(w);
         hub_wait(r->srv->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
         listener_wake(r->srv->listener); /* to answer at the deadline, not after it */
         return;
     }
-    json_object_del(o, "updated_seq");
-    req_finish_json(r, 200, o);
+    req_finish_json(r, 200, render_work(w));
+    view_work_free(w);
 cleanup:
     free(t->id);
     free(t);
@@ -690,13 +698,27 @@ typedef struct FlowRead {
     bool batch;
 } FlowRead;
 
+/* The answer of a flow read (a new reference), or NULL with err. */
+static json_t *flow_read_json(PGconn *conn, const FlowRead *t, Err *err)
+{
+    int64_t now = wall_ms();
+    if (t->batch) {
+        BatchView *b = view_batch_get(conn, t->key, now, err);
+        json_t *o = b ? render_batch(b) : NULL;
+        view_batch_free(b);
+        return o;
+    }
+    ScheduleList *l = view_schedules(conn, t->key, err);
+    json_t *o = !l ? NULL : t->key ? render_schedule(&l->items[0], now) : render_schedules(l, now);
+    view_schedules_free(l);
+    return o;
+}
+
 static void flow_read_task(PGconn *conn, void *arg)
 {
     FlowRead *t = arg;
     Err err = {0};
-    json_t *o = !conn      ? NULL
-                : t->batch ? view_batch_get(conn, t->key, wall_ms(), &err)
-                           : view_schedules(conn, t->key, wall_ms(), &err);
+    json_t *o = conn ? flow_read_json(conn, t, &err) : NULL;
     if (!o) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -805,14 +827,16 @@ static void list_task(PGconn *conn, void *arg)
 {
     ListTask *t = arg;
     Err err = {0};
-    json_t *o = conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
-    if (!o) {
+    WorkList *l =
+        conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
+    if (!l) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(t->r, &err);
     } else {
-        req_finish_json(t->r, 200, o);
+        req_finish_json(t->r, 200, render_work_list(l));
     }
+    view_work_list_free(l);
     free(t->status);
     free(t->queue);
     free(t);
@@ -864,7 +888,7 @@ static void h_work_list(Req *r, char *const *p)
  * at most every FINISHED_COUNTS_MS, whoever asks (read-pool threads). */
 struct Api {
     pthread_mutex_t stats_lock; /* guards the two below */
-    json_t *finished_counts;
+    FinishedCounts *finished_counts;
     int64_t finished_counts_ms;
 };
 
@@ -879,7 +903,7 @@ void api_free(Api *a)
 {
     if (!a)
         return;
-    json_decref(a->finished_counts);
+    view_finished_counts_free(a->finished_counts);
     pthread_mutex_destroy(&a->stats_lock);
     free(a);
 }
@@ -889,7 +913,7 @@ static void queues_task(PGconn *conn, void *arg)
     Req *r = arg;
     Server *s = r->srv;
     Err err = {0};
-    json_t *open = conn ? view_open_counts(conn, &err) : NULL;
+    OpenCounts *open = conn ? view_open_counts(conn, &err) : NULL;
     if (!open) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -899,82 +923,28 @@ static void queues_task(PGconn *conn, void *arg)
     Api *a = s->api;
     pthread_mutex_lock(&a->stats_lock);
     if (!a->finished_counts || mono_ms() - a->finished_counts_ms > FINISHED_COUNTS_MS) {
-        json_t *fc = view_finished_counts(conn, &err);
+        FinishedCounts *fc = view_finished_counts(conn, &err);
         if (fc) {
-            json_decref(a->finished_counts);
+            view_finished_counts_free(a->finished_counts);
             a->finished_counts = fc;
             a->finished_counts_ms = mono_ms();
         }
     }
-    json_t *finished = json_incref(a->finished_counts);
+    FinishedCounts *finished =
+        a->finished_counts ? view_finished_counts_copy(a->finished_counts) : NULL;
     pthread_mutex_unlock(&a->stats_lock);
-    if (!finished) {
-        json_decref(open);
-        req_finish_problem(r, &err);
-        return;
-    }
-    json_t *limits = view_queue_limits(conn, &err);
+    QueueLimitsList *limits = finished ? view_queue_limits(conn, &err) : NULL;
     if (!limits) {
-        json_decref(open);
-        json_decref(finished);
         req_finish_problem(r, &err);
-        return;
+    } else {
+        HubRates *rates = hub_rates(s->hub, wall_ms());
+        req_finish_json(r, 200,
+                        render_queues(open, finished, limits, rates, FINISHED_COUNTS_MS / 1000));
+        hub_rates_free(rates);
     }
-    json_t *rates = hub_throughput(s->hub, wall_ms());
-    json_t *names = json_object(), *queues = json_array();
-    const char *k;
-    json_t *v;
-    json_object_foreach(open, k, v)
-    {
-        json_object_set_new(names, k, json_true());
-    }
-    json_object_foreach(finished, k, v)
-    {
-        json_object_set_new(names, k, json_true());
-    }
-    json_object_foreach(json_object_get(rates, "queues"), k, v)
-    {
-        json_object_set_new(names, k, json_true());
-    }
-    json_object_foreach(limits, k, v)
-    {
-        json_object_set_new(names, k, json_true());
-    }
-    json_object_foreach(names, k, v)
-    {
-        json_t *o = json_object_get(open, k), *f = json_object_get(finished, k);
-        json_t *q = json_pack(
-            "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:O}", "queue", k, "waiting",
-            (json_int_t)json_integer_value(json_object_get(o, "waiting")), "pending",
-            (json_int_t)json_integer_value(json_object_get(o, "pending")), "scheduled",
-            (json_int_t)json_integer_value(json_object_get(o, "scheduled")), "running",
-            (json_int_t)json_integer_value(json_object_get(o, "running")), "completed",
-            (json_int_t)json_integer_value(json_object_get(f, "completed")), "dead",
-            (json_int_t)json_integer_value(json_object_get(f, "dead")), "cancelled",
-            (json_int_t)json_integer_value(json_object_get(f, "cancelled")), "oldest_pending_at",
-            json_object_get(o, "oldest_pending_at") ? json_object_get(o, "oldest_pending_at")
-                                                    : json_null());
-        json_t *age = json_object_get(o, "oldest_pending_age_s");
-        json_object_set_new(q, "oldest_pending_age_s", json_real(age ? json_real_value(age) : 0));
-        json_t *rate = json_object_get(json_object_get(rates, "queues"), k);
-        json_object_set(q, "throughput", rate ? rate : json_null());
-        json_t *lim = json_object_get(limits, k);
-        json_object_set_new(q, "limits",
-                            lim ? json_incref(lim)
-                                : json_pack("{s:b, s:n, s:n, s:n, s:{}}", "paused", 0,
-                                            "max_running", "max_running_per_key", "rate",
-                                            "key_weights"));
-        json_array_append_new(queues, q);
-    }
-    req_finish_json(r, 200,
-                    json_pack("{s:o, s:O, s:i}", "queues", queues, "bucket_seconds",
-                              json_object_get(rates, "bucket_seconds"), "finished_counts_age_s",
-                              FINISHED_COUNTS_MS / 1000));
-    json_decref(names);
-    json_decref(open);
-    json_decref(finished);
-    json_decref(rates);
-    json_decref(limits);
+    view_open_counts_free(open);
+    view_finished_counts_free(finished);
+    view_queue_limits_free(limits);
 }
 
 static void h_queues(Req *r, char *const *p)
@@ -994,6 +964,7 @@ typedef struct ReadTask {
     int n; /* activity: buckets; keys: how many keys */
 } ReadTask;
 
+/* Answers o (stolen), or the error when o is NULL. */
 static void read_finish(ReadTask *t, PGconn *conn, json_t *o, Err *err)
 {
     if (!o) {
@@ -1011,24 +982,18 @@ static void activity_task(PGconn *conn, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    read_finish(t, conn, conn ? view_activity(conn, t->n, &err) : NULL, &err);
+    Activity *a = conn ? view_activity(conn, t->n, &err) : NULL;
+    read_finish(t, conn, a ? render_activity(a) : NULL, &err);
+    view_activity_free(a);
 }
 
 static void keys_task(PGconn *conn, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    json_t *all = conn ? view_key_backlog(conn, t->queue, t->n, &err) : NULL;
-    json_t *o = NULL;
-    if (all) {
-        json_t *q = json_object_get(all, t->queue);
-        o = q ? json_pack("{s:s, s:O, s:O}", "queue", t->queue, "keys", json_object_get(q, "keys"),
-                          "other", json_object_get(q, "other"))
-              : json_pack("{s:s, s:[], s:{s:i, s:i, s:i, s:i}}", "queue", t->queue, "keys", "other",
-                          "keys", 0, "pending", 0, "scheduled", 0, "running", 0);
-        json_decref(all);
-    }
-    read_finish(t, conn, o, &err);
+    KeyBacklogs *k = conn ? view_key_backlog(conn, t->queue, t->n, &err) : NULL;
+    read_finish(t, conn, k ? render_key_backlog(t->queue, k) : NULL, &err);
+    view_key_backlog_free(k);
 }
 
 /* ?name= as an integer from lo to hi (def when absent); answers 400 if not. */
@@ -1389,9 +1354,9 @@ static void metrics_task(PGconn *conn, void *arg)
     };
     size_t len;
     char *text = metrics_render(s->metrics, &node, &len);
-    json_decref(node.open_counts);
-    json_decref(node.limits);
-    json_decref(node.backlog);
+    view_open_counts_free(node.open_counts);
+    view_queue_limits_free(node.limits);
+    view_key_backlog_free(node.backlog);
     req_finish_raw(r, 200, "text/plain; version=0.0.4", text, len);
 }
 

@@ -48,16 +48,15 @@ typedef struct Waiter {
     struct Waiter *next;
 } Waiter;
 
-/* The finished statuses counted per queue, in the order of Rate.count. */
+/* The finished statuses counted per queue: completed, dead, cancelled (as in
+ * QueueRate). */
 enum { RATE_KINDS = 3 };
-static const char *const rate_kinds[] = {"completed", "dead", "cancelled"};
-_Static_assert(sizeof rate_kinds / sizeof rate_kinds[0] == RATE_KINDS, "a name per rate kind");
 
 /* Finished events per 10-second bucket, for one queue. */
 typedef struct Rate {
     char *queue;
     int64_t bucket[HUB_RATE_BUCKETS]; /* which bucket (ms / HUB_RATE_BUCKET_MS) slot i holds */
-    int count[RATE_KINDS][HUB_RATE_BUCKETS]; /* by rate_kinds */
+    int count[RATE_KINDS][HUB_RATE_BUCKETS]; /* completed, dead, cancelled */
     struct Rate *next;
 } Rate;
 
@@ -207,41 +206,18 @@ static bool wants(const Sub *s, const char *work_id, const char *queue, bool pro
            (!s->queue || !strcmp(s->queue, queue));
 }
 
-static bool is_progress(json_t *ev)
-{
-    const char *st = json_string_value(json_object_get(ev, "status"));
-    return st && !strcmp(st, "progress");
-}
-
 /* The work's end: nothing follows it (bar an operator's retry of dead work,
  * which a client follows by opening the stream again). */
-static bool ends_work(json_t *ev)
+static bool ends_work(const ResultEvent *ev)
 {
-    const char *st = json_string_value(json_object_get(ev, "status"));
-    return st && (!strcmp(st, "completed") || !strcmp(st, "dead") || !strcmp(st, "cancelled"));
-}
-
-static char *frame_of(json_t *ev, size_t *len)
-{
-    char *data = json_dumps(ev, JSON_COMPACT);
-    SBuf b;
-    sbuf_init(&b);
-    sbuf_printf(&b, "id: %lld\nevent: %s\ndata: %s\n\n",
-                (long long)json_integer_value(json_object_get(ev, "seq")),
-                json_string_value(json_object_get(ev, "status")), data);
-    free(data);
-    *len = b.len;
-    return sbuf_steal(&b);
+    return event_is_final(ev->type);
 }
 
 /* ---- throughput ---- */
 
-static void count_rate(Hub *h, const char *queue, const char *status, int64_t now)
+static void count_rate(Hub *h, const char *queue, EventType type, int64_t now)
 {
-    int kind = RATE_KINDS - 1; /* cancelled: the last */
-    for (int k = 0; k < RATE_KINDS - 1; k++)
-        if (!strcmp(status, rate_kinds[k]))
-            kind = k;
+    int kind = type == EV_COMPLETED ? 0 : type == EV_DEAD ? 1 : 2; /* as in QueueRate */
     Rate *r = h->rates;
     while (r && strcmp(r->queue, queue) != 0)
         r = r->next;
@@ -261,42 +237,54 @@ static void count_rate(Hub *h, const char *queue, const char *status, int64_t no
     r->count[kind][slot]++;
 }
 
-json_t *hub_throughput(Hub *h, int64_t now)
+static int rate_by_queue(const void *a, const void *b)
 {
-    json_t *queues = json_object();
+    return strcmp(((const QueueRate *)a)->queue, ((const QueueRate *)b)->queue);
+}
+
+HubRates *hub_rates(Hub *h, int64_t now)
+{
+    HubRates *out = xcalloc(1, sizeof *out);
     int64_t last = now / HUB_RATE_BUCKET_MS;
     pthread_mutex_lock(&h->lock);
     for (Rate *r = h->rates; r; r = r->next) {
-        json_t *q = json_object();
-        for (int k = 0; k < RATE_KINDS; k++) {
-            json_t *arr = json_array();
-            for (int64_t b = last - HUB_RATE_BUCKETS + 1; b <= last; b++) {
+        out->items = xrealloc(out->items, (out->len + 1) * sizeof *out->items);
+        QueueRate *q = &out->items[out->len++];
+        q->queue = xstrdup(r->queue);
+        int *into[RATE_KINDS] = {q->completed, q->dead, q->cancelled};
+        for (int k = 0; k < RATE_KINDS; k++)
+            for (int64_t b = last - HUB_RATE_BUCKETS + 1, i = 0; b <= last; b++, i++) {
                 int slot = (int)(b % HUB_RATE_BUCKETS);
-                json_array_append_new(arr,
-                                      json_integer(r->bucket[slot] == b ? r->count[k][slot] : 0));
+                into[k][i] = r->bucket[slot] == b ? r->count[k][slot] : 0;
             }
-            json_object_set_new(q, rate_kinds[k], arr);
-        }
-        json_object_set_new(queues, r->queue, q);
     }
     pthread_mutex_unlock(&h->lock);
-    return json_pack("{s:i, s:o}", "bucket_seconds", HUB_RATE_BUCKET_MS / 1000, "queues", queues);
+    if (out->len > 1)
+        qsort(out->items, out->len, sizeof *out->items, rate_by_queue);
+    return out;
+}
+
+void hub_rates_free(HubRates *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->len; i++)
+        free(r->items[i].queue);
+    free(r->items);
+    free(r);
 }
 
 /* ---- feeding ---- */
 
-void hub_publish(Hub *h, json_t *ev)
+void hub_publish(Hub *h, ResultEvent *ev)
 {
-    int64_t seq = json_integer_value(json_object_get(ev, "seq"));
-    const char *work_id = json_string_value(json_object_get(ev, "id"));
+    int64_t seq = ev->seq;
     pthread_mutex_lock(&h->lock);
     if (seq <= h->scanned_upto) {
         pthread_mutex_unlock(&h->lock);
         return; /* already have it */
     }
-    char *frame;
-    size_t frame_len;
-    frame = frame_of(ev, &frame_len);
+    size_t frame_len = ev->frame_len;
     /* Room by count and by bytes; the newest event always fits, alone. */
     while (h->len && (h->len == RING_CAP || h->bytes + frame_len > (size_t)h->ring_bytes)) {
         Entry *old = &h->ring[h->head];
@@ -308,18 +296,18 @@ void hub_publish(Hub *h, json_t *ev)
     }
     Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
     e->seq = seq;
-    e->progress = is_progress(ev);
+    e->progress = ev->type == EV_PROGRESS;
     e->ends = ends_work(ev);
-    e->work_id = xstrdup(work_id);
-    e->queue = xstrdup(json_string_value(json_object_get(ev, "queue")));
-    e->frame = frame;
+    e->work_id = ev->work_id;
+    e->queue = ev->queue;
+    e->frame = ev->frame;
     e->len = frame_len;
+    ev->work_id = ev->queue = ev->frame = NULL; /* the ring's now */
     h->bytes += frame_len;
     h->len++;
     h->scanned_upto = seq;
-    const char *status = json_string_value(json_object_get(ev, "status"));
-    if (!e->progress && status && strcmp(status, "batch") != 0) /* a batch's end is not a job's */
-        count_rate(h, e->queue, status, wall_ms());
+    if (!e->progress && ev->type != EV_BATCH) /* a batch's end is not a job's */
+        count_rate(h, e->queue, ev->type, wall_ms());
 
     size_t n = 0;
     struct MHD_Connection **wake = xcalloc((size_t)h->nsubs + 1, sizeof *wake);
@@ -329,7 +317,7 @@ void hub_publish(Hub *h, json_t *ev)
             wake[n++] = s->conn;
         }
     /* A progress event ends no wait: only the work's finish does. */
-    unlock_then_wake(h, wake, n, e->progress ? TAKE_NONE : TAKE_FINISHED, work_id, seq);
+    unlock_then_wake(h, wake, n, e->progress ? TAKE_NONE : TAKE_FINISHED, e->work_id, seq);
 }
 
 void hub_publish_committed(Hub *h, const EventList *events)
@@ -341,9 +329,10 @@ void hub_publish_committed(Hub *h, const EventList *events)
         return; /* a gap before this commit: the listener reads it all in order */
     for (size_t i = 0; i < events->len; i++)
         if (event_is_published(events->items[i].type)) {
-            json_t *ev = event_result_json(&events->items[i]);
-            hub_publish(h, ev);
-            json_decref(ev);
+            ResultEvent ev;
+            view_result_of(&events->items[i], &ev);
+            hub_publish(h, &ev);
+            view_result_clear(&ev);
         }
     hub_scanned(h, last);
 }
@@ -520,13 +509,13 @@ static void catch_up(PGconn *conn, void *arg)
     pthread_mutex_lock(&h->lock);
     int64_t cursor = s->cursor, covered = h->covered_from;
     pthread_mutex_unlock(&h->lock);
-    json_t *rows = json_array();
+    ResultList rows = {0};
     Err err = {0};
     bool at_end = false;
     /* work_id and progress are the subscriber's own, never changed after it
      * was made: read without the lock. */
     int n = conn ? view_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
-                                       s->work_id, rows, &at_end, &err)
+                                       s->work_id, &rows, &at_end, &err)
                  : -1;
     pthread_mutex_lock(&h->lock);
     if (n < 0) {
@@ -534,21 +523,14 @@ static void catch_up(PGconn *conn, void *arg)
             log_warn("results stream catch-up failed, retrying: %s", err.msg);
         s->retry_at_ms = mono_ms() + 1000;
     } else {
-        size_t i;
-        json_t *ev;
-        json_array_foreach(rows, i, ev)
-        {
-            int64_t seq = json_integer_value(json_object_get(ev, "seq"));
-            if (wants(s, json_string_value(json_object_get(ev, "id")),
-                      json_string_value(json_object_get(ev, "queue")), is_progress(ev))) {
-                size_t len;
-                char *f = frame_of(ev, &len);
-                sbuf_append(&s->out, f, len);
-                free(f);
+        for (size_t i = 0; i < rows.len; i++) {
+            const ResultEvent *ev = &rows.items[i];
+            if (wants(s, ev->work_id, ev->queue, ev->type == EV_PROGRESS)) {
+                sbuf_append(&s->out, ev->frame, ev->frame_len);
                 atomic_fetch_add(&h->metrics->sse_events_sent, 1);
                 s->ended = s->until_end && ends_work(ev);
             }
-            s->cursor = seq;
+            s->cursor = ev->seq;
             if (s->ended)
                 break;
         }
@@ -557,7 +539,7 @@ static void catch_up(PGconn *conn, void *arg)
         if (at_end && s->cursor < covered)
             s->cursor = covered;
     }
-    json_decref(rows);
+    view_results_clear(&rows);
     s->catching_up = false;
     bool wake = s->suspended;
     s->suspended = false;

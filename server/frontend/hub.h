@@ -15,6 +15,7 @@
 #include "event.h"
 #include "err.h"
 #include "metrics.h"
+#include "view.h"
 
 typedef struct Hub Hub;
 
@@ -32,9 +33,9 @@ void hub_shutdown(Hub *h);
 void hub_free(Hub *h);
 
 /* ---- feeding (the listener thread) ---- */
-/* ev: {seq, id, queue, status, ...} from journal_finished_after (status
- * "progress" for progress events); borrowed. */
-void hub_publish(Hub *h, json_t *ev);
+/* ev: from view_finished_after or view_result_of. The hub takes its strings
+ * when it keeps it (leaving NULL behind); the caller clears ev either way. */
+void hub_publish(Hub *h, ResultEvent *ev);
 /* The leader's own commits, straight from its manager: published at once when
  * they continue what the hub has (else the listener brings them). */
 void hub_publish_committed(Hub *h, const EventList *events);
@@ -70,10 +71,20 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
 /* ---- throughput ---- */
 #define HUB_RATE_BUCKETS 60      /* ... of */
 #define HUB_RATE_BUCKET_MS 10000 /* each: the last ten minutes */
-/* Finished work seen by this node per queue and 10-second bucket, oldest first:
- * {"bucket_seconds": 10, "queues": {q: {"completed": [...], "dead": [...],
- * "cancelled": [...]}}} (a new reference). */
-json_t *hub_throughput(Hub *h, int64_t now_ms);
+/* Finished work seen by this node in one queue, per 10-second bucket, oldest
+ * first. */
+typedef struct QueueRate {
+    char *queue;
+    int completed[HUB_RATE_BUCKETS], dead[HUB_RATE_BUCKETS], cancelled[HUB_RATE_BUCKETS];
+} QueueRate;
+typedef struct HubRates {
+    QueueRate *items; /* sorted by queue (strcmp) */
+    size_t len;
+} HubRates;
+/* The last HUB_RATE_BUCKETS buckets up to now_ms, every queue the hub has seen
+ * (hub_rates_free). */
+HubRates *hub_rates(Hub *h, int64_t now_ms);
+void hub_rates_free(HubRates *r);
 
 /* ---- waiting for one work item to finish ---- */
 /* Calls fn(arg) once, from some thread, as soon as work_id has a finished event

@@ -63,23 +63,19 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
     if (hub_claimed(l->cfg.hub, notified))
         return 0; /* read, or this node's own commit, published by its manager */
     for (;;) {
-        json_t *rows = json_array();
+        ResultList rows = {0};
         Err err = {0};
         bool at_end = false;
         int n = view_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE, l->cfg.page_bytes,
-                                    true, NULL, rows, &at_end, &err);
+                                    true, NULL, &rows, &at_end, &err);
         if (n < 0) {
-            json_decref(rows);
+            view_results_clear(&rows);
             drop(l, err.msg);
             return -1;
         }
-        size_t i;
-        json_t *ev;
-        json_array_foreach(rows, i, ev)
-        {
-            hub_publish(l->cfg.hub, ev);
-        }
-        json_decref(rows);
+        for (size_t i = 0; i < rows.len; i++)
+            hub_publish(l->cfg.hub, &rows.items[i]);
+        view_results_clear(&rows);
         if (at_end) {
             hub_scanned(l->cfg.hub, notified);
             return 0;

@@ -162,26 +162,26 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
                 (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
                 (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
                 (long long)atomic_load(&m->proxy_failures));
-    json_t *open = node->open_counts;
+    const OpenCounts *open = node->open_counts;
     if (open) {
         sbuf_puts(&b, "# HELP workd_queue_depth Open work by queue and state.\n"
                       "# TYPE workd_queue_depth gauge\n");
-        const char *q;
-        json_t *v;
-        json_object_foreach(open, q, v)
-        {
-            static const char *states[] = {"waiting", "pending", "scheduled", "running"};
-            for (int i = 0; i < 4; i++)
-                sbuf_printf(&b, "workd_queue_depth{queue=\"%s\",state=\"%s\"} %lld\n", q, states[i],
-                            (long long)json_integer_value(json_object_get(v, states[i])));
+        for (size_t i = 0; i < open->len; i++) {
+            const OpenCount *o = &open->items[i];
+            const char *q = o->queue;
+            sbuf_printf(&b,
+                        "workd_queue_depth{queue=\"%s\",state=\"waiting\"} %lld\n"
+                        "workd_queue_depth{queue=\"%s\",state=\"pending\"} %lld\n"
+                        "workd_queue_depth{queue=\"%s\",state=\"scheduled\"} %lld\n"
+                        "workd_queue_depth{queue=\"%s\",state=\"running\"} %lld\n",
+                        q, (long long)o->waiting, q, (long long)o->pending, q,
+                        (long long)o->scheduled, q, (long long)o->running);
         }
         sbuf_puts(&b, "# HELP workd_queue_oldest_pending_age_seconds Age of the oldest ready job.\n"
                       "# TYPE workd_queue_oldest_pending_age_seconds gauge\n");
-        json_object_foreach(open, q, v)
-        {
-            sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n", q,
-                        json_real_value(json_object_get(v, "oldest_pending_age_s")));
-        }
+        for (size_t i = 0; i < open->len; i++)
+            sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n",
+                        open->items[i].queue, open->items[i].oldest_pending_age_s);
     }
     metrics_render_flow(&b, node->limits, node->backlog, node->tokens);
     if (node->mgr)
@@ -190,50 +190,62 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
     return sbuf_steal(&b);
 }
 
-/* One gauge family: HELP, TYPE, then a sample per queue of limits that has
- * the field (a JSON number or boolean; null: not set, no sample). */
-static void limit_family(SBuf *b, json_t *limits, const char *name, const char *help,
-                         const char *field, const char *sub)
+/* Which value of a queue's limits a gauge family shows. */
+typedef enum { LIM_PAUSED, LIM_MAX_RUNNING, LIM_MAX_PER_KEY, LIM_RATE } LimitField;
+
+/* One gauge family: HELP, TYPE, then a sample per queue whose limits set the
+ * field (paused always; a limit only when there is one). */
+static void limit_family(SBuf *b, const QueueLimitsList *limits, const char *name, const char *help,
+                         LimitField field)
 {
     sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
-    const char *q;
-    json_t *l;
-    json_object_foreach(limits, q, l)
-    {
-        json_t *v = json_object_get(l, field);
-        if (sub)
-            v = json_object_get(v, sub);
-        if (json_is_boolean(v))
-            sbuf_printf(b, "%s{queue=\"%s\"} %d\n", name, q, json_is_true(v));
-        else if (json_is_number(v))
-            sbuf_printf(b, "%s{queue=\"%s\"} %g\n", name, q, json_number_value(v));
+    for (size_t i = 0; i < limits->len; i++) {
+        const QueueLimits *l = &limits->items[i].limits;
+        const char *q = limits->items[i].queue;
+        if (field == LIM_PAUSED)
+            sbuf_printf(b, "%s{queue=\"%s\"} %d\n", name, q, l->paused ? 1 : 0);
+        else if (field == LIM_MAX_RUNNING && l->max_running)
+            sbuf_printf(b, "%s{queue=\"%s\"} %g\n", name, q, (double)l->max_running);
+        else if (field == LIM_MAX_PER_KEY && l->max_running_per_key)
+            sbuf_printf(b, "%s{queue=\"%s\"} %g\n", name, q, (double)l->max_running_per_key);
+        else if (field == LIM_RATE && l->rate_limit && l->rate_period_ms > 0)
+            sbuf_printf(b, "%s{queue=\"%s\"} %g\n", name, q,
+                        (double)l->rate_limit / ((double)l->rate_period_ms / 1000.0));
     }
 }
 
-void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *tokens)
+/* One backlog family: a sample per key of each queue, and its other keys. */
+static void backlog_family(SBuf *b, const KeyBacklogs *backlog, const char *name, const char *help,
+                           bool running)
+{
+    sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    for (size_t i = 0; i < backlog->len; i++) {
+        const KeyBacklog *q = &backlog->items[i];
+        for (size_t j = 0; j < q->n_keys; j++) {
+            const KeyCount *k = &q->keys[j];
+            sbuf_printf(b, "%s{queue=\"%s\",key=\"%s\"} %lld\n", name, q->queue,
+                        k->key ? k->key : "(none)", (long long)(running ? k->running : k->pending));
+        }
+        if (q->other_keys)
+            sbuf_printf(b, "%s{queue=\"%s\",key=\"(other)\"} %lld\n", name, q->queue,
+                        (long long)(running ? q->other.running : q->other.pending));
+    }
+}
+
+void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
+                         json_t *tokens)
 {
     if (limits) {
         limit_family(b, limits, "workd_queue_paused",
-                     "1 while the queue is paused (it hands out no work).", "paused", NULL);
+                     "1 while the queue is paused (it hands out no work).", LIM_PAUSED);
         limit_family(b, limits, "workd_queue_max_running",
-                     "The queue's limit of attempts running at once (absent: none).", "max_running",
-                     NULL);
+                     "The queue's limit of attempts running at once (absent: none).",
+                     LIM_MAX_RUNNING);
         limit_family(b, limits, "workd_queue_max_running_per_key",
                      "The queue's limit of attempts of one key running at once (absent: none).",
-                     "max_running_per_key", NULL);
-        sbuf_puts(b, "# HELP workd_queue_rate_limit_per_second The queue's rate limit, in starts "
-                     "per second (absent: none).\n"
-                     "# TYPE workd_queue_rate_limit_per_second gauge\n");
-        const char *q;
-        json_t *l;
-        json_object_foreach(limits, q, l)
-        {
-            json_t *rate = json_object_get(l, "rate");
-            double per = json_number_value(json_object_get(rate, "per"));
-            if (json_is_object(rate) && per > 0)
-                sbuf_printf(b, "workd_queue_rate_limit_per_second{queue=\"%s\"} %g\n", q,
-                            (double)json_integer_value(json_object_get(rate, "limit")) / per);
-        }
+                     LIM_MAX_PER_KEY);
+        limit_family(b, limits, "workd_queue_rate_limit_per_second",
+                     "The queue's rate limit, in starts per second (absent: none).", LIM_RATE);
     }
     if (tokens) {
         sbuf_puts(b, "# HELP workd_queue_rate_tokens Starts the queue's rate limit allows now "
@@ -248,33 +260,13 @@ void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *token
         }
     }
     if (backlog) {
-        static const char *const fams[][3] = {
-            {"workd_queue_key_backlog", "pending",
-             "Ready work by queue and key: the keys with the most, the rest as key=\"(other)\", "
-             "work without a key as key=\"(none)\"."},
-            {"workd_queue_key_running", "running",
-             "Running attempts by queue and key, for the keys of workd_queue_key_backlog."},
-        };
-        for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
-            sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", fams[f][0], fams[f][2], fams[f][0]);
-            const char *q;
-            json_t *v;
-            json_object_foreach(backlog, q, v)
-            {
-                size_t i;
-                json_t *k;
-                json_array_foreach(json_object_get(v, "keys"), i, k)
-                {
-                    const char *key = json_string_value(json_object_get(k, "key"));
-                    sbuf_printf(b, "%s{queue=\"%s\",key=\"%s\"} %lld\n", fams[f][0], q,
-                                key ? key : "(none)",
-                                (long long)json_integer_value(json_object_get(k, fams[f][1])));
-                }
-                json_t *other = json_object_get(v, "other");
-                if (json_integer_value(json_object_get(other, "keys")))
-                    sbuf_printf(b, "%s{queue=\"%s\",key=\"(other)\"} %lld\n", fams[f][0], q,
-                                (long long)json_integer_value(json_object_get(other, fams[f][1])));
-            }
-        }
+        backlog_family(b, backlog, "workd_queue_key_backlog",
+                       "Ready work by queue and key: the keys with the most, the rest as "
+                       "key=\"(other)\", work without a key as key=\"(none)\".",
+                       false);
+        backlog_family(b, backlog, "workd_queue_key_running",
+                       "Running attempts by queue and key, for the keys of "
+                       "workd_queue_key_backlog.",
+                       true);
     }
 }

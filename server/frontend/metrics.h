@@ -13,6 +13,7 @@
 #include "histogram.h"
 #include "manager.h"
 #include "util.h"
+#include "view.h"
 
 #define METRICS_ROUTES 48 /* the last slot counts requests that matched no route */
 
@@ -31,12 +32,12 @@ typedef struct Metrics {
 
 void metrics_init(Metrics *m);
 void metrics_observe(Metrics *m, int route, int status, int64_t us);
-/* Appends the queues' flow control to b: limits ({queue: the API's limits},
- * journal_queue_limits), backlog per key (journal_key_backlog with
- * METRICS_KEYS_TOP), and the leader's rate tokens ({queue: {"tokens"}},
- * MC_QUEUE_FLOW). Any of them may be NULL: its families are left out. All
- * borrowed. */
-void metrics_render_flow(SBuf *b, json_t *limits, json_t *backlog, json_t *tokens);
+/* Appends the queues' flow control to b: limits (view_queue_limits), backlog
+ * per key (view_key_backlog with METRICS_KEYS_TOP), and the leader's rate
+ * tokens ({queue: {"tokens"}}, MC_QUEUE_FLOW). Any of them may be NULL: its
+ * families are left out. All borrowed. */
+void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
+                         json_t *tokens);
 
 /* ---- rendering ---- */
 /* What /metrics shows of this node besides its counters; all borrowed. */
@@ -45,11 +46,12 @@ typedef struct MetricsNode {
     size_t n_routes;           /* below METRICS_ROUTES */
     int64_t leader_term;       /* of the leader this node knows */
     bool is_leader, database_up;
-    /* Open work by queue (journal_open_counts): {q: {pending, scheduled,
-     * running, oldest_pending_age_s}}; NULL: unknown, no queue metrics. */
-    json_t *open_counts;
+    /* Open work by queue (view_open_counts); NULL: unknown, no queue metrics. */
+    OpenCounts *open_counts;
     /* The queues' flow control (metrics_render_flow); each may be NULL. */
-    json_t *limits, *backlog, *tokens;
+    QueueLimitsList *limits;
+    KeyBacklogs *backlog;
+    json_t *tokens;
     const Manager *mgr; /* NULL without the manager role */
 } MetricsNode;
 

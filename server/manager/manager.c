@@ -637,7 +637,7 @@ static void campaign(Manager *m)
     if (commit_batch(m) != 0 || settle(m) != 0) /* the term is in the log before anything */
         return;
     ws_adopt_running_workers(m->ws, now);
-    json_t *subs = view_subscriptions(m->conn, &err);
+    SubscriptionList *subs = view_subscriptions(m->conn, &err);
     if (!subs) {
         log_error("won the lock but could not read the webhook subscriptions: %s", err.msg);
         step_down(m, "recovery failed");

@@ -13,10 +13,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "config.h"
 #include "db.h"
 #include "journal.h"
 #include "log.h"
 #include "util.h"
+#include "view.h"
 
 #define READ_PAGE 200        /* events per read from the table */
 #define READ_BYTES (1 << 20) /* ... and about this many bytes */
@@ -28,18 +30,17 @@ enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 
 typedef struct Sub {
     char *name;
-    json_t *settings; /* as recorded, secret included */
-    char *url;
+    Subscription cfg; /* as recorded, secret included; its cursor unused (the fields below) */
     unsigned char key[WEBHOOKS_KEY_MAX];
     size_t keylen;
-    json_t *queues; /* array, or NULL: any */
-    int kinds;
+    int kinds; /* cfg.kinds as K_* bits */
     bool paused, dead;
-    unsigned gen;      /* bumped when the cursor is reset: older reads are dropped */
-    int64_t cursor;    /* recorded */
-    int64_t done;      /* every event up to here was delivered or skipped */
-    int64_t read_upto; /* every event up to here is in pending or was skipped */
-    json_t *pending;   /* matching events after done, oldest first */
+    unsigned gen;       /* bumped when the cursor is reset: older reads are dropped */
+    int64_t cursor;     /* recorded */
+    int64_t done;       /* every event up to here was delivered or skipped */
+    int64_t read_upto;  /* every event up to here is in pending or was skipped */
+    ResultList pending; /* matching events after done, oldest first, from pending_at */
+    size_t pending_at;
     int64_t flushed, flushed_ms;
     bool delivered_since_flush;
     /* the delivery in flight (thread only) */
@@ -126,57 +127,125 @@ int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64
 
 /* ---- subscriptions (w->lock held) ---- */
 
-static int kinds_of(json_t *arr)
+static int kinds_of(char *const *kinds)
 {
     int k = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v)
-    {
-        const char *s = json_string_value(v);
-        if (!s)
-            continue;
-        k |= !strcmp(s, "completed")   ? K_COMPLETED
-             : !strcmp(s, "dead")      ? K_DEAD
-             : !strcmp(s, "cancelled") ? K_CANCELLED
-                                       : 0;
-    }
+    for (size_t i = 0; kinds && kinds[i]; i++)
+        k |= !strcmp(kinds[i], "completed")   ? K_COMPLETED
+             : !strcmp(kinds[i], "dead")      ? K_DEAD
+             : !strcmp(kinds[i], "cancelled") ? K_CANCELLED
+                                              : 0;
     return k;
 }
 
-/* Takes the settings of set (a subscription event's detail or a table row). */
-static void sub_configure(Sub *s, json_t *set)
+/* A JSON array of strings as a strv (NULL when it is not an array). */
+static char **strv_of(json_t *a)
 {
-    json_t *keep = json_deep_copy(set);
-    json_object_del(keep, "cursor");
-    json_object_del(keep, "start");
-    json_object_del(keep, "deleted");
-    json_decref(s->settings);
-    s->settings = keep;
-    free(s->url);
-    s->url = xstrdup(json_string_value(json_object_get(set, "url")));
-    if (webhooks_secret_key(json_string_value(json_object_get(set, "secret")), s->key,
-                            &s->keylen) != 0)
+    if (!json_is_array(a))
+        return NULL;
+    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
+    size_t i, n = 0;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_is_string(x))
+            v[n++] = xstrdup(json_string_value(x));
+    }
+    return v;
+}
+
+/* A subscription event's detail as a Subscription (its cursor left 0). */
+static void subscription_of(json_t *d, Subscription *out)
+{
+    const char *reason = json_string_value(json_object_get(d, "paused_reason"));
+    *out = (Subscription){
+        .name = xstrdup(json_string_value(json_object_get(d, "name"))),
+        .url = xstrdup(json_string_value(json_object_get(d, "url"))),
+        .secret = xstrdup(json_string_value(json_object_get(d, "secret"))),
+        .queues = strv_of(json_object_get(d, "queues")),
+        .kinds = strv_of(json_object_get(d, "kinds")),
+        .paused = json_is_true(json_object_get(d, "paused")),
+        .paused_reason = xstrdup(reason),
+    };
+    if (!out->kinds)
+        out->kinds = xcalloc(1, sizeof *out->kinds);
+}
+
+static json_t *strv_json(char *const *v)
+{
+    if (!v)
+        return json_null();
+    json_t *a = json_array();
+    for (size_t i = 0; v[i]; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+/* The settings as a subscription event records them: {name, url, secret,
+ * queues, kinds, paused, paused_reason}; without the secret and with url as
+ * shown when shown_url is not NULL (the API's view). */
+static json_t *settings_json(const Subscription *c, const char *shown_url)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(c->name));
+    json_object_set_new(o, "url", json_string(shown_url ? shown_url : c->url));
+    if (!shown_url)
+        json_object_set_new(o, "secret", json_string(c->secret));
+    json_object_set_new(o, "queues", strv_json(c->queues));
+    json_object_set_new(o, "kinds", strv_json(c->kinds));
+    json_object_set_new(o, "paused", json_boolean(c->paused));
+    json_object_set_new(o, "paused_reason",
+                        c->paused_reason ? json_string(c->paused_reason) : json_null());
+    return o;
+}
+
+/* Takes the settings of set (moved: set is left empty). */
+static void sub_configure(Sub *s, Subscription *set)
+{
+    subscription_clear(&s->cfg);
+    s->cfg = *set;
+    memset(set, 0, sizeof *set);
+    if (webhooks_secret_key(s->cfg.secret, s->key, &s->keylen) != 0)
         s->keylen = 0; /* the API checks secrets: a bad one here is a bug; deliveries fail */
-    json_decref(s->queues);
-    json_t *q = json_object_get(set, "queues");
-    s->queues = json_is_array(q) ? json_incref(q) : NULL;
-    s->kinds = kinds_of(json_object_get(set, "kinds"));
-    s->paused = json_is_true(json_object_get(set, "paused"));
+    s->kinds = kinds_of(s->cfg.kinds);
+    s->paused = s->cfg.paused;
+}
+
+static size_t pending_count(const Sub *s)
+{
+    return s->pending.len - s->pending_at;
+}
+
+/* The oldest pending event, NULL if none. */
+static const ResultEvent *pending_first(const Sub *s)
+{
+    return pending_count(s) ? &s->pending.items[s->pending_at] : NULL;
+}
+
+static void pending_clear(Sub *s)
+{
+    view_results_clear(&s->pending);
+    s->pending_at = 0;
+}
+
+static void pending_drop_first(Sub *s)
+{
+    view_result_clear(&s->pending.items[s->pending_at++]);
+    if (s->pending_at == s->pending.len)
+        pending_clear(s);
 }
 
 static void sub_reset_cursor(Sub *s, int64_t cursor)
 {
     s->gen++;
     s->cursor = s->done = s->read_upto = s->flushed = cursor;
-    json_array_clear(s->pending);
+    pending_clear(s);
 }
 
-static Sub *sub_new(json_t *set, int64_t cursor)
+static Sub *sub_new(Subscription *set, int64_t cursor)
 {
     Sub *s = xcalloc(1, sizeof *s);
-    s->name = xstrdup(json_string_value(json_object_get(set, "name")));
-    s->pending = json_array();
+    s->name = xstrdup(set->name);
     sub_configure(s, set);
     sub_reset_cursor(s, cursor);
     s->flushed_ms = mono_ms();
@@ -191,10 +260,8 @@ static void sub_free(Sub *s)
     curl_slist_free_all(s->hdrs);
     free(s->body);
     free(s->name);
-    free(s->url);
-    json_decref(s->settings);
-    json_decref(s->queues);
-    json_decref(s->pending);
+    subscription_clear(&s->cfg);
+    pending_clear(s);
     free(s);
 }
 
@@ -240,20 +307,16 @@ static void sub_add(Webhooks *w, Sub *s)
 
 /* ---- the manager thread ---- */
 
-void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq)
+void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq)
 {
     pthread_mutex_lock(&w->lock);
     bury_all(w);
     w->leading = true;
     w->last_seq = last_seq;
-    size_t i;
-    json_t *row;
-    json_array_foreach(subs, i, row)
-    {
-        sub_add(w, sub_new(row, json_integer_value(json_object_get(row, "cursor"))));
-    }
+    for (size_t i = 0; i < subs->len; i++)
+        sub_add(w, sub_new(&subs->items[i], subs->items[i].cursor));
     pthread_mutex_unlock(&w->lock);
-    json_decref(subs);
+    view_subscriptions_free(subs);
     curl_multi_wakeup(w->multi);
 }
 
@@ -296,14 +359,16 @@ void webhooks_committed(Webhooks *w, const EventList *events)
             continue;
         }
         json_t *cursor = json_object_get(e->detail, "cursor");
+        Subscription set;
+        subscription_of(e->detail, &set);
         if (!s) {
-            sub_add(w, sub_new(e->detail,
-                               json_is_integer(cursor)
-                                   ? json_integer_value(cursor)
-                                   : json_integer_value(json_object_get(e->detail, "start"))));
+            sub_add(w,
+                    sub_new(&set, json_is_integer(cursor)
+                                      ? json_integer_value(cursor)
+                                      : json_integer_value(json_object_get(e->detail, "start"))));
             continue;
         }
-        sub_configure(s, e->detail);
+        sub_configure(s, &set);
         if (json_is_integer(cursor))
             sub_reset_cursor(s, json_integer_value(cursor));
         if (json_is_null(json_object_get(e->detail, "paused_reason"))) {
@@ -323,7 +388,7 @@ json_t *webhooks_settings(Webhooks *w, const char *name)
 {
     pthread_mutex_lock(&w->lock);
     Sub *s = sub_find(w, name);
-    json_t *o = s ? json_deep_copy(s->settings) : NULL;
+    json_t *o = s ? settings_json(&s->cfg, NULL) : NULL;
     pthread_mutex_unlock(&w->lock);
     return o;
 }
@@ -365,10 +430,8 @@ static char *url_redacted(const char *url)
 
 static json_t *sub_json(const Webhooks *w, const Sub *s)
 {
-    json_t *o = json_deep_copy(s->settings);
-    json_object_del(o, "secret");
-    char *shown = url_redacted(s->url);
-    json_object_set_new(o, "url", json_string(shown));
+    char *shown = url_redacted(s->cfg.url);
+    json_t *o = settings_json(&s->cfg, shown);
     free(shown);
     json_object_set_new(o, "cursor", json_integer(s->cursor));
     json_object_set_new(o, "delivered_upto", json_integer(s->done));
@@ -436,26 +499,15 @@ static curl_socket_t open_socket(void *ud, curlsocktype purpose, struct curl_soc
     return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
-static bool wants(const Sub *s, json_t *ev)
+static bool wants(const Sub *s, const ResultEvent *ev)
 {
-    const char *status = json_string_value(json_object_get(ev, "status"));
-    int k = !strcmp(status, "completed")   ? K_COMPLETED
-            : !strcmp(status, "dead")      ? K_DEAD
-            : !strcmp(status, "cancelled") ? K_CANCELLED
-                                           : 0;
+    int k = ev->type == EV_COMPLETED   ? K_COMPLETED
+            : ev->type == EV_DEAD      ? K_DEAD
+            : ev->type == EV_CANCELLED ? K_CANCELLED
+                                       : 0;
     if (!(s->kinds & k))
         return false;
-    if (!s->queues)
-        return true;
-    const char *q = json_string_value(json_object_get(ev, "queue"));
-    size_t i;
-    json_t *v;
-    json_array_foreach(s->queues, i, v)
-    {
-        if (q && !strcmp(q, json_string_value(v)))
-            return true;
-    }
-    return false;
+    return !s->cfg.queues || strv_contains(s->cfg.queues, ev->queue);
 }
 
 /* Reads the next page of events for every subscription that has delivered
@@ -474,8 +526,7 @@ static void read_pages(Webhooks *w)
     int64_t now = mono_ms();
     bool leading = w->leading;
     for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
-        if (!s->paused && json_array_size(s->pending) == 0 && s->read_upto < snap &&
-            now >= s->next_try)
+        if (!s->paused && pending_count(s) == 0 && s->read_upto < snap && now >= s->next_try)
             want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
     pthread_mutex_unlock(&w->lock);
     if (!leading && w->conn) { /* a standby holds no session for this */
@@ -493,11 +544,11 @@ static void read_pages(Webhooks *w)
         w->db_down_logged = !w->conn;
     }
     for (size_t i = 0; i < n; i++) {
-        json_t *rows = json_array();
+        ResultList rows = {0};
         bool at_end = false;
         Err err = {0};
         int got = w->conn ? view_finished_after(w->conn, want[i].after, READ_PAGE, READ_BYTES,
-                                                false, NULL, rows, &at_end, &err)
+                                                false, NULL, &rows, &at_end, &err)
                           : -1;
         if (got < 0 && w->conn)
             log_warn("webhooks: reading results after seq %lld: %s", (long long)want[i].after,
@@ -505,45 +556,47 @@ static void read_pages(Webhooks *w)
         pthread_mutex_lock(&w->lock);
         Sub *s = sub_find(w, want[i].name);
         if (got >= 0 && s && s->gen == want[i].gen && s->read_upto == want[i].after) {
-            size_t j;
-            json_t *ev;
-            json_array_foreach(rows, j, ev)
-            {
-                if (wants(s, ev))
-                    json_array_append(s->pending, ev);
-                s->read_upto = json_integer_value(json_object_get(ev, "seq"));
+            for (size_t j = 0; j < rows.len; j++) {
+                ResultEvent *ev = &rows.items[j];
+                s->read_upto = ev->seq;
+                if (wants(s, ev)) { /* moved into pending */
+                    *view_results_push(&s->pending) = *ev;
+                    memset(ev, 0, sizeof *ev);
+                }
             }
             if (at_end && s->read_upto < snap)
                 s->read_upto = snap;
-            if (json_array_size(s->pending) == 0)
+            if (pending_count(s) == 0)
                 s->done = s->read_upto;
         } else if (got < 0 && s) {
             s->next_try = mono_ms() + 1000;
         }
         pthread_mutex_unlock(&w->lock);
-        json_decref(rows);
+        view_results_clear(&rows);
         free(want[i].name);
     }
 }
 
-static const char *kind_type(const char *status)
+static const char *kind_type(EventType t)
 {
-    return !strcmp(status, "completed") ? "work.completed"
-           : !strcmp(status, "dead")    ? "work.dead"
-                                        : "work.cancelled";
+    return t == EV_COMPLETED ? "work.completed" : t == EV_DEAD ? "work.dead" : "work.cancelled";
 }
 
-/* Starts the delivery of s's oldest pending event (w->lock held). */
+/* Starts the delivery of s's oldest pending event (w->lock held): the
+ * Standard Webhooks envelope around the event's JSON as /results sends it. */
 static void start_delivery(Webhooks *w, Sub *s)
 {
-    json_t *ev = json_array_get(s->pending, 0);
-    int64_t seq = json_integer_value(json_object_get(ev, "seq"));
-    json_t *msg = json_pack("{s:s, s:O, s:O}", "type",
-                            kind_type(json_string_value(json_object_get(ev, "status"))),
-                            "timestamp", json_object_get(ev, "at"), "data", ev);
+    const ResultEvent *ev = pending_first(s);
+    int64_t seq = ev->seq;
+    char at[40];
+    time_format(ev->at, at, sizeof at);
+    SBuf body;
+    sbuf_init(&body);
+    sbuf_printf(&body, "{\"type\":\"%s\",\"timestamp\":\"%s\",\"data\":", kind_type(ev->type), at);
+    sbuf_append(&body, ev->frame + ev->data_off, ev->data_len);
+    sbuf_puts(&body, "}");
     free(s->body);
-    s->body = json_dumps(msg, JSON_COMPACT);
-    json_decref(msg);
+    s->body = sbuf_steal(&body);
     char id[40], ts[24], sig[WEBHOOKS_SIG_LEN], line[WEBHOOKS_SIG_LEN + 32];
     snprintf(id, sizeof id, "msg_%lld", (long long)seq);
     int64_t t = wall_ms() / 1000;
@@ -565,7 +618,7 @@ static void start_delivery(Webhooks *w, Sub *s)
     s->refused[0] = '\0';
     s->allow = w->cfg.allow;
     CURL *e = curl_easy_init();
-    curl_easy_setopt(e, CURLOPT_URL, s->url);
+    curl_easy_setopt(e, CURLOPT_URL, s->cfg.url);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, s->body);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(s->body));
@@ -609,17 +662,14 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
     s->easy = NULL;
     if (s->dead)
         return;
-    json_t *head = json_array_get(s->pending, 0);
-    bool same = head && json_integer_value(json_object_get(head, "seq")) == s->fly_seq;
+    const ResultEvent *head = pending_first(s);
+    bool same = head && head->seq == s->fly_seq;
     /* An answer cut at RESPONSE_MAX still has its status. */
     bool answered = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && s->capped);
     if (answered && status >= 200 && status < 300) {
         if (same)
-            json_array_remove(s->pending, 0);
-        s->done =
-            json_array_size(s->pending)
-                ? json_integer_value(json_object_get(json_array_get(s->pending, 0), "seq")) - 1
-                : s->read_upto;
+            pending_drop_first(s);
+        s->done = pending_count(s) ? pending_first(s)->seq - 1 : s->read_upto;
         s->delivered++;
         s->last_delivered_at = wall_ms();
         s->delivered_since_flush = true;
@@ -681,7 +731,7 @@ static void *webhooks_main(void *arg)
         for (Sub *s = w->subs; s; s = s->next) {
             if (s->paused || s->easy)
                 continue;
-            if (json_array_size(s->pending) && now >= s->next_try)
+            if (pending_count(s) && now >= s->next_try)
                 start_delivery(w, s);
             else if (s->next_try > now && s->next_try < wake)
                 wake = s->next_try;

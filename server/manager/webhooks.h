@@ -22,6 +22,7 @@
 #include "err.h"
 #include "event.h"
 #include "netpolicy.h"
+#include "view.h"
 
 #define WEBHOOKS_MAX 64         /* subscriptions at most */
 #define WEBHOOKS_KEY_MAX 64     /* bytes of a secret's key, at most (24 at least) */
@@ -55,7 +56,7 @@ void webhooks_stop(Webhooks *w);
 /* ---- the manager thread ---- */
 /* This node leads from now on: subs (stolen) is view_subscriptions' list,
  * last_seq the log's end. Replaces whatever was there. */
-void webhooks_lead(Webhooks *w, json_t *subs, int64_t last_seq);
+void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq);
 /* No longer leading: deliveries stop (those in flight are abandoned). */
 void webhooks_unlead(Webhooks *w);
 /* A commit's events, in seq order: subscription changes take effect, new

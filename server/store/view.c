@@ -5,13 +5,96 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "db.h"
 #include "event.h"
 #include "log.h"
 #include "rows.h"
 #include "util.h"
 
-json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
+static char *str_or_null(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : xstrdup(PQgetvalue(r, row, col));
+}
+
+static int64_t time_or_none(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? VIEW_NO_TIME : db_int(r, row, col);
+}
+
+/* A JSON array of strings (a jsonb column) as a strv; never NULL. */
+static char **strv_of_json(const PGresult *r, int row, int col)
+{
+    json_t *a = rows_json(r, row, col);
+    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
+    size_t i, n = 0;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_is_string(x))
+            v[n++] = xstrdup(json_string_value(x));
+    }
+    json_decref(a);
+    return v;
+}
+
+/* The last progress of the work (the (work_id, seq) index, newest first): a
+ * progress event carries the attempt's latest fraction and message. */
+WARN_UNUSED static int read_progress(PGconn *c, const char *id, WorkView *w, Err *err)
+{
+    const char *params[] = {id};
+    PGresult *r = db_exec(c,
+                          "SELECT seq, workd_epoch_ms(at), data::text"
+                          "  FROM workd_events"
+                          " WHERE work_id = $1 AND type = 'progress'"
+                          " ORDER BY seq DESC LIMIT 1",
+                          1, params, "reading progress", err);
+    if (!r)
+        return -1;
+    if (PQntuples(r)) {
+        json_t *d = rows_json(r, 0, 2);
+        json_t *f = json_object_get(d, "fraction");
+        w->has_progress = true;
+        w->progress = (WorkProgress){
+            .seq = db_int(r, 0, 0),
+            .at = time_or_none(r, 0, 1),
+            .attempt = (int)json_integer_value(json_object_get(d, "attempt")),
+            .has_fraction = json_is_number(f),
+            .fraction = json_number_value(f),
+            .message = xstrdup(json_string_value(json_object_get(d, "message"))),
+        };
+        json_decref(d);
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* Its children: work that names it in after, open or kept (GIN indexes). */
+WARN_UNUSED static int read_children(PGconn *c, const char *id, WorkView *w, Err *err)
+{
+    json_t *probe = json_pack("[s]", id);
+    char *probe_text = json_dumps(probe, JSON_COMPACT);
+    json_decref(probe);
+    const char *cp[] = {probe_text};
+    PGresult *r = db_exec(c,
+                          "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
+                          "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
+                          "                UNION ALL"
+                          "                SELECT id, accepted_seq FROM workd_done"
+                          "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
+                          " ORDER BY accepted_seq LIMIT 1000",
+                          1, cp, "reading children", err);
+    free(probe_text);
+    if (!r)
+        return -1;
+    w->children = xcalloc((size_t)PQntuples(r) + 1, sizeof *w->children);
+    for (int i = 0; i < PQntuples(r); i++)
+        w->children[i] = xstrdup(db_str(r, i, 0));
+    PQclear(r);
+    return 0;
+}
+
+WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r = db_exec(
@@ -31,19 +114,6 @@ json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
-    /* The last progress (the (work_id, seq) index, newest first): a progress
-     * event carries the attempt's latest fraction and message. */
-    PGresult *pr = r && PQntuples(r) ? db_exec(c,
-                                               "SELECT seq, workd_epoch_ms(at), data::text"
-                                               "  FROM workd_events"
-                                               " WHERE work_id = $1 AND type = 'progress'"
-                                               " ORDER BY seq DESC LIMIT 1",
-                                               1, params, "reading progress", err)
-                                     : NULL;
-    if (r && PQntuples(r) && !pr) {
-        PQclear(r);
-        return NULL;
-    }
     if (!r)
         return NULL;
     if (PQntuples(r) == 0) {
@@ -54,80 +124,63 @@ json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
     const char *status = db_str(r, 0, 4);
     if (!strcmp(status, "pending") && !PQgetisnull(r, 0, 8) && db_int(r, 0, 8) > now)
         status = "scheduled";
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(db_str(r, 0, 0)));
-    json_object_set_new(o, "queue", json_string(db_str(r, 0, 1)));
-    json_object_set_new(o, "priority", json_integer(db_int(r, 0, 2)));
-    json_object_set_new(o, "status", json_string(status));
-    json_object_set_new(o, "payload", rows_json(r, 0, 3));
-    json_object_set_new(o, "attempts", json_integer(db_int(r, 0, 5)));
-    json_object_set_new(o, "max_attempts", json_integer(db_int(r, 0, 6)));
-    json_object_set_new(o, "timeout_ms", json_integer(db_int(r, 0, 7)));
-    rows_time_field(o, "run_at", r, 0, 8);
-    rows_time_field(o, "created_at", r, 0, 9);
-    rows_time_field(o, "started_at", r, 0, 10);
-    rows_time_field(o, "finished_at", r, 0, 11);
-    const char *w = db_str(r, 0, 12);
-    json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
-    rows_time_field(o, "deadline", r, 0, 13);
-    json_object_set_new(o, "result", rows_json(r, 0, 14));
-    const char *le = db_str(r, 0, 15);
-    json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
-    json_object_set_new(o, "updated_seq", json_integer(db_int(r, 0, 16)));
-    const char *key = db_str(r, 0, 17);
-    json_object_set_new(o, "key", key ? json_string(key) : json_null());
-    json_t *after = PQgetisnull(r, 0, 18) ? NULL : rows_json(r, 0, 18);
-    json_object_set_new(o, "after", after ? after : json_array());
-    json_object_set_new(o, "run_anyway",
-                        json_boolean(db_str(r, 0, 19) && !strcmp(db_str(r, 0, 19), "run")));
-    const char *batch = db_str(r, 0, 20);
-    json_object_set_new(o, "batch", batch ? json_string(batch) : json_null());
-    if (!PQgetisnull(r, 0, 21)) { /* the producer's trace context: only when there is one */
-        json_object_set_new(o, "traceparent", json_string(db_str(r, 0, 21)));
-        if (!PQgetisnull(r, 0, 22))
-            json_object_set_new(o, "tracestate", json_string(db_str(r, 0, 22)));
-    }
+    const char *policy = db_str(r, 0, 19);
+    WorkView *w = xcalloc(1, sizeof *w);
+    *w = (WorkView){
+        .id = xstrdup(db_str(r, 0, 0)),
+        .queue = xstrdup(db_str(r, 0, 1)),
+        .status = xstrdup(status),
+        .key = str_or_null(r, 0, 17),
+        .batch = str_or_null(r, 0, 20),
+        .priority = (int)db_int(r, 0, 2),
+        .attempts = (int)db_int(r, 0, 5),
+        .max_attempts = (int)db_int(r, 0, 6),
+        .timeout_ms = db_int(r, 0, 7),
+        .payload = rows_json(r, 0, 3),
+        .result = rows_json(r, 0, 14),
+        .run_at = time_or_none(r, 0, 8),
+        .created_at = time_or_none(r, 0, 9),
+        .started_at = time_or_none(r, 0, 10),
+        .finished_at = time_or_none(r, 0, 11),
+        .deadline = time_or_none(r, 0, 13),
+        .worker_id = str_or_null(r, 0, 12),
+        .last_error = str_or_null(r, 0, 15),
+        .updated_seq = db_int(r, 0, 16),
+        .after = PQgetisnull(r, 0, 18) ? xcalloc(1, sizeof(char *)) : strv_of_json(r, 0, 18),
+        .run_anyway = policy && !strcmp(policy, "run"),
+        .traceparent = str_or_null(r, 0, 21),
+        .tracestate = PQgetisnull(r, 0, 21) ? NULL : str_or_null(r, 0, 22),
+    };
     PQclear(r);
-    json_t *progress = json_null();
-    if (PQntuples(pr)) {
-        json_t *d = rows_json(pr, 0, 2);
-        progress = json_pack(
-            "{s:I, s:O, s:O, s:O}", "seq", (json_int_t)db_int(pr, 0, 0), "attempt",
-            json_object_get(d, "attempt") ? json_object_get(d, "attempt") : json_null(), "fraction",
-            json_object_get(d, "fraction") ? json_object_get(d, "fraction") : json_null(),
-            "message", json_object_get(d, "message") ? json_object_get(d, "message") : json_null());
-        rows_time_field(progress, "at", pr, 0, 1);
-        json_decref(d);
-    }
-    PQclear(pr);
-    json_object_set_new(o, "progress", progress);
-    /* Its children: work that names it in after, open or kept (GIN indexes). */
-    json_t *probe = json_pack("[s]", id);
-    char *probe_text = json_dumps(probe, JSON_COMPACT);
-    json_decref(probe);
-    const char *cp[] = {probe_text};
-    r = db_exec(c,
-                "SELECT id FROM (SELECT id, accepted_seq FROM workd_open"
-                "                 WHERE after IS NOT NULL AND after @> $1::jsonb"
-                "                UNION ALL"
-                "                SELECT id, accepted_seq FROM workd_done"
-                "                 WHERE after IS NOT NULL AND after @> $1::jsonb) k"
-                " ORDER BY accepted_seq LIMIT 1000",
-                1, cp, "reading children", err);
-    free(probe_text);
-    if (!r) {
-        json_decref(o);
+    if (read_progress(c, id, w, err) != 0 || read_children(c, id, w, err) != 0) {
+        view_work_free(w);
         return NULL;
     }
-    json_t *kids = json_array();
-    for (int i = 0; i < PQntuples(r); i++)
-        json_array_append_new(kids, json_string(db_str(r, i, 0)));
-    json_object_set_new(o, "children", kids);
-    PQclear(r);
-    return o;
+    return w;
 }
 
-json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
+void view_work_free(WorkView *w)
+{
+    if (!w)
+        return;
+    free(w->id);
+    free(w->queue);
+    free(w->status);
+    free(w->key);
+    free(w->batch);
+    json_decref(w->payload);
+    json_decref(w->result);
+    free(w->worker_id);
+    free(w->last_error);
+    strv_free(w->after);
+    free(w->traceparent);
+    free(w->tracestate);
+    free(w->progress.message);
+    strv_free(w->children);
+    free(w);
+}
+
+ScheduleList *view_schedules(PGconn *c, const char *name, Err *err)
 {
     const char *params[] = {name};
     PGresult *r = db_exec(
@@ -145,51 +198,51 @@ json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err)
         err_set(err, 404, "not-found", "no schedule '%s'", name);
         return NULL;
     }
-    json_t *list = json_array();
+    ScheduleList *l = xcalloc(1, sizeof *l);
+    l->len = (size_t)PQntuples(r);
+    l->items = xcalloc(l->len + 1, sizeof *l->items);
     for (int i = 0; i < PQntuples(r); i++) {
-        json_t *spec = rows_json(r, i, 1);
+        ScheduleView *v = &l->items[i];
+        json_t *stored = rows_json(r, i, 1);
         ScheduleSpec sp;
         Err e = {0};
-        json_t *o;
-        if (schedspec_decode(spec, &sp, &e) == 0) {
-            o = sched_json(db_str(r, i, 0), &sp, db_int(r, i, 2), now);
-            free(sp.cron_text);
-            free(sp.tz);
-            template_clear(&sp.work);
+        if (schedspec_decode(stored, &sp, &e) == 0) {
+            v->spec = xcalloc(1, sizeof *v->spec);
+            *v->spec = sp;
+            json_decref(stored);
         } else { /* shown as stored, with why it does not fire */
-            o = json_deep_copy(spec);
-            json_object_del(o, "since");
-            json_object_del(o, "schedule");
-            json_object_set_new(o, "name", json_string(db_str(r, i, 0)));
-            json_object_set_new(o, "next", json_array());
-            json_object_set_new(o, "error", json_string(e.msg));
+            v->stored = stored;
+            v->error = xstrdup(e.msg);
         }
-        json_decref(spec);
-        const char *lw = db_str(r, i, 3);
-        json_t *last = json_null();
-        if (lw) {
-            char at[40];
-            time_format(db_int(r, i, 4), at, sizeof at);
-            const char *st = db_str(r, i, 5);
-            last = json_pack("{s:s, s:s, s:s}", "id", lw, "fired_at", at, "status",
-                             st ? st : "unknown");
-        }
-        json_object_set_new(o, "last_run", last);
-        char upd[40];
-        time_format(db_int(r, i, 6), upd, sizeof upd);
-        json_object_set_new(o, "updated_at", json_string(upd));
-        json_array_append_new(list, o);
+        v->name = xstrdup(db_str(r, i, 0));
+        v->last_tick = db_int(r, i, 2);
+        v->last_work = str_or_null(r, i, 3);
+        v->last_fired_at = time_or_none(r, i, 4);
+        v->last_status = str_or_null(r, i, 5);
+        v->updated_at = time_or_none(r, i, 6);
     }
     PQclear(r);
-    if (name) {
-        json_t *one = json_incref(json_array_get(list, 0));
-        json_decref(list);
-        return one;
-    }
-    return json_pack("{s:o}", "schedules", list);
+    return l;
 }
 
-json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
+void view_schedules_free(ScheduleList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        ScheduleView *v = &l->items[i];
+        free(v->name);
+        schedspec_free(v->spec);
+        json_decref(v->stored);
+        free(v->error);
+        free(v->last_work);
+        free(v->last_status);
+    }
+    free(l->items);
+    free(l);
+}
+
+BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r =
@@ -205,20 +258,12 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
         err_set(err, 404, "not-found", "no batch '%s'", id);
         return NULL;
     }
-    char opened[40];
-    time_format(db_int(r, 0, 0), opened, sizeof opened);
-    json_t *o = json_pack("{s:s, s:s, s:b}", "id", id, "opened_at", opened, "finished",
-                          !PQgetisnull(r, 0, 1));
-    if (!PQgetisnull(r, 0, 1)) {
-        char fin[40];
-        time_format(db_int(r, 0, 1), fin, sizeof fin);
-        json_object_set_new(o, "finished_at", json_string(fin));
-    } else {
-        json_object_set_new(o, "finished_at", json_null());
-    }
-    json_object_set_new(o, "callback", PQgetisnull(r, 0, 2) ? json_null() : rows_json(r, 0, 2));
-    const char *cb = db_str(r, 0, 3);
-    json_object_set_new(o, "callback_id", cb ? json_string(cb) : json_null());
+    BatchView *b = xcalloc(1, sizeof *b);
+    b->id = xstrdup(id);
+    b->opened_at = time_or_none(r, 0, 0);
+    b->finished_at = time_or_none(r, 0, 1);
+    b->callback = PQgetisnull(r, 0, 2) ? NULL : rows_json(r, 0, 2);
+    b->callback_id = str_or_null(r, 0, 3);
     PQclear(r);
     char nowv[24];
     snprintf(nowv, sizeof nowv, "%lld", (long long)now);
@@ -231,27 +276,38 @@ json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
                 "SELECT status, count(*) FROM workd_done WHERE batch = $1 GROUP BY 1",
                 2, p2, "counting a batch", err);
     if (!r) {
-        json_decref(o);
+        view_batch_free(b);
         return NULL;
     }
-    json_t *counts =
-        json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "waiting", 0, "pending", 0, "scheduled", 0,
-                  "running", 0, "completed", 0, "dead", 0, "cancelled", 0);
-    json_int_t total = 0;
+    struct {
+        const char *status;
+        int64_t *n;
+    } const by[] = {{"waiting", &b->waiting},     {"pending", &b->pending},
+                    {"scheduled", &b->scheduled}, {"running", &b->running},
+                    {"completed", &b->completed}, {"dead", &b->dead},
+                    {"cancelled", &b->cancelled}};
     for (int i = 0; i < PQntuples(r); i++) {
-        json_int_t n = db_int(r, i, 1);
-        const char *st = db_str(r, i, 0);
-        json_object_set_new(counts, st,
-                            json_integer(json_integer_value(json_object_get(counts, st)) + n));
-        total += n;
+        int64_t n = db_int(r, i, 1);
+        for (size_t k = 0; k < sizeof by / sizeof by[0]; k++)
+            if (!strcmp(db_str(r, i, 0), by[k].status))
+                *by[k].n += n;
+        b->total += n;
     }
     PQclear(r);
-    json_object_set_new(o, "counts", counts);
-    json_object_set_new(o, "total", json_integer(total));
-    return o;
+    return b;
 }
 
-json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
+void view_batch_free(BatchView *b)
+{
+    if (!b)
+        return;
+    free(b->id);
+    json_decref(b->callback);
+    free(b->callback_id);
+    free(b);
+}
+
+WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
 {
     char a[24], l[16];
     snprintf(a, sizeof a, "%lld", (long long)after);
@@ -273,20 +329,33 @@ json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Er
     bool more = n > limit;
     if (more)
         n = limit;
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++) {
-        json_t *e = json_object();
-        json_object_set_new(e, "seq", json_integer(db_int(r, i, 0)));
-        json_object_set_new(e, "term", json_integer(db_int(r, i, 1)));
-        rows_time_field(e, "at", r, i, 2);
-        json_object_set_new(e, "type", json_string(db_str(r, i, 3)));
-        json_object_set_new(e, "version", json_integer(db_int(r, i, 4)));
-        json_object_set_new(e, "data", rows_json(r, i, 5));
-        json_array_append_new(arr, e);
-    }
-    json_t *next = more ? json_integer(db_int(r, n - 1, 0)) : json_null();
+    WorkEvents *o = xcalloc(1, sizeof *o);
+    o->id = xstrdup(id);
+    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
+    o->len = (size_t)n;
+    for (int i = 0; i < n; i++)
+        o->items[i] = (WorkEvent){.seq = db_int(r, i, 0),
+                                  .term = db_int(r, i, 1),
+                                  .at = time_or_none(r, i, 2),
+                                  .type = xstrdup(db_str(r, i, 3)),
+                                  .version = (int)db_int(r, i, 4),
+                                  .data = rows_json(r, i, 5)};
+    o->next_after = more ? db_int(r, n - 1, 0) : 0;
     PQclear(r);
-    return json_pack("{s:s, s:o, s:o}", "id", id, "events", arr, "next_after", next);
+    return o;
+}
+
+void view_work_events_free(WorkEvents *e)
+{
+    if (!e)
+        return;
+    for (size_t i = 0; i < e->len; i++) {
+        free(e->items[i].type);
+        json_decref(e->items[i].data);
+    }
+    free(e->items);
+    free(e->id);
+    free(e);
 }
 
 /* Planned once per session (db_exec_cached): planning it over every part of
@@ -325,8 +394,67 @@ static const char finished_after_sql[] = FINISHED_AFTER_SQL("e.seq > $1::bigint"
 static const char finished_after_work_sql[] =
     FINISHED_AFTER_SQL("e.work_id = $5::text AND e.seq > $1::bigint");
 
+static int sbuf_dump(const char *buf, size_t size, void *b)
+{
+    sbuf_append(b, buf, size);
+    return 0;
+}
+
+void view_result_of(const Event *e, ResultEvent *out)
+{
+    const char *status = event_type_name(e->type);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_printf(&b, "id: %lld\nevent: %s\ndata: ", (long long)e->seq, status);
+    size_t off = b.len;
+    json_t *o = event_result_json(e);
+    if (json_dump_callback(o, sbuf_dump, &b, JSON_COMPACT) != 0)
+        sbuf_puts(&b, "{}"); /* cannot happen: jansson's own tree */
+    json_decref(o);
+    size_t data_len = b.len - off;
+    sbuf_puts(&b, "\n\n");
+    *out = (ResultEvent){
+        .seq = e->seq,
+        .at = e->at,
+        .type = e->type,
+        .work_id = xstrdup(e->type == EV_BATCH ? e->name : e->work_id),
+        .queue = xstrdup(e->type == EV_BATCH || !e->queue ? "" : e->queue),
+        .frame_len = b.len,
+        .data_off = off,
+        .data_len = data_len,
+    };
+    out->frame = sbuf_steal(&b);
+}
+
+void view_result_clear(ResultEvent *r)
+{
+    free(r->work_id);
+    free(r->queue);
+    free(r->frame);
+    memset(r, 0, sizeof *r);
+}
+
+void view_results_clear(ResultList *l)
+{
+    for (size_t i = 0; i < l->len; i++)
+        view_result_clear(&l->items[i]);
+    free(l->items);
+    memset(l, 0, sizeof *l);
+}
+
+ResultEvent *view_results_push(ResultList *l)
+{
+    if (l->len == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->items = xrealloc(l->items, l->cap * sizeof *l->items);
+    }
+    ResultEvent *r = &l->items[l->len++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
 int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, json_t *out, bool *at_end, Err *err)
+                        const char *work_id, ResultList *out, bool *at_end, Err *err)
 {
     char a[24], l[16], b[24];
     snprintf(a, sizeof a, "%lld", (long long)after);
@@ -366,7 +494,7 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
         e.queue = xstrdup(db_str(r, i, 7));
         if (e.type == EV_DEAD && !e.attempt && !PQgetisnull(r, i, 8)) /* logs before schema 3 */
             e.attempt = (int)db_int(r, i, 8);
-        json_array_append_new(out, event_result_json(&e));
+        view_result_of(&e, view_results_push(out));
         event_clear(&e);
     }
     PQclear(r);
@@ -374,8 +502,8 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
     return n;
 }
 
-json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before, int limit,
-                       Err *err)
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                         int limit, Err *err)
 {
     char b[24], l[16];
     snprintf(b, sizeof b, "%lld", (long long)before);
@@ -407,31 +535,52 @@ json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t
         4, params, "listing work", err);
     if (!r)
         return NULL;
-    json_t *items = json_array();
     int n = PQntuples(r);
-    for (int i = 0; i < n; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "id", json_string(db_str(r, i, 0)));
-        json_object_set_new(o, "queue", json_string(db_str(r, i, 1)));
-        json_object_set_new(o, "priority", json_integer(db_int(r, i, 2)));
-        json_object_set_new(o, "status", json_string(db_str(r, i, 3)));
-        json_object_set_new(o, "attempts", json_integer(db_int(r, i, 4)));
-        json_object_set_new(o, "max_attempts", json_integer(db_int(r, i, 5)));
-        rows_time_field(o, "created_at", r, i, 6);
-        rows_time_field(o, "finished_at", r, i, 7);
-        const char *w = db_str(r, i, 8), *le = db_str(r, i, 9);
-        json_object_set_new(o, "worker_id", w ? json_string(w) : json_null());
-        json_object_set_new(o, "last_error", le ? json_string(le) : json_null());
-        json_array_append_new(items, o);
-    }
-    json_t *next = n == limit && n > 0 ? json_integer(db_int(r, n - 1, 10)) : json_null();
+    WorkList *o = xcalloc(1, sizeof *o);
+    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
+    o->len = (size_t)n;
+    for (int i = 0; i < n; i++)
+        o->items[i] = (WorkSummary){.id = xstrdup(db_str(r, i, 0)),
+                                    .queue = xstrdup(db_str(r, i, 1)),
+                                    .status = xstrdup(db_str(r, i, 3)),
+                                    .priority = (int)db_int(r, i, 2),
+                                    .attempts = (int)db_int(r, i, 4),
+                                    .max_attempts = (int)db_int(r, i, 5),
+                                    .created_at = time_or_none(r, i, 6),
+                                    .finished_at = time_or_none(r, i, 7),
+                                    .worker_id = str_or_null(r, i, 8),
+                                    .last_error = str_or_null(r, i, 9)};
+    o->next_before = n == limit && n > 0 ? db_int(r, n - 1, 10) : 0;
     PQclear(r);
-    return json_pack("{s:o, s:o}", "items", items, "next_before", next);
+    return o;
+}
+
+void view_work_list_free(WorkList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        WorkSummary *w = &l->items[i];
+        free(w->id);
+        free(w->queue);
+        free(w->status);
+        free(w->worker_id);
+        free(w->last_error);
+    }
+    free(l->items);
+    free(l);
 }
 
 #define READY "status = 'pending' AND (run_at IS NULL OR run_at <= now())"
 
-json_t *view_open_counts(PGconn *c, Err *err)
+static int by_queue(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+/* Sorts n entries of size sz whose first member is their queue's name. */
+#define SORT_BY_QUEUE(items, n) qsort((items), (n), sizeof *(items), by_queue)
+
+OpenCounts *view_open_counts(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(
         c,
@@ -447,21 +596,51 @@ json_t *view_open_counts(PGconn *c, Err *err)
         0, NULL, "counting open work", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
-        json_t *q = json_pack("{s:I, s:I, s:I, s:I}", "waiting", (json_int_t)db_int(r, i, 6),
-                              "pending", (json_int_t)db_int(r, i, 1), "scheduled",
-                              (json_int_t)db_int(r, i, 2), "running", (json_int_t)db_int(r, i, 3));
-        rows_time_field(q, "oldest_pending_at", r, i, 4);
-        json_object_set_new(q, "oldest_pending_age_s",
-                            PQgetisnull(r, i, 5) ? json_real(0) : json_real(atof(db_str(r, i, 5))));
-        json_object_set_new(o, db_str(r, i, 0), q);
-    }
+    OpenCounts *o = xcalloc(1, sizeof *o);
+    o->len = (size_t)PQntuples(r);
+    o->items = xcalloc(o->len + 1, sizeof *o->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        o->items[i] = (OpenCount){
+            .queue = xstrdup(db_str(r, i, 0)),
+            .waiting = db_int(r, i, 6),
+            .pending = db_int(r, i, 1),
+            .scheduled = db_int(r, i, 2),
+            .running = db_int(r, i, 3),
+            .oldest_pending_at = time_or_none(r, i, 4),
+            .oldest_pending_age_s = PQgetisnull(r, i, 5) ? 0 : atof(db_str(r, i, 5)),
+        };
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
 }
 
-json_t *view_activity(PGconn *c, int buckets, Err *err)
+void view_open_counts_free(OpenCounts *o)
+{
+    if (!o)
+        return;
+    for (size_t i = 0; i < o->len; i++)
+        free(o->items[i].queue);
+    free(o->items);
+    free(o);
+}
+
+const char *const activity_kinds[ACTIVITY_KINDS] = {"accepted", "completed", "failed", "dead",
+                                                    "cancelled"};
+
+static ActivityQueue *activity_queue(Activity *a, const char *name)
+{
+    for (size_t i = 0; i < a->len; i++)
+        if (!strcmp(a->queues[i].queue, name))
+            return &a->queues[i];
+    a->queues = xrealloc(a->queues, (a->len + 1) * sizeof *a->queues);
+    ActivityQueue *q = &a->queues[a->len++];
+    q->queue = xstrdup(name);
+    for (int k = 0; k < ACTIVITY_KINDS; k++)
+        q->count[k] = xcalloc((size_t)a->buckets, sizeof *q->count[k]);
+    return q;
+}
+
+Activity *view_activity(PGconn *c, int buckets, Err *err)
 {
     char span[24], size[16];
     snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
@@ -477,37 +656,43 @@ json_t *view_activity(PGconn *c, int buckets, Err *err)
         2, params, "reading the activity", err);
     if (!r)
         return NULL;
-    static const char *const kinds[] = {"accepted", "completed", "failed", "dead", "cancelled"};
-    int64_t first = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
-    json_t *queues = json_object();
+    Activity *a = xcalloc(1, sizeof *a);
+    a->buckets = buckets;
+    a->start = db_int(r, 0, 0) - (int64_t)(buckets - 1) * ACTIVITY_BUCKET_S;
     for (int i = 0; i < PQntuples(r); i++) {
         if (PQgetisnull(r, i, 1))
             continue; /* no activity at all: the left join's one row */
-        const char *name = db_str(r, i, 2);
-        json_t *q = json_object_get(queues, name);
-        if (!q) {
-            q = json_object();
-            for (int k = 0; k < 5; k++) {
-                json_t *arr = json_array();
-                for (int b = 0; b < buckets; b++)
-                    json_array_append_new(arr, json_integer(0));
-                json_object_set_new(q, kinds[k], arr);
-            }
-            json_object_set_new(queues, name, q);
-        }
-        size_t slot = (size_t)((db_int(r, i, 1) - first) / ACTIVITY_BUCKET_S);
-        for (int k = 0; k < 5; k++)
-            json_array_set_new(json_object_get(q, kinds[k]), slot,
-                               json_integer(db_int(r, i, 3 + k)));
+        ActivityQueue *q = activity_queue(a, db_str(r, i, 2));
+        int64_t slot = (db_int(r, i, 1) - a->start) / ACTIVITY_BUCKET_S;
+        if (slot < 0 || slot >= buckets)
+            continue;
+        for (int k = 0; k < ACTIVITY_KINDS; k++)
+            q->count[k][slot] = db_int(r, i, 3 + k);
     }
     PQclear(r);
-    char start[40];
-    time_format(first * 1000, start, sizeof start);
-    return json_pack("{s:i, s:s, s:i, s:o}", "bucket_seconds", ACTIVITY_BUCKET_S, "start", start,
-                     "buckets", buckets, "queues", queues);
+    return a;
 }
 
-json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
+void view_activity_free(Activity *a)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < a->len; i++) {
+        free(a->queues[i].queue);
+        for (int k = 0; k < ACTIVITY_KINDS; k++)
+            free(a->queues[i].count[k]);
+    }
+    free(a->queues);
+    free(a);
+}
+
+static KeyCount key_count(const PGresult *r, int i)
+{
+    return (KeyCount){
+        .pending = db_int(r, i, 3), .scheduled = db_int(r, i, 4), .running = db_int(r, i, 5)};
+}
+
+KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
 {
     char topv[16];
     snprintf(topv, sizeof topv, "%d", top);
@@ -531,46 +716,71 @@ json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
         2, params, "counting the backlog per key", err);
     if (!r)
         return NULL;
-    json_t *out = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
+    KeyBacklogs *out = xcalloc(1, sizeof *out);
+    int n = PQntuples(r);
+    out->items = xcalloc((size_t)n + 1, sizeof *out->items); /* a queue has a row at least */
+    for (int i = 0; i < n; i++) {
         const char *name = db_str(r, i, 0);
-        json_t *q = json_object_get(out, name);
-        if (!q) {
-            q = json_pack("{s:[], s:{s:i, s:i, s:i, s:i}}", "keys", "other", "keys", 0, "pending",
-                          0, "scheduled", 0, "running", 0);
-            json_object_set_new(out, name, q);
+        KeyBacklog *q = out->len ? &out->items[out->len - 1] : NULL;
+        if (!q || strcmp(q->queue, name) != 0) { /* the rows come queue by queue */
+            q = &out->items[out->len++];
+            q->queue = xstrdup(name);
         }
-        json_t *counts =
-            json_pack("{s:I, s:I, s:I}", "pending", (json_int_t)db_int(r, i, 3), "scheduled",
-                      (json_int_t)db_int(r, i, 4), "running", (json_int_t)db_int(r, i, 5));
         if (!strcmp(PQgetvalue(r, i, 1), "t")) {
-            const char *key = db_str(r, i, 2);
-            json_object_set_new(counts, "key", key ? json_string(key) : json_null());
-            json_array_append_new(json_object_get(q, "keys"), counts);
+            q->keys = xrealloc(q->keys, (q->n_keys + 1) * sizeof *q->keys);
+            KeyCount *k = &q->keys[q->n_keys++];
+            *k = key_count(r, i);
+            k->key = str_or_null(r, i, 2);
         } else {
-            json_object_set_new(counts, "keys", json_integer(db_int(r, i, 6)));
-            json_object_set_new(q, "other", counts);
+            q->other = key_count(r, i);
+            q->other_keys = db_int(r, i, 6);
         }
     }
     PQclear(r);
+    SORT_BY_QUEUE(out->items, out->len);
     return out;
 }
 
-json_t *view_queue_limits(PGconn *c, Err *err)
+void view_key_backlog_free(KeyBacklogs *k)
+{
+    if (!k)
+        return;
+    for (size_t i = 0; i < k->len; i++) {
+        for (size_t j = 0; j < k->items[i].n_keys; j++)
+            free(k->items[i].keys[j].key);
+        free(k->items[i].keys);
+        free(k->items[i].queue);
+    }
+    free(k->items);
+    free(k);
+}
+
+QueueLimitsList *view_queue_limits(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c, ROWS_QUEUES_SQL, 0, NULL, "reading the queues' limits", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
-    for (int i = 0; i < PQntuples(r); i++) {
-        QueueLimits lim = rows_queue_limits(r, i);
-        json_t *l = queue_limits_json(db_str(r, i, 0), &lim);
-        queue_limits_clear(&lim);
-        json_object_del(l, "queue");
-        json_object_set_new(o, db_str(r, i, 0), l);
-    }
+    QueueLimitsList *o = xcalloc(1, sizeof *o);
+    o->len = (size_t)PQntuples(r);
+    o->items = xcalloc(o->len + 1, sizeof *o->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        o->items[i] =
+            (QueueLimitsRow){.queue = xstrdup(db_str(r, i, 0)), .limits = rows_queue_limits(r, i)};
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
+}
+
+void view_queue_limits_free(QueueLimitsList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++) {
+        free(l->items[i].queue);
+        queue_limits_clear(&l->items[i].limits);
+    }
+    free(l->items);
+    free(l);
 }
 
 int view_last_seq(PGconn *c, int64_t *seq, Err *err)
@@ -600,7 +810,7 @@ int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *er
     return 0;
 }
 
-json_t *view_finished_counts(PGconn *c, Err *err)
+FinishedCounts *view_finished_counts(PGconn *c, Err *err)
 {
     PGresult *r =
         db_exec(c,
@@ -611,21 +821,54 @@ json_t *view_finished_counts(PGconn *c, Err *err)
                 0, NULL, "counting finished work", err);
     if (!r)
         return NULL;
-    json_t *o = json_object();
+    FinishedCounts *o = xcalloc(1, sizeof *o);
+    o->items = xcalloc((size_t)PQntuples(r) + 1, sizeof *o->items);
     for (int i = 0; i < PQntuples(r); i++) {
-        const char *q = db_str(r, i, 0);
-        json_t *qo = json_object_get(o, q);
-        if (!qo) {
-            qo = json_pack("{s:i, s:i, s:i}", "completed", 0, "dead", 0, "cancelled", 0);
-            json_object_set_new(o, q, qo);
+        const char *q = db_str(r, i, 0), *st = db_str(r, i, 1);
+        FinishedCount *f = NULL;
+        for (size_t j = 0; j < o->len && !f; j++)
+            if (!strcmp(o->items[j].queue, q))
+                f = &o->items[j];
+        if (!f) {
+            f = &o->items[o->len++];
+            f->queue = xstrdup(q);
         }
-        json_object_set_new(qo, db_str(r, i, 1), json_integer(db_int(r, i, 2)));
+        int64_t n = db_int(r, i, 2);
+        if (!strcmp(st, "completed"))
+            f->completed = n;
+        else if (!strcmp(st, "dead"))
+            f->dead = n;
+        else if (!strcmp(st, "cancelled"))
+            f->cancelled = n;
     }
     PQclear(r);
+    SORT_BY_QUEUE(o->items, o->len);
     return o;
 }
 
-json_t *view_subscriptions(PGconn *c, Err *err)
+FinishedCounts *view_finished_counts_copy(const FinishedCounts *f)
+{
+    FinishedCounts *o = xcalloc(1, sizeof *o);
+    o->len = f->len;
+    o->items = xcalloc(f->len + 1, sizeof *o->items);
+    for (size_t i = 0; i < f->len; i++) {
+        o->items[i] = f->items[i];
+        o->items[i].queue = xstrdup(f->items[i].queue);
+    }
+    return o;
+}
+
+void view_finished_counts_free(FinishedCounts *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->len; i++)
+        free(f->items[i].queue);
+    free(f->items);
+    free(f);
+}
+
+SubscriptionList *view_subscriptions(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c,
                           "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
@@ -634,17 +877,41 @@ json_t *view_subscriptions(PGconn *c, Err *err)
                           0, NULL, "reading webhook subscriptions", err);
     if (!r)
         return NULL;
-    json_t *out = json_array();
-    for (int i = 0; i < PQntuples(r); i++) {
-        const char *reason = db_str(r, i, 6);
-        json_array_append_new(out,
-                              json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:o, s:I}", "name",
-                                        db_str(r, i, 0), "url", db_str(r, i, 1), "secret",
-                                        db_str(r, i, 2), "queues", rows_json(r, i, 3), "kinds",
-                                        rows_json(r, i, 4), "paused", !strcmp(db_str(r, i, 5), "t"),
-                                        "paused_reason", reason ? json_string(reason) : json_null(),
-                                        "cursor", (json_int_t)db_int(r, i, 7)));
-    }
+    SubscriptionList *l = xcalloc(1, sizeof *l);
+    l->len = (size_t)PQntuples(r);
+    l->items = xcalloc(l->len + 1, sizeof *l->items);
+    for (int i = 0; i < PQntuples(r); i++)
+        l->items[i] = (Subscription){
+            .name = xstrdup(db_str(r, i, 0)),
+            .url = xstrdup(db_str(r, i, 1)),
+            .secret = xstrdup(db_str(r, i, 2)),
+            .queues = PQgetisnull(r, i, 3) ? NULL : strv_of_json(r, i, 3),
+            .kinds = strv_of_json(r, i, 4),
+            .paused = !strcmp(db_str(r, i, 5), "t"),
+            .paused_reason = str_or_null(r, i, 6),
+            .cursor = db_int(r, i, 7),
+        };
     PQclear(r);
-    return out;
+    return l;
+}
+
+void subscription_clear(Subscription *s)
+{
+    free(s->name);
+    free(s->url);
+    free(s->secret);
+    strv_free(s->queues);
+    strv_free(s->kinds);
+    free(s->paused_reason);
+    memset(s, 0, sizeof *s);
+}
+
+void view_subscriptions_free(SubscriptionList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++)
+        subscription_clear(&l->items[i]);
+    free(l->items);
+    free(l);
 }

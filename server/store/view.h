@@ -12,82 +12,289 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "event.h"
 
 /* workd_activity: buckets of this many seconds, kept this long (retention). */
 #define ACTIVITY_BUCKET_S 10
 #define ACTIVITY_KEEP_S 3600
 
-/* The work row as the API shows it (a new reference), or NULL with err 404.
- * Finished work is found while its part is kept (the retention window). */
-json_t *view_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+/* A time not set (null in the API), where times are ms since the epoch. */
+#define VIEW_NO_TIME INT64_MIN
 
-/* Schedules as workd_schedules holds them, with their next fire times after
- * now and their last run: {"schedules": [...]} when name is NULL, else the one
- * named (404 if none). */
-json_t *view_schedules(PGconn *c, const char *name, int64_t now, Err *err) WARN_UNUSED;
+/* ---- work ---- */
+/* The last progress an attempt reported (a progress event's data). */
+typedef struct WorkProgress {
+    int64_t seq, at;
+    int attempt;
+    bool has_fraction;
+    double fraction;
+    char *message; /* NULL: none */
+} WorkProgress;
 
-/* A batch: when it opened and finished, its callback, and its work counted by
- * status (a new reference; 404 if none). */
-json_t *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+/* One work item, open or kept. Owns every string, list and JSON value
+ * (view_work_free); payload and result are the client's and the worker's
+ * JSON, opaque. */
+typedef struct WorkView {
+    char *id, *queue, *status; /* "scheduled": pending with run_at after now */
+    char *key, *batch;         /* NULL: none */
+    int priority, attempts, max_attempts;
+    int64_t timeout_ms;
+    json_t *payload;
+    json_t *result;                                                /* JSON null unless completed */
+    int64_t run_at, created_at, started_at, finished_at, deadline; /* or VIEW_NO_TIME */
+    char *worker_id, *last_error;                                  /* NULL: none */
+    int64_t updated_seq; /* the last event that changed it */
+    char **after;        /* its parents (strv, never NULL) */
+    bool run_anyway;
+    char *traceparent, *tracestate; /* the producer's trace context; NULL: none */
+    bool has_progress;
+    WorkProgress progress;
+    char **children; /* work that names it in after (strv, never NULL), at most 1000 */
+} WorkView;
 
-/* The history of one work item, a page at a time: {"id", "events": [at most
- * limit events with seq > after], "next_after": the `after` of the next page,
- * or null after the last}; 404 if the work has no event (after == 0). */
-json_t *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err) WARN_UNUSED;
+/* The work item (view_work_free), or NULL with err 404. Finished work is
+ * found while its part is kept (the retention window). */
+WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+void view_work_free(WorkView *w);
+
+/* One event of a work item's history, as the log holds it. */
+typedef struct WorkEvent {
+    int64_t seq, term, at;
+    char *type;
+    int version;
+    json_t *data; /* the event's data as stored */
+} WorkEvent;
+
+/* A page of one work item's history. */
+typedef struct WorkEvents {
+    char *id;
+    WorkEvent *items;
+    size_t len;
+    int64_t next_after; /* the `after` of the next page; 0 after the last */
+} WorkEvents;
+
+/* The history of one work item, a page at a time: at most limit events with
+ * seq > after (view_work_events_free); 404 if the work has no event (after
+ * == 0). */
+WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit,
+                             Err *err) WARN_UNUSED;
+void view_work_events_free(WorkEvents *e);
+
+/* One line of the work list. */
+typedef struct WorkSummary {
+    char *id, *queue, *status;
+    int priority, attempts, max_attempts;
+    int64_t created_at, finished_at; /* or VIEW_NO_TIME */
+    char *worker_id, *last_error;    /* NULL: none */
+} WorkSummary;
+
+typedef struct WorkList {
+    WorkSummary *items;
+    size_t len;
+    int64_t next_before; /* the `before` of the next page; 0: none */
+} WorkList;
+
+/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
+ * are told apart by run_at) and queue (NULL: any), before accepted seq
+ * `before` (0: from the newest), at most limit (view_work_list_free). */
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+                         int limit, Err *err) WARN_UNUSED;
+void view_work_list_free(WorkList *l);
+
+/* ---- schedules and batches ---- */
+/* A schedule as workd_schedules holds it. Owns everything (in a
+ * ScheduleList: view_schedules_free). */
+typedef struct ScheduleView {
+    char *name;
+    ScheduleSpec *spec; /* NULL when the stored definition no longer decodes: */
+    json_t *stored;     /* ...then the definition as stored, */
+    char *error;        /* ...and why it does not fire */
+    int64_t last_tick;  /* ms */
+    char *last_work;    /* the work of its last run; NULL: none yet */
+    int64_t last_fired_at;
+    char *last_status; /* that work's status; NULL: no longer kept */
+    int64_t updated_at;
+} ScheduleView;
+typedef struct ScheduleList {
+    ScheduleView *items; /* by name */
+    size_t len;
+} ScheduleList;
+
+/* Every schedule when name is NULL, else the one named (404 if none). */
+ScheduleList *view_schedules(PGconn *c, const char *name, Err *err) WARN_UNUSED;
+void view_schedules_free(ScheduleList *l);
+
+/* A batch: when it opened and finished, its callback, its work by status. */
+typedef struct BatchView {
+    char *id;
+    int64_t opened_at, finished_at; /* finished_at: VIEW_NO_TIME while open */
+    json_t *callback;               /* the callback's template as stored; NULL: none */
+    char *callback_id;              /* NULL: none */
+    int64_t waiting, pending, scheduled, running, completed, dead, cancelled, total;
+} BatchView;
+
+/* The batch (view_batch_free), or NULL with err (404 if none); now tells
+ * scheduled from pending work. */
+BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+void view_batch_free(BatchView *b);
+
+/* ---- the results stream ---- */
+/* One published event (event_is_published) as /results and webhooks send it,
+ * typed for filtering, with its frame built once:
+ * "id: <seq>\nevent: <status>\ndata: <json>\n\n", the JSON (data_off,
+ * data_len) being the object a client reads ({seq, id, queue, status, at,
+ * ...}). Owns its strings (view_result_clear); whoever keeps them may take
+ * them and leave NULL behind. */
+typedef struct ResultEvent {
+    int64_t seq;
+    int64_t at;     /* ms since the epoch */
+    EventType type; /* EV_COMPLETED, EV_DEAD, EV_CANCELLED, EV_PROGRESS or EV_BATCH */
+    char *work_id;  /* a batch's end: the batch's id */
+    char *queue;    /* "" when none (a batch) */
+    char *frame;
+    size_t frame_len;
+    size_t data_off, data_len; /* the JSON object inside frame */
+} ResultEvent;
+
+typedef struct ResultList {
+    ResultEvent *items;
+    size_t len, cap;
+} ResultList;
+
+/* e as a ResultEvent (e must be published); e is only read. */
+void view_result_of(const Event *e, ResultEvent *out);
+void view_result_clear(ResultEvent *r);
+/* Frees every event and the array; the list is empty and reusable after. */
+void view_results_clear(ResultList *l);
+/* A new zeroed slot at the end of l (valid until the next push). */
+ResultEvent *view_results_push(ResultList *l);
 
 /* Events after seq that finish work (completed, dead, cancelled) and, with
  * progress, progress events, of work_id only if not NULL, oldest first, at
  * most limit and about max_bytes of event data (at least one event, so a
- * large result still gets through), as SSE-ready objects {seq, id, queue,
- * status, ...}, appended to out (a JSON array). Sets *at_end when no such
- * event is left after the ones appended (as of the read). Returns the number
- * appended, or -1. */
+ * large result still gets through), appended to out. Sets *at_end when no
+ * such event is left after the ones appended (as of the read). Returns the
+ * number appended, or -1. */
 int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, json_t *out, bool *at_end, Err *err) WARN_UNUSED;
+                        const char *work_id, ResultList *out, bool *at_end, Err *err) WARN_UNUSED;
 
 /* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
-/* Every subscription as its events left it: [{name, url, secret, queues
- * (array or null), kinds (array), paused, paused_reason, cursor}] (a new
- * reference), or NULL with err. */
-json_t *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
+/* A subscription as its events left it (owned strings and lists). */
+typedef struct Subscription {
+    char *name, *url, *secret;
+    char **queues; /* strv; NULL: every queue */
+    char **kinds;  /* strv: completed, dead, cancelled */
+    bool paused;
+    char *paused_reason; /* NULL: an operator's pause, or none */
+    int64_t cursor;      /* its deliveries reached this seq */
+} Subscription;
+typedef struct SubscriptionList {
+    Subscription *items; /* by name */
+    size_t len;
+} SubscriptionList;
 
-/* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
- * are told apart by run_at) and queue (NULL: any), before accepted seq
- * `before` (0: from the newest), at most limit: {"items": [...], "next_before": N|null}. */
-json_t *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before, int limit,
-                       Err *err) WARN_UNUSED;
+/* Every subscription (view_subscriptions_free), or NULL with err. */
+SubscriptionList *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
+void view_subscriptions_free(SubscriptionList *l);
+/* Frees s's strings and lists, and zeroes it. */
+void subscription_clear(Subscription *s);
 
-/* Open work by queue from the projection: {queue: {pending, scheduled, running,
- * oldest_pending_at, oldest_pending_age_s}} (a new reference). Cost follows the
- * open work. */
-json_t *view_open_counts(PGconn *c, Err *err) WARN_UNUSED;
-/* The dashboard's chart: per queue and bucket of ACTIVITY_BUCKET_S seconds,
- * the last `buckets` buckets up to the database's now, from workd_activity
- * (kept by the leader's append): {"bucket_seconds", "start" (the first
- * bucket's time), "buckets", "queues": {queue: {"accepted": [n...],
- * "completed", "failed", "dead", "cancelled"}}}, oldest first. New reference,
- * NULL on error. */
-json_t *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
+/* ---- queues ----
+ * Each list is one entry per queue, sorted by name (strcmp), so that a reader
+ * merges them in one pass; each has its *_free, which takes NULL. */
+typedef struct OpenCount {
+    char *queue;
+    int64_t waiting, pending, scheduled, running;
+    int64_t oldest_pending_at;   /* the oldest ready work's time; VIEW_NO_TIME: none */
+    double oldest_pending_age_s; /* 0 when none */
+} OpenCount;
+typedef struct OpenCounts {
+    OpenCount *items;
+    size_t len;
+} OpenCounts;
+
+/* Open work by queue from the projection. Cost follows the open work. */
+OpenCounts *view_open_counts(PGconn *c, Err *err) WARN_UNUSED;
+void view_open_counts_free(OpenCounts *o);
+
+typedef struct FinishedCount {
+    char *queue;
+    int64_t completed, dead, cancelled;
+} FinishedCount;
+typedef struct FinishedCounts {
+    FinishedCount *items;
+    size_t len;
+} FinishedCounts;
+
+/* Counts of finished work by queue and status within the retention window
+ * (dead work: all of it). */
+FinishedCounts *view_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
+FinishedCounts *view_finished_counts_copy(const FinishedCounts *f);
+void view_finished_counts_free(FinishedCounts *f);
+
+typedef struct QueueLimitsRow {
+    char *queue;
+    QueueLimits limits; /* owns its weights */
+} QueueLimitsRow;
+typedef struct QueueLimitsList {
+    QueueLimitsRow *items;
+    size_t len;
+} QueueLimitsList;
+
+/* Every queue's flow control as operators set it (queues never set are
+ * absent). */
+QueueLimitsList *view_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
+void view_queue_limits_free(QueueLimitsList *l);
+
+typedef struct KeyCount {
+    char *key; /* NULL: work without a key */
+    int64_t pending, scheduled, running;
+} KeyCount;
+/* One queue's backlog per key: its top keys, the rest added up. */
+typedef struct KeyBacklog {
+    char *queue;
+    KeyCount *keys; /* most ready work first */
+    size_t n_keys;
+    int64_t other_keys; /* how many keys other holds (its key is NULL) */
+    KeyCount other;
+} KeyBacklog;
+typedef struct KeyBacklogs {
+    KeyBacklog *items;
+    size_t len;
+} KeyBacklogs;
+
 /* The backlog of each key of a queue (all queues when queue is NULL), bounded:
- * the `top` keys with the most ready work, the rest added up as "other":
- * {queue: {"keys": [{"key": k|null, "pending", "scheduled", "running"}...],
- * "other": {"keys": n, "pending", "scheduled", "running"}}}. One pass over
- * the open work (workd_open). New reference, NULL on error. */
-json_t *view_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
+ * the `top` keys with the most ready work, the rest added up as other. One
+ * pass over the open work (workd_open). */
+KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
+void view_key_backlog_free(KeyBacklogs *k);
 
-/* Every queue's flow control as operators set it: {queue: {paused,
- * max_running, rate}} (a new reference; queues never set are absent). */
-json_t *view_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
+/* ---- the dashboard's chart ---- */
+enum { ACTIVITY_KINDS = 5 }; /* accepted, completed, failed, dead, cancelled */
+extern const char *const activity_kinds[ACTIVITY_KINDS];
 
+typedef struct ActivityQueue {
+    char *queue;
+    int64_t *count[ACTIVITY_KINDS]; /* by activity_kinds, each Activity.buckets long */
+} ActivityQueue;
+typedef struct Activity {
+    int64_t start; /* the first bucket's time, seconds since the epoch */
+    int buckets;   /* of ACTIVITY_BUCKET_S seconds, oldest first */
+    ActivityQueue *queues;
+    size_t len;
+} Activity;
+
+/* Per queue and bucket of ACTIVITY_BUCKET_S seconds, the last `buckets`
+ * buckets up to the database's now, from workd_activity (kept by the
+ * leader's append); queues in the order they first had activity. */
+Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
+void view_activity_free(Activity *a);
+
+/* ---- the log ---- */
 /* The highest seq in the table (0 if empty). */
 int view_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
 
 /* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
 int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
-
-/* Counts of finished work by queue and status within the retention window
- * (dead work: all of it) (a new reference: {"queue": {"completed": n, "dead":
- * n, "cancelled": n}}). */
-json_t *view_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
 
 #endif

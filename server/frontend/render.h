@@ -1,0 +1,42 @@
+/* render: the API's JSON, written from the store's typed reads (view.h), one
+ * function per type, as redis's addReply* write typed values straight to the
+ * reply. Nothing here reads a tree back: payloads, results, progress output
+ * and event data are the only JSON that comes in, and go out as they are.
+ * Every function returns a new reference and only reads its argument. */
+#ifndef WORKD_RENDER_H
+#define WORKD_RENDER_H
+
+#include <jansson.h>
+
+#include "hub.h"
+#include "schedule.h"
+#include "view.h"
+
+/* ---- work ---- */
+/* GET /work/{id}: the Work schema of openapi.yaml. */
+json_t *render_work(const WorkView *w);
+/* GET /work/{id}/events: {id, events, next_after}. */
+json_t *render_work_events(const WorkEvents *e);
+/* GET /work: {items, next_before}. */
+json_t *render_work_list(const WorkList *l);
+
+/* ---- queues ---- */
+/* GET /queues: every queue that any of the lists names, by name, with its
+ * open and finished counts, its throughput on this node and its limits;
+ * finished_age_s is how old the finished counts may be. */
+json_t *render_queues(const OpenCounts *open, const FinishedCounts *finished,
+                      const QueueLimitsList *limits, const HubRates *rates, int finished_age_s);
+/* GET /queues/{queue}/keys: the queue's entry of k (empty when absent). */
+json_t *render_key_backlog(const char *queue, const KeyBacklogs *k);
+/* GET /activity. */
+json_t *render_activity(const Activity *a);
+
+/* ---- schedules and batches ---- */
+/* GET /schedules/{name}: one schedule, its next fire times after now. */
+json_t *render_schedule(const ScheduleView *v, int64_t now);
+/* GET /schedules: {"schedules": [...]}. */
+json_t *render_schedules(const ScheduleList *l, int64_t now);
+/* GET /batches/{id}. */
+json_t *render_batch(const BatchView *b);
+
+#endif

@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "auth.h"
+#include "head.h"
 #include "linger.h"
 #include "log.h"
 #include "metrics.h"
-#include "parse.h"
 
 #define MAX_SEGMENTS HTTP_MAX_SEGMENTS
 
@@ -270,7 +270,7 @@ static bool lines_end_in_crlf(struct MHD_Connection *conn, const char *version)
 
 /* libmicrohttpd 0.9.75 takes the first of two Content-Lengths, lets
  * Transfer-Encoding win over Content-Length and serves a request without
- * Host: head_check (parse.c) judges every line it kept, before anything else
+ * Host: head_check (head.c) judges every line it kept, before anything else
  * reads the head. */
 WARN_UNUSED static int check_framing(struct MHD_Connection *conn, const char *version, Err *err)
 {

@@ -242,6 +242,17 @@ static void on_commit(CommitStage stage, const EventList *events, void *ud)
         hub_unclaim(s->hub);
 }
 
+/* The database watch as api.c sees it (ApiDbWatch). */
+static json_t *dbwatch_json_of(void *w)
+{
+    return dbwatch_json(w);
+}
+
+static bool dbwatch_stalled_of(void *w, char *why, size_t whylen)
+{
+    return dbwatch_stalled(w, why, whylen);
+}
+
 static int serve(Server *s)
 {
     Err err = {0};
@@ -294,8 +305,13 @@ static int serve(Server *s)
     metrics_init(s->metrics);
     int64_t started_ms = wall_ms();
     s->leader = leaderinfo_new();
-    s->api = api_new();
-    s->http = http_new(s);
+    HttpConfig hc = {.listen = s->cfg.listen,
+                     .threads = s->cfg.http_threads,
+                     .max_connections = s->cfg.max_connections,
+                     .connection_timeout_ms = s->cfg.connection_timeout_ms,
+                     .request_timeout_ms = s->cfg.request_timeout_ms,
+                     .max_body = s->cfg.max_body};
+    s->http = http_new(&hc);
     int rc = 1;
     if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
         !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
@@ -360,7 +376,27 @@ static int serve(Server *s)
                          .http = s->http};
     if (!(s->proxy = proxy_start(&pc, &err)) || !(s->listener = listener_start(&lc, &err)))
         goto cleanup;
-    if (s->cfg.role_frontend && http_start(s->http, &err) != 0)
+    ApiConfig ac = {.node_id = s->cfg.node_id,
+                    .cluster_secret = s->cfg.cluster_secret,
+                    .max_body = s->cfg.max_body,
+                    .max_batch = s->cfg.max_batch,
+                    .max_json_depth = s->cfg.max_json_depth,
+                    .get_wait_max_ms = s->cfg.get_wait_max_ms,
+                    .default_timeout_ms = s->cfg.default_timeout_ms,
+                    .default_max_attempts = s->cfg.default_max_attempts,
+                    .webhook_allow = &s->cfg.webhook_allow};
+    ApiParts ap = {.mgr = s->mgr,
+                   .hub = s->hub,
+                   .listener = s->listener,
+                   .proxy = s->proxy,
+                   .pool = s->pool,
+                   .metrics = s->metrics,
+                   .auth = s->auth,
+                   .leader = s->leader,
+                   .dbwatch = {s->dbwatch, dbwatch_json_of, dbwatch_stalled_of}};
+    s->api = api_new(&ac, &ap);
+    HttpApp app = api_http(s->api);
+    if (s->cfg.role_frontend && http_start(s->http, &app, &err) != 0)
         goto cleanup;
     log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
              s->cfg.advertise_url);

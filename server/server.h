@@ -69,8 +69,8 @@ struct Metrics;
 struct Proxy;
 
 /* The parts of a node, each made and freed by main() and owning its own
- * state; a part is handed only the others it needs (its *_start config). The
- * HTTP handlers (api.c) reach them all through Req.srv. */
+ * state; a part is handed only the others it needs (its *_start or *_new
+ * config): main() alone sees them all. */
 typedef struct Server {
     ServerConfig cfg;
     Manager *mgr; /* NULL without the manager role */

@@ -8,11 +8,10 @@
 
 #include "auth.h"
 #include "dbpool.h"
-#include "dbwatch.h"
-#include "http.h"
 #include "view.h"
 #include "listener.h"
 #include "log.h"
+#include "manager.h"
 #include "metrics.h"
 #include "parse.h"
 #include "parse_hooks.h"
@@ -22,6 +21,30 @@
 #include "static.h"
 #include "trace.h"
 #include "util.h"
+
+/* The handlers' context (Req.app): their config, the node's parts, and a
+ * cache: finished-work counts are a scan of the history, computed at most
+ * every FINISHED_COUNTS_MS, whoever asks (read-pool threads). */
+struct Api {
+    ApiConfig cfg;
+    Manager *mgr; /* NULL without the manager role */
+    Hub *hub;
+    Listener *listener;
+    Proxy *proxy;
+    DbPool *pool;
+    Metrics *metrics;
+    Auth *auth;
+    LeaderInfo *leader;
+    ApiDbWatch dbwatch;
+    pthread_mutex_t stats_lock; /* guards the two below */
+    FinishedCounts *finished_counts;
+    int64_t finished_counts_ms;
+};
+
+static Api *api_of(const Req *r)
+{
+    return r->app;
+}
 
 /* ---- helpers ---- */
 
@@ -35,7 +58,7 @@ static void problem(Req *r, int status, const char *type, const char *msg)
 WARN_UNUSED static json_t *body_json(Req *r, Err *err)
 {
     return parse_json_body(r->body.data ? r->body.data : "", r->body.len,
-                           (size_t)r->srv->cfg.max_json_depth, err);
+                           (size_t)api_of(r)->cfg.max_json_depth, err);
 }
 
 /* A work id in the path may be one workd made (with '~'); any other id not. */
@@ -58,7 +81,7 @@ static bool check_id(Req *r, const char *id, const char *what)
 static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
 {
     AuthWorkerAccess acc =
-        auth_worker_access(r->srv->auth, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+        auth_worker_access(api_of(r)->auth, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
                            req_query(r, "access_token"), worker_id);
     if (acc == AUTH_WORKER_DENIED) {
         char msg[300];
@@ -192,7 +215,7 @@ static void progress_reply(Req *r, const MgrCmd *c);
 /* Runs on the HTTP thread once the manager has answered. */
 static void cmd_reply(Req *r)
 {
-    MgrCmd *c = r->cmd;
+    MgrCmd *c = r->state;
     if (c->status == 503 && !strcmp(c->err.type, "not-leader") && !r->forwarded) {
         /* Leadership moved while the command waited: forward it like any
          * request that reaches a node that does not lead (delayed, not failed). */
@@ -204,7 +227,7 @@ static void cmd_reply(Req *r)
             json_decref(norm);
         }
         req_park(r);
-        proxy_forward(r->srv->proxy, r, fwd);
+        proxy_forward(api_of(r)->proxy, r, fwd);
         return;
     }
     if (c->status >= 400) {
@@ -261,9 +284,10 @@ static void cmd_reply(Req *r)
         return;
     }
     case MC_CLUSTER: {
+        Api *a = api_of(r);
         json_t *o = cluster_json(c->cluster);
-        json_object_set_new(o, "nodes", listener_nodes(r->srv->listener));
-        json_object_set_new(o, "database", dbwatch_json(r->srv->dbwatch));
+        json_object_set_new(o, "nodes", listener_nodes(a->listener));
+        json_object_set_new(o, "database", a->dbwatch.json(a->dbwatch.ctx));
         req_finish_json(r, c->status, o);
         return;
     }
@@ -310,19 +334,31 @@ static bool cmd_alive(void *ud)
     return req_alive(ud);
 }
 
+static void cmd_free(void *c)
+{
+    mgrcmd_free(c);
+}
+
+/* r keeps c until it ends (the manager's reply is read from it). */
+static void keep_cmd(Req *r, MgrCmd *c)
+{
+    r->state = c;
+    r->free_state = cmd_free;
+}
+
 /* Sends c to the leader: the local manager if this node leads, else through the
  * proxy with forward_body (or the request's own body when NULL). */
 static void to_leader(Req *r, MgrCmd *c, char *forward_body)
 {
-    Server *s = r->srv;
-    if (s->mgr && manager_is_leader(s->mgr)) {
+    Api *a = api_of(r);
+    if (a->mgr && manager_is_leader(a->mgr)) {
         free(forward_body);
         c->done = cmd_done;
         c->alive = cmd_alive;
         c->ud = r;
-        r->cmd = c;
+        keep_cmd(r, c);
         req_park(r);
-        manager_send(s->mgr, c);
+        manager_send(a->mgr, c);
         return;
     }
     mgrcmd_free(c);
@@ -333,7 +369,7 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
         return;
     }
     req_park(r);
-    proxy_forward(s->proxy, r, forward_body);
+    proxy_forward(a->proxy, r, forward_body);
 }
 
 /* Fills c from the request: p, the path's parameters; body, the parsed JSON
@@ -415,18 +451,18 @@ static void apply_trace_headers(Req *r, SubmitItem *items, size_t n)
 
 static void h_submit(Req *r, char *const *p)
 {
-    Server *s = r->srv;
+    Api *a = api_of(r);
     Err err = {0};
     json_t *body = body_json(r, &err);
     if (!body) {
         req_finish_problem(r, &err);
         return;
     }
-    ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
-                       .max_depth = (size_t)s->cfg.max_json_depth,
-                       .max_payload_bytes = s->cfg.max_body,
-                       .default_timeout_ms = s->cfg.default_timeout_ms,
-                       .default_max_attempts = (int)s->cfg.default_max_attempts};
+    ParseLimits lim = {.max_batch = (size_t)a->cfg.max_batch,
+                       .max_depth = (size_t)a->cfg.max_json_depth,
+                       .max_payload_bytes = a->cfg.max_body,
+                       .default_timeout_ms = a->cfg.default_timeout_ms,
+                       .default_max_attempts = (int)a->cfg.default_max_attempts};
     MgrCmd *c = mgrcmd_new(MC_SUBMIT);
     bool bulk;
     SubmitBatch batch;
@@ -443,7 +479,7 @@ static void h_submit(Req *r, char *const *p)
     c->batch_callback = batch.callback;
     r->bulk = bulk;
     char *fwd = NULL;
-    if (!(s->mgr && manager_is_leader(s->mgr))) {
+    if (!(a->mgr && manager_is_leader(a->mgr))) {
         /* Forward the normalised items: ids generated here stay the same on
          * every retry, so a retried forward never creates a second job (nor
          * a second batch: its id is generated here too). */
@@ -472,7 +508,7 @@ static void get_refire(void *arg)
 {
     GetTask *t = arg;
     t->waited = true;
-    dbpool_submit(t->r->srv->pool, get_task, t);
+    dbpool_submit(api_of(t->r)->pool, get_task, t);
 }
 
 static bool is_final(const char *status)
@@ -507,8 +543,8 @@ static void get_task(PGconn *conn, void *arg)
     if (t->wait_ms > 0 && !t->waited && !is_final(w->status)) {
         int64_t after = w->updated_seq;
         view_work_free(w);
-        hub_wait(r->srv->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
-        listener_wake(r->srv->listener); /* to answer at the deadline, not after it */
+        hub_wait(api_of(r)->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
+        listener_wake(api_of(r)->listener); /* to answer at the deadline, not after it */
         return;
     }
     req_finish_json(r, 200, render_work(w));
@@ -531,7 +567,7 @@ static void start_get(Req *r, const char *id, bool events)
     const char *limit = events ? req_query(r, "limit") : NULL;
     int64_t l = EVENTS_PAGE;
     Err err = {0};
-    if ((wait && parse_wait(wait, r->srv->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) ||
+    if ((wait && parse_wait(wait, api_of(r)->cfg.get_wait_max_ms, &t->wait_ms, &err) != 0) ||
         (after && parse_seq(after, &t->after, &err) != 0) ||
         (limit && parse_seq(limit, &l, &err) != 0) ||
         ((l < 1 || l > EVENTS_PAGE) &&
@@ -543,7 +579,7 @@ static void start_get(Req *r, const char *id, bool events)
     }
     t->limit = (int)l;
     req_park(r);
-    dbpool_submit(r->srv->pool, get_task, t);
+    dbpool_submit(api_of(r)->pool, get_task, t);
 }
 
 static void h_work_get(Req *r, char *const *p)
@@ -646,14 +682,14 @@ static void h_schedule_put(Req *r, char *const *p)
 {
     if (!check_schedule(r, p[0]))
         return;
-    Server *s = r->srv;
+    Api *a = api_of(r);
     Err err = {0};
     json_t *body = body_json(r, &err);
-    ParseLimits lim = {.max_batch = (size_t)s->cfg.max_batch,
-                       .max_depth = (size_t)s->cfg.max_json_depth,
-                       .max_payload_bytes = s->cfg.max_body,
-                       .default_timeout_ms = s->cfg.default_timeout_ms,
-                       .default_max_attempts = (int)s->cfg.default_max_attempts};
+    ParseLimits lim = {.max_batch = (size_t)a->cfg.max_batch,
+                       .max_depth = (size_t)a->cfg.max_json_depth,
+                       .max_payload_bytes = a->cfg.max_body,
+                       .default_timeout_ms = a->cfg.default_timeout_ms,
+                       .default_max_attempts = (int)a->cfg.default_max_attempts};
     ScheduleSpec *spec = body ? parse_schedule(body, &lim, &err) : NULL;
     json_decref(body);
     if (!spec) {
@@ -737,7 +773,7 @@ static void flow_read(Req *r, const char *key, bool batch)
     t->key = xstrdup(key);
     t->batch = batch;
     req_park(r);
-    dbpool_submit(r->srv->pool, flow_read_task, t);
+    dbpool_submit(api_of(r)->pool, flow_read_task, t);
 }
 
 static void h_schedules(Req *r, char *const *p)
@@ -879,22 +915,24 @@ static void h_work_list(Req *r, char *const *p)
     t->before = b;
     t->limit = (int)l;
     req_park(r);
-    dbpool_submit(r->srv->pool, list_task, t);
+    dbpool_submit(api_of(r)->pool, list_task, t);
 }
 
 #define FINISHED_COUNTS_MS 5000
 
-/* api.c's own state. Finished-work counts are a scan of the history: computed
- * at most every FINISHED_COUNTS_MS, whoever asks (read-pool threads). */
-struct Api {
-    pthread_mutex_t stats_lock; /* guards the two below */
-    FinishedCounts *finished_counts;
-    int64_t finished_counts_ms;
-};
-
-Api *api_new(void)
+Api *api_new(const ApiConfig *cfg, const ApiParts *parts)
 {
     Api *a = xcalloc(1, sizeof *a);
+    a->cfg = *cfg;
+    a->mgr = parts->mgr;
+    a->hub = parts->hub;
+    a->listener = parts->listener;
+    a->proxy = parts->proxy;
+    a->pool = parts->pool;
+    a->metrics = parts->metrics;
+    a->auth = parts->auth;
+    a->leader = parts->leader;
+    a->dbwatch = parts->dbwatch;
     pthread_mutex_init(&a->stats_lock, NULL);
     return a;
 }
@@ -911,7 +949,7 @@ void api_free(Api *a)
 static void queues_task(PGconn *conn, void *arg)
 {
     Req *r = arg;
-    Server *s = r->srv;
+    Api *a = api_of(r);
     Err err = {0};
     OpenCounts *open = conn ? view_open_counts(conn, &err) : NULL;
     if (!open) {
@@ -920,7 +958,6 @@ static void queues_task(PGconn *conn, void *arg)
         req_finish_problem(r, &err);
         return;
     }
-    Api *a = s->api;
     pthread_mutex_lock(&a->stats_lock);
     if (!a->finished_counts || mono_ms() - a->finished_counts_ms > FINISHED_COUNTS_MS) {
         FinishedCounts *fc = view_finished_counts(conn, &err);
@@ -937,7 +974,7 @@ static void queues_task(PGconn *conn, void *arg)
     if (!limits) {
         req_finish_problem(r, &err);
     } else {
-        HubRates *rates = hub_rates(s->hub, wall_ms());
+        HubRates *rates = hub_rates(a->hub, wall_ms());
         req_finish_json(r, 200,
                         render_queues(open, finished, limits, rates, FINISHED_COUNTS_MS / 1000));
         hub_rates_free(rates);
@@ -950,7 +987,7 @@ static void queues_task(PGconn *conn, void *arg)
 static void h_queues(Req *r, char *const *p)
 {
     req_park(r);
-    dbpool_submit(r->srv->pool, queues_task, r);
+    dbpool_submit(api_of(r)->pool, queues_task, r);
 }
 
 /* Keys shown by GET /queues/{queue}/keys at most (the rest is "other"). */
@@ -1023,7 +1060,7 @@ static void h_activity(Req *r, char *const *p)
     t->r = r;
     t->n = minutes * 60 / ACTIVITY_BUCKET_S;
     req_park(r);
-    dbpool_submit(r->srv->pool, activity_task, t);
+    dbpool_submit(api_of(r)->pool, activity_task, t);
 }
 
 static void h_queue_keys(Req *r, char *const *p)
@@ -1036,7 +1073,7 @@ static void h_queue_keys(Req *r, char *const *p)
     t->queue = xstrdup(p[0]);
     t->n = top;
     req_park(r);
-    dbpool_submit(r->srv->pool, keys_task, t);
+    dbpool_submit(api_of(r)->pool, keys_task, t);
 }
 
 /* ---- results ---- */
@@ -1093,7 +1130,7 @@ static void results_stream(Req *r, const char *per_work)
         return;
     }
     /* A work's own stream ends with the work; /results?work_id= goes on. */
-    r->stream = hub_subscribe(r->srv->hub, r->conn, after, work_id, queue,
+    r->stream = hub_subscribe(api_of(r)->hub, r->conn, after, work_id, queue,
                               progress && !strcmp(progress, "true"), per_work != NULL, &err);
     if (!r->stream) {
         req_finish_problem(r, &err);
@@ -1131,7 +1168,7 @@ WARN_UNUSED static int parse_progress_batch_cmd(Req *r, char *const *p, json_t *
                                                 Err *err)
 {
     c->worker_id = xstrdup(p[0]);
-    return parse_progress_batch(body, (size_t)r->srv->cfg.max_batch, &c->updates, &c->n_updates,
+    return parse_progress_batch(body, (size_t)api_of(r)->cfg.max_batch, &c->updates, &c->n_updates,
                                 &c->instance, err);
 }
 
@@ -1190,7 +1227,7 @@ static void h_subscription_put(Req *r, char *const *p)
     json_t *body = body_json(r, &err);
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
     if (!body ||
-        parse_subscription(body, p[0], &r->srv->cfg.webhook_allow, &c->detail, &err) != 0) {
+        parse_subscription(body, p[0], api_of(r)->cfg.webhook_allow, &c->detail, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);
@@ -1280,8 +1317,8 @@ static void h_pull(Req *r, char *const *p)
 
 WARN_UNUSED static int parse_reports_cmd(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err)
 {
-    if (parse_reports(body, (size_t)r->srv->cfg.max_batch, &c->reports, &c->n_reports, &c->instance,
-                      err) != 0)
+    if (parse_reports(body, (size_t)api_of(r)->cfg.max_batch, &c->reports, &c->n_reports,
+                      &c->instance, err) != 0)
         return -1;
     c->worker_id = xstrdup(p[0]);
     return 0;
@@ -1301,19 +1338,21 @@ static void h_cluster(Req *r, char *const *p)
 
 static void h_healthz(Req *r, char *const *p)
 {
-    req_finish_json(r, 200, json_pack("{s:s, s:s}", "status", "ok", "node", r->srv->cfg.node_id));
+    req_finish_json(r, 200,
+                    json_pack("{s:s, s:s}", "status", "ok", "node", api_of(r)->cfg.node_id));
 }
 
 static void h_readyz(Req *r, char *const *p)
 {
+    Api *a = api_of(r);
     char url[256];
-    int64_t term = leaderinfo_get(r->srv->leader, url, sizeof url);
-    if (!listener_db_ok(r->srv->listener)) {
+    int64_t term = leaderinfo_get(a->leader, url, sizeof url);
+    if (!listener_db_ok(a->listener)) {
         problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
         return;
     }
     char stuck[600];
-    if (dbwatch_stalled(r->srv->dbwatch, stuck, sizeof stuck)) {
+    if (a->dbwatch.stalled(a->dbwatch.ctx, stuck, sizeof stuck)) {
         problem(r, 503, "not-ready", stuck);
         return;
     }
@@ -1321,7 +1360,7 @@ static void h_readyz(Req *r, char *const *p)
         problem(r, 503, "not-ready", "no leader has been elected yet");
         return;
     }
-    bool leader = r->srv->mgr && manager_is_leader(r->srv->mgr);
+    bool leader = a->mgr && manager_is_leader(a->mgr);
     req_finish_json(r, 200,
                     json_pack("{s:s, s:s, s:I, s:b}", "status", "ready", "leader", url, "term",
                               (json_int_t)term, "is_leader", leader));
@@ -1332,28 +1371,29 @@ static void h_readyz(Req *r, char *const *p)
 static void metrics_task(PGconn *conn, void *arg)
 {
     Req *r = arg;
-    Server *s = r->srv;
+    Api *a = api_of(r);
     const char *routes[METRICS_ROUTES];
     for (size_t i = 0; i < api_routes_count; i++)
         routes[i] = api_routes[i].name;
     char url[256];
     Err err = {0};
     /* The leader's token buckets, asked of its manager before this task. */
-    MgrCmd *flow = r->cmd && r->cmd->type == MC_QUEUE_FLOW && r->cmd->status == 200 ? r->cmd : NULL;
+    MgrCmd *asked = r->state;
+    MgrCmd *flow = asked && asked->type == MC_QUEUE_FLOW && asked->status == 200 ? asked : NULL;
     MetricsNode node = {
         .routes = routes,
         .n_routes = api_routes_count,
-        .leader_term = leaderinfo_get(s->leader, url, sizeof url),
-        .is_leader = s->mgr && manager_is_leader(s->mgr),
-        .database_up = listener_db_ok(s->listener),
+        .leader_term = leaderinfo_get(a->leader, url, sizeof url),
+        .is_leader = a->mgr && manager_is_leader(a->mgr),
+        .database_up = listener_db_ok(a->listener),
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,
         .limits = conn ? view_queue_limits(conn, &err) : NULL,
         .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
         .tokens = flow ? flow->reply : NULL,
-        .mgr = s->mgr,
+        .mgr = a->mgr,
     };
     size_t len;
-    char *text = metrics_render(s->metrics, &node, &len);
+    char *text = metrics_render(a->metrics, &node, &len);
     view_open_counts_free(node.open_counts);
     view_queue_limits_free(node.limits);
     view_key_backlog_free(node.backlog);
@@ -1363,7 +1403,7 @@ static void metrics_task(PGconn *conn, void *arg)
 static void metrics_read(Req *r)
 {
     req_park(r);
-    dbpool_submit(r->srv->pool, metrics_task, r);
+    dbpool_submit(api_of(r)->pool, metrics_task, r);
 }
 
 /* Manager thread: the leader's token buckets are in; read the rest. */
@@ -1376,8 +1416,8 @@ static void metrics_flow_done(MgrCmd *c, void *ud)
 
 static void h_metrics(Req *r, char *const *p)
 {
-    Server *s = r->srv;
-    if (!(s->mgr && manager_is_leader(s->mgr))) {
+    Api *a = api_of(r);
+    if (!(a->mgr && manager_is_leader(a->mgr))) {
         metrics_read(r);
         return;
     }
@@ -1385,9 +1425,9 @@ static void h_metrics(Req *r, char *const *p)
     c->done = metrics_flow_done;
     c->alive = cmd_alive;
     c->ud = r;
-    r->cmd = c;
+    keep_cmd(r, c);
     req_park(r);
-    manager_send(s->mgr, c);
+    manager_send(a->mgr, c);
 }
 
 const Route api_routes[] = {
@@ -1442,3 +1482,68 @@ const Route api_routes[] = {
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];
 _Static_assert(sizeof api_routes / sizeof api_routes[0] < METRICS_ROUTES,
                "METRICS_ROUTES needs a slot per route and one for unmatched requests");
+
+/* ---- the hooks of the HTTP daemon (http.h) ---- */
+
+/* Only a node that knows the cluster secret may say it forwards: such a
+ * request is not forwarded again, and may be larger (ids and defaults filled
+ * in). Without a secret configured the header is believed only for the
+ * first, which can only make a node answer less. */
+static int vouch(void *ctx, Req *r, Err *err)
+{
+    const Api *a = ctx;
+    const char *fwd = req_header(r, "X-Workd-Forwarded");
+    bool trusted = false;
+    if (fwd && a->cfg.cluster_secret[0]) {
+        /* "secret=SECRET; node=NODE-ID", as proxy.c sends it. */
+        size_t n = strncmp(fwd, "secret=", 7) ? 0 : strcspn(fwd + 7, "; ");
+        char given[AUTH_SECRET_MAX + 1] = "";
+        if (n && n <= AUTH_SECRET_MAX)
+            snprintf(given, sizeof given, "%.*s", (int)n, fwd + 7);
+        trusted = auth_secret_matches(a->cfg.cluster_secret, given);
+        explicit_bzero(given, sizeof given);
+        if (!trusted)
+            return err_set(err, 403, "forwarding-refused",
+                           "X-Workd-Forwarded is reserved for the nodes of this cluster (it "
+                           "carries their shared secret); send the request without it");
+    }
+    r->forwarded = fwd != NULL;
+    return trusted;
+}
+
+/* The route's scope against the request's bearer token. A token in the URL
+ * ends up in logs and histories: it counts only where a browser cannot send a
+ * header, and is refused elsewhere. */
+static int authorize(void *ctx, Req *r, Err *err)
+{
+    const Api *a = ctx;
+    bool url_token_ok = route_takes(r->rt, "access_token");
+    if (!url_token_ok && req_query(r, "access_token"))
+        return err_set(err, 400, "token-in-url",
+                       "?access_token= is accepted only on GET /results (where a browser's "
+                       "EventSource cannot send headers); send 'Authorization: Bearer TOKEN'");
+    if (auth_check(a->auth, r->rt->scope, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
+                   url_token_ok ? req_query(r, "access_token") : NULL, err) != 0) {
+        if (err->status == 401)
+            snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
+        return -1;
+    }
+    return 0;
+}
+
+/* Requests that matched no route count in the last slot ("unmatched"). */
+static void observe(void *ctx, int route, int status, int64_t us)
+{
+    const Api *a = ctx;
+    metrics_observe(a->metrics, route >= 0 ? route : METRICS_ROUTES - 1, status, us);
+}
+
+HttpApp api_http(Api *a)
+{
+    return (HttpApp){.routes = api_routes,
+                     .n_routes = api_routes_count,
+                     .ctx = a,
+                     .vouch = vouch,
+                     .authorize = authorize,
+                     .observe = observe};
+}

@@ -16,11 +16,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "auth.h"
+#include "head.h"
 #include "linger.h"
 #include "log.h"
-#include "metrics.h"
-#include "parse.h"
 
 #define MAX_SEGMENTS HTTP_MAX_SEGMENTS
 
@@ -39,7 +37,9 @@ typedef struct ConnTrack {
 } ConnTrack;
 
 struct Http {
-    Server *srv; /* handed to every handler (Req.srv) */
+    HttpConfig cfg; /* cfg.listen points to listen */
+    char *listen;
+    HttpApp app;
     struct MHD_Daemon *mhd;
     /* Connections, for the slow-client sweep (http_sweep); guarded by conns_lock. */
     pthread_mutex_t conns_lock;
@@ -270,7 +270,7 @@ static bool lines_end_in_crlf(struct MHD_Connection *conn, const char *version)
 
 /* libmicrohttpd 0.9.75 takes the first of two Content-Lengths, lets
  * Transfer-Encoding win over Content-Length and serves a request without
- * Host: head_check (parse.c) judges every line it kept, before anything else
+ * Host: head_check (head.c) judges every line it kept, before anything else
  * reads the head. */
 WARN_UNUSED static int check_framing(struct MHD_Connection *conn, const char *version, Err *err)
 {
@@ -328,7 +328,7 @@ static bool is_json(const char *ct)
            (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-/* Whether the space-separated list holds word. */
+/* Whether the space-separated list holds word (NULL: no). */
 static bool listed(const char *list, const char *word)
 {
     size_t n = strlen(word);
@@ -342,6 +342,11 @@ static bool listed(const char *list, const char *word)
         p += len;
     }
     return false;
+}
+
+bool route_takes(const Route *rt, const char *param)
+{
+    return listed(rt->query, param);
 }
 
 typedef struct QueryCheck {
@@ -396,7 +401,7 @@ WARN_UNUSED static int check_query(Req *r, Err *err)
 }
 
 /* Finds the route of r (r->rt, r->params, r->route), or refuses with 404/405. */
-WARN_UNUSED static int route(Req *r, Err *err)
+WARN_UNUSED static int route(const HttpApp *app, Req *r, Err *err)
 {
     r->segs = xstrdup(r->path);
     char *segs[MAX_SEGMENTS + 1];
@@ -404,8 +409,8 @@ WARN_UNUSED static int route(Req *r, Err *err)
     /* HEAD is GET without the body (RFC 9110 9.3.2). */
     const char *method = strcmp(r->method, "HEAD") ? r->method : "GET";
     char allow[128] = "";
-    for (size_t i = 0; i < api_routes_count; i++) {
-        const Route *rt = &api_routes[i];
+    for (size_t i = 0; i < app->n_routes; i++) {
+        const Route *rt = &app->routes[i];
         char *p[MAX_SEGMENTS] = {0};
         if (nsegs > MAX_SEGMENTS || !match(rt->pattern, segs, nsegs, p))
             continue;
@@ -427,36 +432,20 @@ WARN_UNUSED static int route(Req *r, Err *err)
 }
 
 /* What the request head alone decides, before a byte of the body is read:
- * framing, the forwarding header, the route, the token, the query, the
- * content type and the body's size. Returns 0 to go on, or -1 with err. */
-WARN_UNUSED static int check_head(Req *r, const char *version, Err *err)
+ * framing, whether another node vouches for it, the route, the client's
+ * authorization, the query, the content type and the body's size. Returns 0
+ * to go on, or -1 with err. */
+WARN_UNUSED static int check_head(const Http *h, Req *r, const char *version, Err *err)
 {
-    Server *s = r->srv;
+    const HttpApp *app = &h->app;
     if (check_framing(r->conn, version, err) != 0) {
         r->close = true;
         return -1;
     }
-    /* Only a node that knows the cluster secret may say it forwards: such a
-     * request is not forwarded again, and may be larger (ids and defaults
-     * filled in). Without a secret configured the header is believed only
-     * for the first, which can only make a node answer less. */
-    const char *fwd = req_header(r, "X-Workd-Forwarded");
-    bool trusted = false;
-    if (fwd && s->cfg.cluster_secret[0]) {
-        /* "secret=SECRET; node=NODE-ID", as proxy.c sends it. */
-        size_t n = strncmp(fwd, "secret=", 7) ? 0 : strcspn(fwd + 7, "; ");
-        char given[AUTH_SECRET_MAX + 1] = "";
-        if (n && n <= AUTH_SECRET_MAX)
-            snprintf(given, sizeof given, "%.*s", (int)n, fwd + 7);
-        trusted = auth_secret_matches(s->cfg.cluster_secret, given);
-        explicit_bzero(given, sizeof given);
-        if (!trusted)
-            return err_set(err, 403, "forwarding-refused",
-                           "X-Workd-Forwarded is reserved for the nodes of this cluster (it "
-                           "carries their shared secret); send the request without it");
-    }
-    r->forwarded = fwd != NULL;
-    r->body_limit = s->cfg.max_body * (trusted ? 4 : 1);
+    int vouched = app->vouch ? app->vouch(app->ctx, r, err) : 0;
+    if (vouched < 0)
+        return -1;
+    r->body_limit = h->cfg.max_body * (vouched ? HTTP_VOUCHED_BODY : 1);
     const char *cl =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int64_t length = cl ? strtoll(cl, NULL, 10) : 0;
@@ -465,21 +454,10 @@ WARN_UNUSED static int check_head(Req *r, const char *version, Err *err)
         return err_set(err, 413, "body-too-large",
                        "the request body is %s bytes; the limit is %lld", cl,
                        (long long)r->body_limit);
-    if (route(r, err) != 0)
+    if (route(app, r, err) != 0)
         return -1;
-    /* A token in the URL ends up in logs and histories: it counts only where
-     * a browser cannot send a header, and is refused elsewhere. */
-    bool url_token_ok = r->rt->query && listed(r->rt->query, "access_token");
-    if (!url_token_ok && req_query(r, "access_token"))
-        return err_set(err, 400, "token-in-url",
-                       "?access_token= is accepted only on GET /results (where a browser's "
-                       "EventSource cannot send headers); send 'Authorization: Bearer TOKEN'");
-    if (auth_check(s->auth, r->rt->scope, req_header(r, MHD_HTTP_HEADER_AUTHORIZATION),
-                   url_token_ok ? req_query(r, "access_token") : NULL, err) != 0) {
-        if (err->status == 401)
-            snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"workd\"");
+    if (app->authorize && app->authorize(app->ctx, r, err) != 0)
         return -1;
-    }
     if (check_query(r, err) != 0)
         return -1;
     if (r->rt->json_body && !is_json(req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE)))
@@ -495,7 +473,7 @@ WARN_UNUSED static int check_head(Req *r, const char *version, Err *err)
 
 /* ---- the daemon's callbacks ---- */
 
-static enum MHD_Result queue_answer(Req *r)
+static enum MHD_Result queue_answer(const Http *h, Req *r)
 {
     struct MHD_Response *resp;
     if (r->stream) {
@@ -522,7 +500,8 @@ static enum MHD_Result queue_answer(Req *r)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
-    metrics_observe(r->srv->metrics, r->route, r->status, now_us() - r->start_us);
+    if (h->app.observe)
+        h->app.observe(h->app.ctx, r->route, r->status, now_us() - r->start_us);
     return rc;
 }
 
@@ -574,17 +553,16 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 
 void http_sweep(Http *h, int64_t now)
 {
-    const Server *s = h->srv;
     pthread_mutex_lock(&h->conns_lock);
     for (ConnTrack *t = h->conns; t; t = t->next)
         if (!t->cut && atomic_load(&t->receiving) && t->fd >= 0 &&
-            now - atomic_load(&t->since_ms) > s->cfg.request_timeout_ms) {
+            now - atomic_load(&t->since_ms) > h->cfg.request_timeout_ms) {
             /* shutdown, not close: libmicrohttpd sees the end of the stream and
              * closes the connection itself. */
             shutdown(t->fd, SHUT_RDWR);
             t->cut = true;
             log_info("cut off a client that sent no complete request in %lld ms",
-                     (long long)s->cfg.request_timeout_ms);
+                     (long long)h->cfg.request_timeout_ms);
         }
     pthread_mutex_unlock(&h->conns_lock);
 }
@@ -611,19 +589,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **con_cls)
 {
     Http *h = cls;
-    Server *s = h->srv;
     Req *r = *con_cls;
     if (!r) {
         r = xcalloc(1, sizeof *r);
-        r->srv = s;
+        r->app = h->app.ctx;
         r->conn = conn;
         r->method = xstrdup(method);
         r->path = xstrdup(url);
-        r->route = METRICS_ROUTES - 1;
+        r->route = -1;
         r->start_us = now_us();
         sbuf_init(&r->body);
         *con_cls = r;
-        if (check_head(r, version, &r->refusal) == 0)
+        if (check_head(h, r, version, &r->refusal) == 0)
             return MHD_YES; /* read the body (after "100 Continue" if asked) */
         r->refused = true;
         if (r->close || has_body(conn)) {
@@ -635,18 +612,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 t->linger = true;
             received(r);
             req_finish_problem(r, &r->refusal);
-            return queue_answer(r);
+            return queue_answer(h, r);
         }
         /* No body: answer once the request is complete, which keeps the
          * connection open for the next one. */
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (now_us() - r->start_us > s->cfg.request_timeout_ms * 1000) {
+        if (now_us() - r->start_us > h->cfg.request_timeout_ms * 1000) {
             /* A body trickling in: libmicrohttpd cannot answer before the body
              * is read, so the connection is closed. */
             log_info("cut off a client whose request body did not arrive within %lld ms",
-                     (long long)s->cfg.request_timeout_ms);
+                     (long long)h->cfg.request_timeout_ms);
             return MHD_NO;
         }
         if (!r->body_too_large) {
@@ -666,7 +643,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         fn(r);
     }
     if (r->answered)
-        return queue_answer(r);
+        return queue_answer(h, r);
     if (r->parked)
         return MHD_YES;
     received(r);
@@ -685,7 +662,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->rt->fn(r, r->params);
     }
     if (r->answered && !r->parked)
-        return queue_answer(r);
+        return queue_answer(h, r);
     return MHD_YES;
 }
 
@@ -703,7 +680,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     if (r->stream)
         MHD_destroy_response(r->stream);
-    mgrcmd_free(r->cmd);
+    if (r->free_state)
+        r->free_state(r->state);
     free(r->method);
     free(r->path);
     free(r->segs);
@@ -724,28 +702,31 @@ __attribute__((format(printf, 2, 0))) static void on_mhd_log(void *cls, const ch
     log_debug("http: %s", msg);
 }
 
-Http *http_new(Server *s)
+Http *http_new(const HttpConfig *cfg)
 {
     Http *h = xcalloc(1, sizeof *h);
-    h->srv = s;
+    h->cfg = *cfg;
+    h->listen = xstrdup(cfg->listen);
+    h->cfg.listen = h->listen;
     pthread_mutex_init(&h->conns_lock, NULL);
     return h;
 }
 
-int http_start(Http *h, Err *err)
+int http_start(Http *h, const HttpApp *app, Err *err)
 {
-    const Server *s = h->srv;
+    const HttpConfig *cfg = &h->cfg;
+    h->app = *app;
     /* Every idle stream and long-poll is a descriptor: lift the soft limit. */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    const char *colon = strrchr(s->cfg.listen, ':');
+    const char *colon = strrchr(cfg->listen, ':');
     if (!colon)
-        return err_set(err, 400, "bad-config", "--listen: '%s' is not HOST:PORT", s->cfg.listen);
+        return err_set(err, 400, "bad-config", "--listen: '%s' is not HOST:PORT", cfg->listen);
     char host[128];
-    snprintf(host, sizeof host, "%.*s", (int)(colon - s->cfg.listen), s->cfg.listen);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - cfg->listen), cfg->listen);
     int port = atoi(colon + 1);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host[0] ? host : "0.0.0.0", &addr.sin_addr) != 1)
@@ -758,15 +739,22 @@ int http_start(Http *h, Err *err)
     h->mhd = MHD_start_daemon(
         flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        h, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)(s->cfg.connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        h, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(cfg->connection_timeout_ms / 1000), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)32 * 1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     if (!h->mhd)
         return err_set(err, 500, "listen-failed", "cannot listen on %s (in use, or not allowed?)",
-                       s->cfg.listen);
+                       cfg->listen);
     return 0;
+}
+
+int http_port(const Http *h)
+{
+    const union MHD_DaemonInfo *di =
+        h->mhd ? MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT) : NULL;
+    return di ? di->port : 0;
 }
 
 void http_stop(Http *h)
@@ -784,5 +772,6 @@ void http_free(Http *h)
     /* The daemon has stopped: every connection has been closed and unlisted. */
     linger_free(h->linger);
     pthread_mutex_destroy(&h->conns_lock);
+    free(h->listen);
     free(h);
 }

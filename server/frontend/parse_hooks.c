@@ -7,7 +7,7 @@
 
 #include "parse.h"
 #include "util.h"
-#include "webhooks.h"
+#include "whsig.h"
 
 /* The fields of one update in o (fraction, message, output: at least one),
  * into u; where names it in a refusal. */
@@ -196,13 +196,13 @@ int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, j
                        "addresses unless --webhook-allow-networks lists the network",
                        why);
     const char *secret = json_string_value(json_object_get(body, "secret"));
-    unsigned char key[WEBHOOKS_KEY_MAX];
+    unsigned char key[WHSIG_KEY_MAX];
     size_t keylen;
-    if (!secret || webhooks_secret_key(secret, key, &keylen) != 0)
+    if (!secret || whsig_key(secret, key, &keylen) != 0)
         return err_set(err, 400, "invalid-field",
-                       "'secret' must be 'whsec_' and the base64 of 24 to %d random bytes (for "
+                       "'secret' must be 'whsec_' and the base64 of %d to %d random bytes (for "
                        "example: echo whsec_$(openssl rand -base64 32))",
-                       WEBHOOKS_KEY_MAX);
+                       WHSIG_KEY_MIN, WHSIG_KEY_MAX);
     json_t *q = json_object_get(body, "queues");
     if (q && !json_is_null(q)) {
         if (!json_is_array(q) || json_array_size(q) == 0 || json_array_size(q) > 64)

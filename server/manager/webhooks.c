@@ -5,8 +5,6 @@
 #include "webhooks.h"
 
 #include <curl/curl.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -19,6 +17,7 @@
 #include "log.h"
 #include "util.h"
 #include "view.h"
+#include "whsig.h"
 
 #define READ_PAGE 200        /* events per read from the table */
 #define READ_BYTES (1 << 20) /* ... and about this many bytes */
@@ -31,7 +30,7 @@ enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 typedef struct Sub {
     char *name;
     Subscription cfg; /* as recorded, secret included; its cursor unused (the fields below) */
-    unsigned char key[WEBHOOKS_KEY_MAX];
+    unsigned char key[WHSIG_KEY_MAX];
     size_t keylen;
     int kinds; /* cfg.kinds as K_* bits */
     bool paused, dead;
@@ -75,55 +74,6 @@ struct Webhooks {
     PGconn *conn; /* thread only; closed while not leading */
     bool db_down_logged;
 };
-
-/* ---- signing ---- */
-
-int webhooks_secret_key(const char *secret, unsigned char *key, size_t *keylen)
-{
-    if (!secret || strncmp(secret, "whsec_", 6) != 0)
-        return -1;
-    const char *b64 = secret + 6;
-    size_t n = strlen(b64);
-    if (n == 0 || n % 4 != 0 || n > 4 * ((WEBHOOKS_KEY_MAX + 2) / 3))
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        char c = b64[i];
-        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                  c == '+' || c == '/' || (c == '=' && i >= n - 2);
-        if (!ok || (c != '=' && i > 0 && b64[i - 1] == '='))
-            return -1;
-    }
-    unsigned char buf[4 * ((WEBHOOKS_KEY_MAX + 2) / 3)];
-    int len = EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)n);
-    if (len < 0)
-        return -1;
-    /* EVP_DecodeBlock counts the padding as zero bytes. */
-    len -= (b64[n - 1] == '=') + (b64[n - 2] == '=');
-    if (len < 24 || len > WEBHOOKS_KEY_MAX)
-        return -1;
-    memcpy(key, buf, (size_t)len);
-    *keylen = (size_t)len;
-    return 0;
-}
-
-int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64_t timestamp,
-                  const char *body, size_t len, char *out)
-{
-    SBuf msg;
-    sbuf_init(&msg);
-    sbuf_printf(&msg, "%s.%lld.", id, (long long)timestamp);
-    sbuf_append(&msg, body, len);
-    unsigned char mac[EVP_MAX_MD_SIZE];
-    unsigned int maclen = 0;
-    unsigned char *ok = HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)msg.data,
-                             msg.len, mac, &maclen);
-    sbuf_free(&msg);
-    if (!ok || maclen != 32)
-        return -1;
-    memcpy(out, "v1,", 3);
-    EVP_EncodeBlock((unsigned char *)out + 3, mac, (int)maclen); /* 44 chars and a NUL */
-    return 0;
-}
 
 /* ---- subscriptions (w->lock held) ---- */
 
@@ -205,7 +155,7 @@ static void sub_configure(Sub *s, Subscription *set)
     subscription_clear(&s->cfg);
     s->cfg = *set;
     memset(set, 0, sizeof *set);
-    if (webhooks_secret_key(s->cfg.secret, s->key, &s->keylen) != 0)
+    if (whsig_key(s->cfg.secret, s->key, &s->keylen) != 0)
         s->keylen = 0; /* the API checks secrets: a bad one here is a bug; deliveries fail */
     s->kinds = kinds_of(s->cfg.kinds);
     s->paused = s->cfg.paused;
@@ -597,11 +547,11 @@ static void start_delivery(Webhooks *w, Sub *s)
     sbuf_puts(&body, "}");
     free(s->body);
     s->body = sbuf_steal(&body);
-    char id[40], ts[24], sig[WEBHOOKS_SIG_LEN], line[WEBHOOKS_SIG_LEN + 32];
+    char id[40], ts[24], sig[WHSIG_LEN], line[WHSIG_LEN + 32];
     snprintf(id, sizeof id, "msg_%lld", (long long)seq);
     int64_t t = wall_ms() / 1000;
     snprintf(ts, sizeof ts, "%lld", (long long)t);
-    if (webhooks_sign(s->key, s->keylen, id, t, s->body, strlen(s->body), sig) != 0)
+    if (whsig_sign(s->key, s->keylen, id, t, s->body, strlen(s->body), sig) != 0)
         snprintf(sig, sizeof sig, "v1,");
     curl_slist_free_all(s->hdrs);
     s->hdrs = NULL;

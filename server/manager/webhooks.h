@@ -1,7 +1,7 @@
 /* webhooks: the leader's deliveries of results to webhook subscriptions. Each
  * matching finished event is POSTed to the subscription's URL, signed the
  * Standard Webhooks way (webhook-id, webhook-timestamp, webhook-signature:
- * HMAC-SHA256 with OpenSSL's libcrypto), one at a time per subscription in
+ * whsig.h), one at a time per subscription in
  * seq order, retried with exponential backoff until it is acknowledged (2xx).
  *
  * A subscription's settings and cursor are events (subscription,
@@ -25,8 +25,6 @@
 #include "view.h"
 
 #define WEBHOOKS_MAX 64         /* subscriptions at most */
-#define WEBHOOKS_KEY_MAX 64     /* bytes of a secret's key, at most (24 at least) */
-#define WEBHOOKS_SIG_LEN 64     /* "v1," + base64 of 32 bytes + NUL fit */
 #define WEBHOOKS_CURSOR_MS 1000 /* a cursor that moved is recorded at most this often */
 
 typedef struct WebhooksConfig {
@@ -72,14 +70,5 @@ size_t webhooks_count(Webhooks *w);
  * them, without the secret: settings, cursor (recorded), delivered_upto, lag,
  * last_error... (a new reference); NULL if name is unknown. */
 json_t *webhooks_json(Webhooks *w, const char *name);
-
-/* ---- signing ---- */
-/* The key of a secret "whsec_<base64>" (24 to WEBHOOKS_KEY_MAX bytes) into key
- * (WEBHOOKS_KEY_MAX bytes). Returns -1 if it is not one. */
-int webhooks_secret_key(const char *secret, unsigned char *key, size_t *keylen) WARN_UNUSED;
-/* "v1,<base64 of HMAC-SHA256(key, id "." timestamp "." body)>" into out
- * (WEBHOOKS_SIG_LEN bytes). */
-int webhooks_sign(const unsigned char *key, size_t keylen, const char *id, int64_t timestamp,
-                  const char *body, size_t len, char *out) WARN_UNUSED;
 
 #endif

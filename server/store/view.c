@@ -417,7 +417,7 @@ void view_result_of(const Event *e, ResultEvent *out)
         .seq = e->seq,
         .at = e->at,
         .type = e->type,
-        .work_id = xstrdup(e->type == EV_BATCH ? e->name : e->work_id),
+        .work_id = xstrdup(e->type == EV_BATCH ? e->batch : e->work_id),
         .queue = xstrdup(e->type == EV_BATCH || !e->queue ? "" : e->queue),
         .frame_len = b.len,
         .data_off = off,

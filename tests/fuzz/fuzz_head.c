@@ -6,7 +6,7 @@
 
 #include <strings.h>
 
-#include "parse.h"
+#include "head.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -10,7 +10,7 @@
 
 #include "parse.h"
 #include "parse_hooks.h"
-#include "webhooks.h"
+#include "whsig.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -32,13 +32,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (sub) {
         json_t *d = NULL;
         if (parse_subscription(body, "hook", NULL, &d, &err) == 0) {
-            unsigned char key[WEBHOOKS_KEY_MAX];
+            unsigned char key[WHSIG_KEY_MAX];
             size_t keylen;
-            char sig[WEBHOOKS_SIG_LEN];
-            FUZZ_CHECK(webhooks_secret_key(json_string_value(json_object_get(d, "secret")), key,
-                                           &keylen) == 0,
+            char sig[WHSIG_LEN];
+            FUZZ_CHECK(whsig_key(json_string_value(json_object_get(d, "secret")), key, &keylen) ==
+                           0,
                        "an accepted subscription's secret gives no key");
-            FUZZ_CHECK(webhooks_sign(key, keylen, "msg_1", 1, "{}", 2, sig) == 0 &&
+            FUZZ_CHECK(whsig_sign(key, keylen, "msg_1", 1, "{}", 2, sig) == 0 &&
                            !strncmp(sig, "v1,", 3) && strlen(sig) == 47,
                        "an accepted secret does not sign: %s", sig);
             FUZZ_CHECK(json_array_size(json_object_get(d, "kinds")) >= 1,

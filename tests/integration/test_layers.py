@@ -17,15 +17,8 @@ LAYERS = {"common": 0, "server/core": 1, "server/store": 2, "server/manager": 3,
           "server/frontend": 4, "server": 5}
 # What the front-end may use of the layers below it that are not common/core.
 FRONTEND_MAY = {"view.h", "db.h", "manager.h"}
-# Known exceptions, each with what would remove it.
-EXCEPTIONS = {
-    # http.c still takes the whole Server (issue: a route table and a small config).
-    ("server/frontend/http.h", "server.h"),
-    # /readyz reads the database watch, which lives beside main.
-    ("server/frontend/api.c", "dbwatch.h"),
-    # A subscription's secret is checked with the webhooks module's key rules.
-    ("server/frontend/parse_hooks.c", "webhooks.h"),
-}
+# Known exceptions, each with what would remove it: none left.
+EXCEPTIONS = set()
 
 
 def layer_of(path):

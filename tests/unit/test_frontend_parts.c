@@ -1,11 +1,14 @@
 /* Tests of front-end parts that link without server/main.c: the leader
  * information (one writer, many readers), the proxy's answers when no leader
- * can be reached, the invariants of api.c's route table, and the rendering of
- * /metrics. */
+ * can be reached, the HTTP daemon serving a table of its caller's, the
+ * invariants of api.c's route table, and the rendering of /metrics. */
 #include "ws_testlib.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,6 +169,154 @@ static void test_proxy_without_leader_marks_it_suspect_and_answers_503(void **st
     leaderinfo_free(li);
 }
 
+/* ---- http.c with a caller of its own: it knows nothing of the server ---- */
+
+typedef struct Seen {
+    atomic_int answers, vouched, last_route, last_status;
+} Seen;
+
+/* GET /hello/:who answers who; POST /secret answers how many bytes it got. */
+static void h_hello(Req *r, char *const *p)
+{
+    Seen *seen = r->app;
+    atomic_store(&seen->vouched, r->forwarded);
+    char *text = xstrdup(p[0] ? p[0] : "");
+    if (!p[0]) {
+        free(text);
+        text = xmalloc(24);
+        snprintf(text, 24, "%zu bytes", r->body.len);
+    }
+    req_finish_raw(r, 200, "text/plain", text, strlen(text));
+}
+
+static int t_vouch(void *ctx, Req *r, Err *err)
+{
+    const char *v = req_header(r, "X-Test-Node");
+    if (v && strcmp(v, "friend"))
+        return err_set(err, 403, "forwarding-refused", "not a friend");
+    r->forwarded = v != NULL;
+    return r->forwarded;
+}
+
+static int t_authorize(void *ctx, Req *r, Err *err)
+{
+    if (!r->rt->scope || req_header(r, "Authorization"))
+        return 0;
+    snprintf(r->location, sizeof r->location, "%s", "Bearer realm=\"test\"");
+    return err_set(err, 401, "unauthorized", "say who you are");
+}
+
+static void t_observe(void *ctx, int route, int status, int64_t us)
+{
+    Seen *seen = ctx;
+    atomic_store(&seen->last_route, route);
+    atomic_store(&seen->last_status, status);
+    atomic_fetch_add(&seen->answers, 1);
+}
+
+/* Sends a request (head lines after the request line, then body) on a new
+ * connection and reads the whole answer into text; waits until the daemon
+ * has observed it (the hook may run after the client has the answer).
+ * Returns the status, or 0 if none came. */
+static int send_one(int port, Seen *seen, const char *line, const char *headers, const char *body,
+                    char *text, size_t n)
+{
+    int before = atomic_load(&seen->answers);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    text[0] = '\0';
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    char req[1024];
+    int len = snprintf(req, sizeof req,
+                       "%s HTTP/1.1\r\nHost: test\r\nConnection: close\r\n%sContent-Length: "
+                       "%zu\r\n%s\r\n%s",
+                       line, headers, strlen(body),
+                       body[0] ? "Content-Type: application/json\r\n" : "", body);
+    if (write(fd, req, (size_t)len) != len) {
+        close(fd);
+        return 0;
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < n && (k = read(fd, text + got, n - 1 - got)) > 0)
+        got += (size_t)k;
+    text[got] = '\0';
+    close(fd);
+    for (int i = 0; i < 5000 && atomic_load(&seen->answers) == before; i++)
+        usleep(1000);
+    int status = 0;
+    return sscanf(text, "HTTP/1.1 %d", &status) == 1 ? status : 0;
+}
+
+static void test_http_serves_its_callers_table_through_its_hooks(void **state)
+{
+    static const Route routes[] = {
+        {"GET", "/hello/:who", h_hello, "hello", false, 0, ""},
+        {"POST", "/secret", h_hello, "secret", true, 1, ""},
+    };
+    Seen seen = {0};
+    HttpConfig hc = {.listen = "127.0.0.1:0",
+                     .threads = 2,
+                     .max_connections = 16,
+                     .connection_timeout_ms = 10000,
+                     .request_timeout_ms = 10000,
+                     .max_body = 64};
+    HttpApp app = {.routes = routes,
+                   .n_routes = 2,
+                   .ctx = &seen,
+                   .vouch = t_vouch,
+                   .authorize = t_authorize,
+                   .observe = t_observe};
+    Http *h = http_new(&hc);
+    Err err = {0};
+    CHECK(http_start(h, &app, &err) == 0, "the daemon should start on port 0: %s", err.msg);
+    int port = http_port(h);
+    CHECK(port > 0, "the daemon should say the port it chose, not %d", port);
+    char text[2048];
+
+    int st = send_one(port, &seen, "GET /hello/world", "", "", text, sizeof text);
+    CHECK(st == 200 && strstr(text, "\r\n\r\nworld"), "GET /hello/world: %d '%s'", st, text);
+    CHECK(atomic_load(&seen.last_route) == 0 && atomic_load(&seen.last_status) == 200,
+          "observe should see route 0 answered 200, not route %d, %d",
+          atomic_load(&seen.last_route), atomic_load(&seen.last_status));
+    CHECK(!atomic_load(&seen.vouched), "a request without the node header was vouched for");
+
+    st = send_one(port, &seen, "GET /nowhere", "", "", text, sizeof text);
+    CHECK(st == 404 && strstr(text, "no-route"), "GET /nowhere: %d '%s'", st, text);
+    CHECK(atomic_load(&seen.last_route) == -1 && atomic_load(&seen.last_status) == 404,
+          "observe should see no route (-1) answered 404, not route %d, %d",
+          atomic_load(&seen.last_route), atomic_load(&seen.last_status));
+
+    st = send_one(port, &seen, "PUT /secret", "", "", text, sizeof text);
+    CHECK(st == 405 && strstr(text, "Allow: POST"), "PUT /secret: %d '%s'", st, text);
+    st = send_one(port, &seen, "POST /secret", "", "{}", text, sizeof text);
+    CHECK(st == 401 && strstr(text, "say who you are") && strstr(text, "realm=\"test\""),
+          "POST /secret without a token: authorize should refuse it, %d '%s'", st, text);
+    CHECK(atomic_load(&seen.last_route) == 1, "a refused request still counts for its route");
+
+    /* A body over max_body; the same body from a node that vouch trusts (up
+     * to HTTP_VOUCHED_BODY times larger); a node it refuses. */
+    char big[160];
+    snprintf(big, sizeof big, "{\"x\":\"%0*d\"}", 100, 0);
+    st = send_one(port, &seen, "POST /secret", "Authorization: Bearer t\r\n", big, text,
+                  sizeof text);
+    CHECK(st == 413, "%zu bytes over max_body 64 should be 413, not %d '%s'", strlen(big), st,
+          text);
+    st = send_one(port, &seen, "POST /secret", "Authorization: Bearer t\r\nX-Test-Node: friend\r\n",
+                  big, text, sizeof text);
+    CHECK(st == 200 && strstr(text, "108 bytes") && atomic_load(&seen.vouched),
+          "a vouched request may send up to %d bytes: %d '%s'", 64 * HTTP_VOUCHED_BODY, st, text);
+    st = send_one(port, &seen, "GET /hello/x", "X-Test-Node: stranger\r\n", "", text, sizeof text);
+    CHECK(st == 403 && strstr(text, "not a friend"), "vouch refused: %d '%s'", st, text);
+    http_stop(h);
+    http_free(h);
+}
+
 /* ---- api.c's route table ---- */
 
 static void test_routes_are_distinct_and_fit_the_metrics(void **state)
@@ -245,7 +396,7 @@ static void test_metrics_render_names_routes_and_the_unmatched(void **state)
 
 static void test_api_state_lives_and_dies(void **state)
 {
-    Api *a = api_new();
+    Api *a = api_new(&(ApiConfig){.node_id = "test-node", .cluster_secret = ""}, &(ApiParts){0});
     CHECK(a, "api_new returned NULL");
     api_free(a);
     api_free(NULL);
@@ -257,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_leaderinfo_set_get_suspect),
         cmocka_unit_test(test_leaderinfo_readers_never_see_a_torn_pair),
         cmocka_unit_test(test_proxy_without_leader_marks_it_suspect_and_answers_503),
+        cmocka_unit_test(test_http_serves_its_callers_table_through_its_hooks),
         cmocka_unit_test(test_routes_are_distinct_and_fit_the_metrics),
         cmocka_unit_test(test_metrics_render_names_routes_and_the_unmatched),
         cmocka_unit_test(test_api_state_lives_and_dies),

@@ -1,9 +1,11 @@
-/* Tests of the validation of untrusted input (server/frontend/parse.c): every
- * refusal has the right status, names the field in its message, and keeps the
- * message valid UTF-8 (it becomes a problem+json string). */
+/* Tests of the validation of untrusted input (server/frontend/parse.c, and
+ * head.c for a request's head): every refusal has the right status, names the
+ * field in its message, and keeps the message valid UTF-8 (it becomes a
+ * problem+json string). */
 #include "ws_testlib.h"
 
 #include "config.h"
+#include "head.h"
 #include "parse.h"
 
 #define NOW T0 /* 2026-01-01T00:00:00Z */

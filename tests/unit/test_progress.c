@@ -1,10 +1,10 @@
 /* progress.c (which progress reports become events, and the per-attempt
- * budgets) and the webhook signature (webhooks_secret_key, webhooks_sign),
+ * budgets) and the webhook signature (whsig_key, whsig_sign),
  * without a database or a network. */
 #include "ws_testlib.h"
 
 #include "progress.h"
-#include "webhooks.h"
+#include "whsig.h"
 
 static const WsConfig CFG = {.max_open = 100,
                              .lease_grace_ms = 5000,
@@ -247,15 +247,14 @@ static void test_rate_is_bounded_per_worker_and_in_total(void **state)
 
 static void test_webhook_signature(void **state)
 {
-    unsigned char key[WEBHOOKS_KEY_MAX];
+    unsigned char key[WHSIG_KEY_MAX];
     size_t len = 0;
-    CHECK(webhooks_secret_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", key, &len) == 0 &&
-              len == 24,
+    CHECK(whsig_key("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", key, &len) == 0 && len == 24,
           "a 24-byte secret, got %zu bytes", len);
-    char sig[WEBHOOKS_SIG_LEN];
+    char sig[WHSIG_LEN];
     const char body[] = "{\"test\": 2432232314}";
-    CHECK(webhooks_sign(key, len, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, sizeof body - 1,
-                        sig) == 0,
+    CHECK(whsig_sign(key, len, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, sizeof body - 1,
+                     sig) == 0,
           "signing failed");
     /* base64(HMAC-SHA256(key, "msg_p5jXN8AQM9LWM0D4loKWxJek.1614265330." body)), as
      * Python's hmac module computes it. */
@@ -291,7 +290,7 @@ static void test_webhook_signature(void **state)
                                 "QUJD",
                                 NULL};
     for (size_t i = 0; bad[i]; i++)
-        CHECK(webhooks_secret_key(bad[i], key, &len) != 0, "'%s' is not a secret", bad[i]);
+        CHECK(whsig_key(bad[i], key, &len) != 0, "'%s' is not a secret", bad[i]);
 }
 
 int main(void)

@@ -38,7 +38,7 @@ static void heartbeat(json_t *body)
                hb.instance);
     FUZZ_CHECK(hb.capacity >= 1 && hb.capacity <= 100000, "capacity %d accepted", hb.capacity);
     for (size_t i = 0; hb.running && i < hb.running->n; i++)
-        FUZZ_CHECK(id_valid(hb.running->items[i].work_id) && hb.running->items[i].attempt >= 1,
+        FUZZ_CHECK(work_id_valid(hb.running->items[i].work_id) && hb.running->items[i].attempt >= 1,
                    "'running' item %zu (%s, %lld) was accepted", i, hb.running->items[i].work_id,
                    (long long)hb.running->items[i].attempt);
     check_queues(hb.queues);
@@ -68,7 +68,7 @@ static void pull(json_t *body)
 /* What the manager relies on in a report it is handed. */
 static void check_typed_report(const Report *r)
 {
-    FUZZ_CHECK(r->work_id && id_valid(r->work_id), "a report of the invalid work id '%s'",
+    FUZZ_CHECK(r->work_id && work_id_valid(r->work_id), "a report of the invalid work id '%s'",
                r->work_id ? r->work_id : "(null)");
     FUZZ_CHECK(r->attempt >= 1 && r->attempt <= 1000000, "a report of attempt %d", r->attempt);
     FUZZ_CHECK(!r->worker_id && !r->instance && !r->claim,

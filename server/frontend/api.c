@@ -307,7 +307,6 @@ static void cmd_reply(Req *r)
     case MC_SUBSCRIPTION_GET:
     case MC_SUB_CURSOR:
     case MC_SUB_PAUSE:
-    case MC_QUEUE_FLOW: /* asked by /metrics itself */
         req_finish_json(r, c->status, json_incref(c->reply));
         return;
     case MC_BULK_CANCEL:
@@ -316,7 +315,8 @@ static void cmd_reply(Req *r)
                         json_pack("{s:I, s:b}", c->type == MC_BULK_CANCEL ? "cancelled" : "retried",
                                   (json_int_t)c->n_done, "more", c->more));
         return;
-    case MC_COUNT: /* not a command */
+    case MC_QUEUE_FLOW: /* asked by /metrics itself, never answered here */
+    case MC_COUNT:      /* not a command */
         break;
     }
 }
@@ -1389,7 +1389,8 @@ static void metrics_task(PGconn *conn, void *arg)
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,
         .limits = conn ? view_queue_limits(conn, &err) : NULL,
         .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
-        .tokens = flow ? flow->reply : NULL,
+        .tokens = flow ? flow->tokens : NULL,
+        .n_tokens = flow ? flow->n_tokens : 0,
         .mgr = a->mgr,
     };
     size_t len;

@@ -183,7 +183,7 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
             sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n",
                         open->items[i].queue, open->items[i].oldest_pending_age_s);
     }
-    metrics_render_flow(&b, node->limits, node->backlog, node->tokens);
+    metrics_render_flow(&b, node->limits, node->backlog, node->tokens, node->n_tokens);
     if (node->mgr)
         render_manager(&b, node->mgr);
     *len = b.len;
@@ -233,7 +233,7 @@ static void backlog_family(SBuf *b, const KeyBacklogs *backlog, const char *name
 }
 
 void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
-                         json_t *tokens)
+                         const QueueTokens *tokens, size_t n_tokens)
 {
     if (limits) {
         limit_family(b, limits, "workd_queue_paused",
@@ -251,13 +251,9 @@ void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklo
         sbuf_puts(b, "# HELP workd_queue_rate_tokens Starts the queue's rate limit allows now "
                      "(the leader's token bucket).\n"
                      "# TYPE workd_queue_rate_tokens gauge\n");
-        const char *q;
-        json_t *t;
-        json_object_foreach(tokens, q, t)
-        {
-            sbuf_printf(b, "workd_queue_rate_tokens{queue=\"%s\"} %g\n", q,
-                        json_number_value(json_object_get(t, "tokens")));
-        }
+        for (size_t i = 0; i < n_tokens; i++)
+            sbuf_printf(b, "workd_queue_rate_tokens{queue=\"%s\"} %g\n", tokens[i].queue,
+                        tokens[i].tokens);
     }
     if (backlog) {
         backlog_family(b, backlog, "workd_queue_key_backlog",

@@ -34,10 +34,10 @@ void metrics_init(Metrics *m);
 void metrics_observe(Metrics *m, int route, int status, int64_t us);
 /* Appends the queues' flow control to b: limits (view_queue_limits), backlog
  * per key (view_key_backlog with METRICS_KEYS_TOP), and the leader's rate
- * tokens ({queue: {"tokens"}}, MC_QUEUE_FLOW). Any of them may be NULL: its
- * families are left out. All borrowed. */
+ * tokens (n_tokens, MC_QUEUE_FLOW). Any of them may be NULL: its families are
+ * left out. All borrowed. */
 void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
-                         json_t *tokens);
+                         const QueueTokens *tokens, size_t n_tokens);
 
 /* ---- rendering ---- */
 /* What /metrics shows of this node besides its counters; all borrowed. */
@@ -51,7 +51,8 @@ typedef struct MetricsNode {
     /* The queues' flow control (metrics_render_flow); each may be NULL. */
     QueueLimitsList *limits;
     KeyBacklogs *backlog;
-    json_t *tokens;
+    const QueueTokens *tokens; /* the leader's buckets; NULL: not asked */
+    size_t n_tokens;
     const Manager *mgr; /* NULL without the manager role */
 } MetricsNode;
 

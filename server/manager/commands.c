@@ -810,14 +810,16 @@ static void handle_schedule_delete(Manager *m, MgrCmd *c, const KnownSet *known,
 static void handle_queue_flow(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     (void)known;
-    json_t *o = json_object();
     const char *name;
+    c->tokens = xcalloc(1, sizeof *c->tokens); /* answered: not NULL, even with none */
     for (size_t i = 0; (name = ws_queue_next(m->ws, &i));) {
         double t = ws_queue_tokens(m->ws, name, now);
-        if (t >= 0)
-            json_object_set_new(o, name, json_pack("{s:f}", "tokens", t));
+        if (t < 0)
+            continue;
+        c->tokens = xrealloc(c->tokens, (c->n_tokens + 1) * sizeof *c->tokens);
+        c->tokens[c->n_tokens++] = (QueueTokens){.queue = xstrdup(name), .tokens = t};
     }
-    cmd_ok_json(c, 200, o);
+    cmd_ok(c, 200);
 }
 
 /* ---- what the round looks up before it decides ---- */

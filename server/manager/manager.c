@@ -74,6 +74,9 @@ void mgrcmd_free(MgrCmd *c)
         free(c->jobs[i].tracestate);
     }
     free(c->jobs);
+    for (size_t i = 0; i < c->n_tokens; i++)
+        free(c->tokens[i].queue);
+    free(c->tokens);
     ws_running_free(c->stale);
     cluster_view_free(c->cluster);
     json_decref(c->reply);

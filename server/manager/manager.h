@@ -82,9 +82,15 @@ typedef enum {
     MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> reply: webhooks_json */
     MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
     MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
-    MC_QUEUE_FLOW, /* -> reply {queue: {"tokens": starts allowed now}} for rate-limited queues */
-    MC_COUNT       /* not a command: how many kinds (commands.c has an entry for each) */
+    MC_QUEUE_FLOW,       /* -> tokens: the starts each rate-limited queue allows now */
+    MC_COUNT             /* not a command: how many kinds (commands.c has an entry for each) */
 } MgrCmdType;
+
+/* A rate-limited queue's token bucket as the leader holds it (MC_QUEUE_FLOW). */
+typedef struct QueueTokens {
+    char *queue;
+    double tokens; /* starts its rate limit allows now */
+} QueueTokens;
 
 /* A job handed to a pull (MC_PULL's answer); strings and payload owned by the
  * command. */
@@ -173,7 +179,7 @@ typedef struct MgrCmd {
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
     RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
     ClusterView *cluster; /* MC_CLUSTER */
-    /* The answers not typed yet (MC_QUEUE_FLOW, MC_SCHEDULE_SET, the
+    /* The answers not typed yet (MC_SCHEDULE_SET, the
      * subscriptions): JSON made on the manager thread, sent as it is. */
     json_t *reply;
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
@@ -181,6 +187,8 @@ typedef struct MgrCmd {
     SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */
     PulledJob *jobs;         /* MC_PULL, status 200: n_jobs handed to the worker */
     size_t n_jobs;
+    QueueTokens *tokens; /* MC_QUEUE_FLOW, status 200: n_tokens of them */
+    size_t n_tokens;
     /* completion */
     void (*done)(struct MgrCmd *cmd, void *ud);
     void *ud;

@@ -44,6 +44,15 @@ static int call_and_show(Cli *cli, const char *method, const char *path, json_t 
     return CLI_OK;
 }
 
+/* POST prefix<name>suffix (pause, resume) and shows the answer's keys. */
+static int post_named(Cli *cli, const char *prefix, const char *name, const char *suffix,
+                      const char *const *keys)
+{
+    char path[PATH_MAX_LEN];
+    named_path(prefix, name, suffix, path, sizeof path);
+    return call_and_show(cli, "POST", path, NULL, true, keys);
+}
+
 /* Finds the action named by pos[0] (the first, a listing, when there is no
  * word) and checks that a NAME follows when it needs one. */
 static int run_action(Cli *cli, const CommandHelp *help, const Act *acts, size_t nacts,
@@ -117,16 +126,12 @@ static const char *const limit_keys[] = {
 
 static int queues_pause(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/queues/", name, "/pause", path, sizeof path);
-    return call_and_show(cli, "POST", path, NULL, true, limit_keys);
+    return post_named(cli, "/queues/", name, "/pause", limit_keys);
 }
 
 static int queues_resume(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/queues/", name, "/resume", path, sizeof path);
-    return call_and_show(cli, "POST", path, NULL, true, limit_keys);
+    return post_named(cli, "/queues/", name, "/resume", limit_keys);
 }
 
 /* "none" is JSON null (no limit); otherwise a positive integer. */
@@ -403,16 +408,12 @@ static int schedules_set(Cli *cli, const char *name, void *flags)
 
 static int schedules_pause(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/schedules/", name, "/pause", path, sizeof path);
-    return call_and_show(cli, "POST", path, NULL, true, schedule_keys);
+    return post_named(cli, "/schedules/", name, "/pause", schedule_keys);
 }
 
 static int schedules_resume(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/schedules/", name, "/resume", path, sizeof path);
-    return call_and_show(cli, "POST", path, NULL, true, schedule_keys);
+    return post_named(cli, "/schedules/", name, "/resume", schedule_keys);
 }
 
 static int schedules_delete(Cli *cli, const char *name, void *flags)

@@ -18,20 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
-from workd import JSON, expect, pull, submit  # noqa: E402
+from workd import JSON, expect, pull, sql_error, submit  # noqa: E402
 
 SMALL = 64 * 1024  # --max-body of the budget tests
 SMALL_ARGS = ["--max-body", str(SMALL), "--max-reply-bytes", str(2 * SMALL),
               "--max-json-depth", "8"]
-
-
-def sql_error(cluster, sql, url=None):
-    """Runs sql, which must fail; returns the error text."""
-    try:
-        cluster.psql(sql, url)
-    except RuntimeError as e:
-        return str(e)
-    raise AssertionError(f"the database accepted: {sql}")
 
 
 def nested(depth):

@@ -12,16 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import (JSON, complete, completions_by_id, get_work, leader_of, pull,  # noqa: E402
-                   submit, wait_new_leader)
-
-
-def sql_error(cluster, sql, url=None):
-    """Runs sql, which must fail; returns the error text."""
-    try:
-        cluster.psql(sql, url)
-    except RuntimeError as e:
-        return str(e)
-    raise AssertionError(f"the database accepted: {sql}")
+                   sql_error, submit, wait_new_leader)
 
 
 def accepted_count(cluster, wid):

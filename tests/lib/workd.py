@@ -123,3 +123,12 @@ def abandoned_pull(url, worker, wait=20, leader_url=None):
     wait_until(lambda: waiting_pulls(leader_url or url) > before, 10,
                what=f"the pull of {worker} to wait at the leader")
     s.close()
+
+
+def sql_error(cluster, sql, url=None):
+    """Runs sql, which must fail; returns the error text."""
+    try:
+        cluster.psql(sql, url)
+    except RuntimeError as e:
+        return str(e)
+    raise AssertionError(f"the database accepted: {sql}")

@@ -230,20 +230,12 @@ WARN_UNUSED static int parse_trace(json_t *o, const char *where, SubmitItem *it,
     return 0;
 }
 
-WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
-                                  const ParseLimits *lim, SubmitItem *it, Err *err)
+/* The parts of one item of a submission (parse_item). Each returns 0, or -1
+ * with err naming the item (where) and the field. */
+
+WARN_UNUSED static int item_payload(json_t *o, const char *where, const ParseLimits *lim,
+                                    SubmitItem *it, Err *err)
 {
-    if (!json_is_object(o))
-        return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
-                       where);
-    static const char *const known[] = {"payload",     "id",         "queue", "key",
-                                        "priority",    "run_at",     "delay", "max_attempts",
-                                        "after",       "run_anyway", "batch", "timeout",
-                                        "traceparent", "tracestate", NULL};
-    if (parse_check_fields(o, known, where, err) != 0)
-        return -1;
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s: ", where);
     json_t *payload = json_object_get(o, "payload");
     if (!payload)
         return err_set(err, 400, "missing-field", "%s lacks 'payload' (any JSON value)", where);
@@ -257,7 +249,13 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                        "is %lld",
                        where, bytes, (long long)lim->max_payload_bytes);
     it->payload = json_incref(payload);
+    return 0;
+}
 
+/* The item's id: its own, the Idempotency-Key's, or one made here. */
+WARN_UNUSED static int item_id(json_t *o, const char *where, const char *idem_key, SubmitItem *it,
+                               Err *err)
+{
     json_t *id = json_object_get(o, "id");
     if (id) {
         if (!json_is_string(id) || !id_valid(json_string_value(id)))
@@ -280,7 +278,12 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
         it->id = xstrdup(gen);
         it->generated = true;
     }
+    return 0;
+}
 
+/* Where it runs: its queue, fair-share key and priority. */
+WARN_UNUSED static int item_place(json_t *o, const char *where, SubmitItem *it, Err *err)
+{
     json_t *q = json_object_get(o, "queue");
     if (q && !(json_is_string(q) && queue_name_valid(json_string_value(q))))
         return err_set(err, 400, "invalid-field",
@@ -306,7 +309,15 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                            where);
         it->priority = (int)json_integer_value(p);
     }
+    return 0;
+}
 
+/* When it runs: run_at or delay, its timeout and attempts. */
+WARN_UNUSED static int item_timing(json_t *o, const char *where, int64_t now,
+                                   const ParseLimits *lim, SubmitItem *it, Err *err)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", where);
     json_t *run_at = json_object_get(o, "run_at"), *delay = json_object_get(o, "delay");
     if (run_at && delay)
         return err_set(err, 400, "invalid-field", "%s: give 'run_at' or 'delay', not both", where);
@@ -343,7 +354,12 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                            "%s: 'max_attempts' must be an integer from 1 to 1000", where);
         it->max_attempts = (int)json_integer_value(ma);
     }
+    return 0;
+}
 
+/* What it waits for (after, run_anyway) and the batch it joins. */
+WARN_UNUSED static int item_graph(json_t *o, const char *where, SubmitItem *it, Err *err)
+{
     json_t *after = json_object_get(o, "after");
     if (after && !json_is_null(after)) {
         if (!json_is_array(after) || json_array_size(after) > MAX_PARENTS)
@@ -382,6 +398,24 @@ WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem
                            where);
         it->batch = xstrdup(json_string_value(batch));
     }
+    return 0;
+}
+
+WARN_UNUSED static int parse_item(json_t *o, const char *where, const char *idem_key, int64_t now,
+                                  const ParseLimits *lim, SubmitItem *it, Err *err)
+{
+    if (!json_is_object(o))
+        return err_set(err, 400, "invalid-body", "%s must be a JSON object with a 'payload'",
+                       where);
+    static const char *const known[] = {"payload",     "id",         "queue", "key",
+                                        "priority",    "run_at",     "delay", "max_attempts",
+                                        "after",       "run_anyway", "batch", "timeout",
+                                        "traceparent", "tracestate", NULL};
+    if (parse_check_fields(o, known, where, err) != 0 ||
+        item_payload(o, where, lim, it, err) != 0 || item_id(o, where, idem_key, it, err) != 0 ||
+        item_place(o, where, it, err) != 0 || item_timing(o, where, now, lim, it, err) != 0 ||
+        item_graph(o, where, it, err) != 0)
+        return -1;
     return parse_trace(o, where, it, err);
 }
 

@@ -212,17 +212,15 @@ typedef enum {
 /* The append statement of one shape (a bit per AppendPart present besides
  * AP_BASE and AP_END, which every shape has).
  * Every shape numbers the parameters alike; *used says which it reads. */
-static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
+/* The statement's parts (append_sql): each appends its CTE to b, taking its
+ * array parameters from *param on, in the order the append sends them. */
+
+/* The fence, the events, the part's first seq. */
+static void sql_events(SBuf *b, int *param)
 {
-    SBuf part[AP_COUNT];
-    for (int i = 0; i < AP_COUNT; i++)
-        sbuf_init(&part[i]);
-    SBuf *b = &part[AP_BASE];
-    int param = P_SCALARS + 1;
-    int ev_cols[E_COUNT], cols[F_COUNT];
+    int ev_cols[E_COUNT];
     for (int i = 0; i < E_COUNT; i++)
         ev_cols[i] = i;
-
     sbuf_printf(b,
                 "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean)"
                 " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_events"
@@ -237,17 +235,20 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         sbuf_puts(b, ", ");
     }
     sbuf_printf(b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
-    int first_ev = param;
-    sql_unnest(b, &param, ev_fields, ev_cols, E_COUNT, "e");
+    int first_ev = *param;
+    sql_unnest(b, param, ev_fields, ev_cols, E_COUNT, "e");
     sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk) RETURNING 1),\n");
-
     sbuf_printf(b,
                 "pt AS (UPDATE workd_parts"
                 "  SET first_seq = ($%d::bigint[])[1], first_at = workd_ts($%d::bigint)\n"
                 "  WHERE part = $%d::int AND first_seq IS NULL AND (SELECT ok FROM lk)),\n",
                 first_ev + E_SEQ, P_FIRST_AT, P_PART);
+}
 
-    b = &part[AP_NEW];
+/* Work accepted in the commit: new open rows. */
+static void sql_open_new(SBuf *b, int *param)
+{
+    int cols[F_COUNT];
     sbuf_puts(b, "nw AS (INSERT INTO workd_open (");
     sql_names(b, open_new_cols, NCOLS(open_new_cols));
     sbuf_puts(b, ")\n  SELECT ");
@@ -257,10 +258,14 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         cols[i] = open_new_cols[i];
     }
     sbuf_puts(b, "\n  FROM ");
-    sql_unnest(b, &param, fields, cols, NCOLS(open_new_cols), "n");
+    sql_unnest(b, param, fields, cols, NCOLS(open_new_cols), "n");
     sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk)),\n");
+}
 
-    b = &part[AP_UP];
+/* Open work the commit changed: the columns it changed, overlaid. */
+static void sql_open_update(SBuf *b, int *param)
+{
+    int cols[F_COUNT];
     sbuf_puts(b, "up AS (UPDATE workd_open w SET ");
     for (size_t i = 0; i < NCOLS(open_up_cols); i++) {
         const FieldDef *f = &fields[open_up_cols[i]];
@@ -272,22 +277,27 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         sbuf_puts(b, i + 1 < NCOLS(open_up_cols) ? ",\n    " : "");
     }
     sbuf_puts(b, "\n  FROM ");
-    int up_ids = param; /* open_up_cols[0] is the id */
-    sql_unnest(b, &param, fields, cols, NCOLS(open_up_cols), "u");
+    int up_ids = *param; /* open_up_cols[0] is the id */
+    sql_unnest(b, param, fields, cols, NCOLS(open_up_cols), "u");
     sbuf_printf(b, "\n  WHERE w.id = u.id AND w.id = ANY($%d::text[]) AND (SELECT ok FROM lk)),\n",
                 up_ids);
+}
 
-    /* Finished work: the rows that were open leave workd_open, their done
-     * row made in the DELETE's RETURNING from the old row overlaid with the
-     * commit's changes (m = -1: accepted in this commit, no old row). The
-     * array parameters are the same for both uses. */
-    b = &part[AP_DONE];
+/* Finished work: the rows that were open leave workd_open, their done row
+ * made in the DELETE's RETURNING from the old row overlaid with the commit's
+ * changes (m = -1: accepted in this commit, no old row). The array parameters
+ * are the same for both uses. Then the finished counts per part, kept as the
+ * rows are written, so that no read ever counts the history (GET /queues);
+ * they leave with their part. */
+static void sql_done(SBuf *b, int *param)
+{
+    int cols[F_COUNT];
     for (size_t i = 0; i < NCOLS(done_cols); i++)
         cols[i] = done_cols[i];
     SBuf dsrc;
     sbuf_init(&dsrc);
-    int done_ids = param; /* done_cols[0] is the id */
-    sql_unnest(&dsrc, &param, fields, cols, NCOLS(done_cols), "d");
+    int done_ids = *param; /* done_cols[0] is the id */
+    sql_unnest(&dsrc, param, fields, cols, NCOLS(done_cols), "d");
     sbuf_printf(b, "gone AS (DELETE FROM workd_open g USING %s\n", dsrc.data);
     sbuf_printf(b,
                 "  WHERE g.id = d.id AND g.id = ANY($%d::text[]) AND d.m <> -1"
@@ -319,17 +329,18 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
                 "  RETURNING queue, status),\n",
                 P_PART, dsrc.data);
     sbuf_free(&dsrc);
-    /* Finished counts per part, kept as the rows are written, so that no read
-     * ever counts the history (GET /queues); they leave with their part. */
     sbuf_printf(
         b,
         "cnt AS (INSERT INTO workd_counts (part, queue, status, n)\n"
         "  SELECT $%d::int, queue, status, count(*) FROM dn GROUP BY queue, status\n"
         "  ON CONFLICT (part, queue, status) DO UPDATE SET n = workd_counts.n + EXCLUDED.n),\n",
         P_PART);
-    /* Activity per queue and bucket (the dashboard's chart), added up here
-     * from the commit's events so that no read counts the log. */
-    b = &part[AP_ACT];
+}
+
+/* Activity per queue and bucket (the dashboard's chart), added up here from
+ * the commit's events so that no read counts the log. */
+static void sql_activity(SBuf *b)
+{
     sbuf_printf(b,
                 "act AS (INSERT INTO workd_activity AS a (bucket, queue, accepted, completed, "
                 "failed, dead, cancelled)\n"
@@ -343,13 +354,25 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         sbuf_printf(b, "%s%s = a.%s + EXCLUDED.%s", k ? ", " : "", act_cols[k], act_cols[k],
                     act_cols[k]);
     sbuf_puts(b, "),\n");
-    b = &part[AP_INBOX];
+}
+
+static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
+{
+    SBuf part[AP_COUNT];
+    for (int i = 0; i < AP_COUNT; i++)
+        sbuf_init(&part[i]);
+    int param = P_SCALARS + 1; /* every part numbers its arrays, used or not */
+    sql_events(&part[AP_BASE], &param);
+    sql_open_new(&part[AP_NEW], &param);
+    sql_open_update(&part[AP_UP], &param);
+    sql_done(&part[AP_DONE], &param);
+    sql_activity(&part[AP_ACT]);
     sbuf_printf(
-        b,
+        &part[AP_INBOX],
         "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk)),\n",
         P_INBOX);
-    b = &part[AP_END];
-    sbuf_printf(b, "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)", P_LAST_SEQ);
+    sbuf_printf(&part[AP_END], "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)",
+                P_LAST_SEQ);
 
     /* Joined: each CTE ends in ",\n", the last one's comma dropped. */
     SBuf sql;

@@ -253,44 +253,42 @@ static bool dbwatch_stalled_of(void *w, char *why, size_t whylen)
     return dbwatch_stalled(w, why, whylen);
 }
 
-static int serve(Server *s)
+/* Applies the migrations, waiting for a database that is not up yet (compose,
+ * a restart), and reads where the log ends. 0: ready; 1: a signal came
+ * meanwhile; -1: logged. */
+static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
 {
     Err err = {0};
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
     int applied;
     int64_t backoff = 200;
-    /* The database may come up after us (compose, a restart): wait for it. */
     while (migrate_run(s->cfg.database_url, &applied, &err) != 0) {
         if (err.status != 503) {
             log_error("migrations failed: %s", err.msg);
-            return 1;
+            return -1;
         }
         log_warn("waiting for the database: %s", err.msg);
         struct timespec ts = {.tv_sec = backoff / 1000, .tv_nsec = (backoff % 1000) * 1000000};
         siginfo_t si;
-        if (sigtimedwait(&sigs, &si, &ts) > 0)
-            return 0;
+        if (sigtimedwait(sigs, &si, &ts) > 0)
+            return 1;
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
-    int64_t last_seq = 0;
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    if (!c || view_last_seq(c, &last_seq, &err) != 0) {
-        PQfinish(c);
-        log_error("cannot read the event log: %s", err.msg);
-        return 1;
-    }
+    int rc = c && view_last_seq(c, last_seq, &err) == 0 ? 0 : -1;
     PQfinish(c);
+    if (rc != 0)
+        log_error("cannot read the event log: %s", err.msg);
+    return rc;
+}
 
+/* The tokens, and what the log should say of them. -1: logged. */
+static int load_auth(Server *s)
+{
+    Err err = {0};
     s->auth = auth_load(s->cfg.tokens, s->cfg.tokens_file, &err);
     if (!s->auth) {
         log_error("%s", err.msg);
-        return 2;
+        return -1;
     }
     if (!auth_enabled(s->auth) && s->cfg.role_frontend)
         log_warn("AUTHENTICATION IS OFF: no token is configured (--tokens, --tokens-file), so "
@@ -301,63 +299,53 @@ static int serve(Server *s)
     if (!s->cfg.cluster_secret[0] && s->cfg.role_frontend)
         log_warn("no cluster secret (--cluster-secret, WORKD_CLUSTER_SECRET): requests forwarded "
                  "to the leader get no more than --max-body, like any client's");
-    s->metrics = xcalloc(1, sizeof *s->metrics);
-    metrics_init(s->metrics);
-    int64_t started_ms = wall_ms();
-    s->leader = leaderinfo_new();
-    HttpConfig hc = {.listen = s->cfg.listen,
-                     .threads = s->cfg.http_threads,
-                     .max_connections = s->cfg.max_connections,
-                     .connection_timeout_ms = s->cfg.connection_timeout_ms,
-                     .request_timeout_ms = s->cfg.request_timeout_ms,
-                     .max_body = s->cfg.max_body};
-    s->http = http_new(&hc);
-    int rc = 1;
-    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
-        !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
-        goto cleanup;
-    s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
-                     s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, last_seq);
-    /* After the hub: the manager publishes its commits into it. */
-    if (s->cfg.role_manager) {
-        ManagerConfig mc = {
-            .database_url = s->cfg.database_url,
-            .advertise_url = s->cfg.advertise_url,
-            .election_interval_ms = s->cfg.election_interval_ms,
-            .heartbeat_interval_ms = s->cfg.heartbeat_interval_ms,
-            .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
-            .max_workers = s->cfg.max_workers,
-            .max_reply_bytes = s->cfg.max_reply_bytes,
-            .max_payload_bytes = s->cfg.max_body,
-            .max_json_depth = (int)s->cfg.max_json_depth,
-            .max_schedules = s->cfg.max_schedules,
-            .ws = {.max_open = s->cfg.max_open,
-                   .max_edges = s->cfg.max_edges,
-                   .lease_grace_ms = s->cfg.lease_grace_ms,
-                   .backoff_base_ms = s->cfg.backoff_base_ms,
-                   .backoff_max_ms = s->cfg.backoff_max_ms,
-                   .worker_timeout_ms = s->cfg.worker_timeout_ms,
-                   /* A worker lists a job from the moment its pull's answer is
-                    * read: one heartbeat interval covers an answer on its way. */
-                   .unclaimed_grace_ms = s->cfg.heartbeat_interval_ms},
-            .retain_ms = s->cfg.retain_ms,
-            .default_timeout_ms = s->cfg.default_timeout_ms,
-            .default_max_attempts = (int)s->cfg.default_max_attempts,
-            .progress = {.rate = (int)s->cfg.progress_rate,
-                         .max_bytes = s->cfg.progress_max_bytes,
-                         .worker_rate = (int)s->cfg.progress_rate_worker,
-                         .total_rate = (int)s->cfg.progress_rate_total},
-            .webhook_timeout_ms = s->cfg.webhook_timeout_ms,
-            .webhook_backoff_base_ms = s->cfg.webhook_backoff_base_ms,
-            .webhook_backoff_max_ms = s->cfg.webhook_backoff_max_ms,
-            .webhook_pause_after_ms = s->cfg.webhook_pause_after_ms,
-            .webhook_allow = &s->cfg.webhook_allow,
-            .on_commit = on_commit,
-            .on_commit_ud = s,
-        };
-        if (!(s->mgr = manager_start(&mc, &err)))
-            goto cleanup;
-    }
+    return 0;
+}
+
+/* The manager role, after the hub (the manager publishes its commits there). */
+WARN_UNUSED static int start_manager(Server *s, Err *err)
+{
+    ManagerConfig mc = {
+        .database_url = s->cfg.database_url,
+        .advertise_url = s->cfg.advertise_url,
+        .election_interval_ms = s->cfg.election_interval_ms,
+        .heartbeat_interval_ms = s->cfg.heartbeat_interval_ms,
+        .pull_wait_max_ms = s->cfg.pull_wait_max_ms,
+        .max_workers = s->cfg.max_workers,
+        .max_reply_bytes = s->cfg.max_reply_bytes,
+        .max_payload_bytes = s->cfg.max_body,
+        .max_json_depth = (int)s->cfg.max_json_depth,
+        .max_schedules = s->cfg.max_schedules,
+        .ws = {.max_open = s->cfg.max_open,
+               .max_edges = s->cfg.max_edges,
+               .lease_grace_ms = s->cfg.lease_grace_ms,
+               .backoff_base_ms = s->cfg.backoff_base_ms,
+               .backoff_max_ms = s->cfg.backoff_max_ms,
+               .worker_timeout_ms = s->cfg.worker_timeout_ms,
+               /* A worker lists a job from the moment its pull's answer is
+                * read: one heartbeat interval covers an answer on its way. */
+               .unclaimed_grace_ms = s->cfg.heartbeat_interval_ms},
+        .retain_ms = s->cfg.retain_ms,
+        .default_timeout_ms = s->cfg.default_timeout_ms,
+        .default_max_attempts = (int)s->cfg.default_max_attempts,
+        .progress = {.rate = (int)s->cfg.progress_rate,
+                     .max_bytes = s->cfg.progress_max_bytes,
+                     .worker_rate = (int)s->cfg.progress_rate_worker,
+                     .total_rate = (int)s->cfg.progress_rate_total},
+        .webhook_timeout_ms = s->cfg.webhook_timeout_ms,
+        .webhook_backoff_base_ms = s->cfg.webhook_backoff_base_ms,
+        .webhook_backoff_max_ms = s->cfg.webhook_backoff_max_ms,
+        .webhook_pause_after_ms = s->cfg.webhook_pause_after_ms,
+        .webhook_allow = &s->cfg.webhook_allow,
+        .on_commit = on_commit,
+        .on_commit_ud = s,
+    };
+    return (s->mgr = manager_start(&mc, err)) ? 0 : -1;
+}
+
+/* The proxy, the listener, the API and (with the frontend role) HTTP. */
+WARN_UNUSED static int start_front(Server *s, int64_t started_ms, Err *err)
+{
     ProxyConfig pc = {.leader = s->leader,
                       .metrics = s->metrics,
                       .deadline_ms = s->cfg.proxy_deadline_ms,
@@ -374,8 +362,8 @@ static int serve(Server *s)
                          .hub = s->hub,
                          .leader = s->leader,
                          .http = s->http};
-    if (!(s->proxy = proxy_start(&pc, &err)) || !(s->listener = listener_start(&lc, &err)))
-        goto cleanup;
+    if (!(s->proxy = proxy_start(&pc, err)) || !(s->listener = listener_start(&lc, err)))
+        return -1;
     ApiConfig ac = {.node_id = s->cfg.node_id,
                     .cluster_secret = s->cfg.cluster_secret,
                     .max_body = s->cfg.max_body,
@@ -396,20 +384,12 @@ static int serve(Server *s)
                    .dbwatch = {s->dbwatch, dbwatch_json_of, dbwatch_stalled_of}};
     s->api = api_new(&ac, &ap);
     HttpApp app = api_http(s->api);
-    if (s->cfg.role_frontend && http_start(s->http, &app, &err) != 0)
-        goto cleanup;
-    log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
-             s->cfg.advertise_url);
+    return s->cfg.role_frontend ? http_start(s->http, &app, err) : 0;
+}
 
-    siginfo_t si;
-    while (sigwaitinfo(&sigs, &si) < 0 && errno == EINTR) {
-    }
-    log_info("received %s: stopping", strsignal(si.si_signo));
-    rc = 0;
-cleanup:
-    if (rc)
-        log_error("cannot start: %s", err.msg);
-    /* Answer everything in flight, then stop serving, then free. */
+/* Answers everything in flight, then stops serving, then frees. */
+static void stop_all(Server *s)
+{
     manager_stop(s->mgr);
     if (s->hub)
         hub_shutdown(s->hub);
@@ -428,6 +408,55 @@ cleanup:
     http_free(s->http);
     api_free(s->api);
     leaderinfo_free(s->leader);
+}
+
+static int serve(Server *s)
+{
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int64_t last_seq = 0;
+    int ready = prepare_database(s, &sigs, &last_seq);
+    if (ready != 0)
+        return ready > 0 ? 0 : 1;
+    if (load_auth(s) != 0)
+        return 2;
+    s->metrics = xcalloc(1, sizeof *s->metrics);
+    metrics_init(s->metrics);
+    int64_t started_ms = wall_ms();
+    s->leader = leaderinfo_new();
+    HttpConfig hc = {.listen = s->cfg.listen,
+                     .threads = s->cfg.http_threads,
+                     .max_connections = s->cfg.max_connections,
+                     .connection_timeout_ms = s->cfg.connection_timeout_ms,
+                     .request_timeout_ms = s->cfg.request_timeout_ms,
+                     .max_body = s->cfg.max_body};
+    s->http = http_new(&hc);
+    Err err = {0};
+    int rc = 1;
+    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
+        !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
+        goto cleanup;
+    s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
+                     s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, last_seq);
+    if ((s->cfg.role_manager && start_manager(s, &err) != 0) ||
+        start_front(s, started_ms, &err) != 0)
+        goto cleanup;
+    log_info("workd-server listening on %s (advertised as %s)", s->cfg.listen,
+             s->cfg.advertise_url);
+    siginfo_t si;
+    while (sigwaitinfo(&sigs, &si) < 0 && errno == EINTR) {
+    }
+    log_info("received %s: stopping", strsignal(si.si_signo));
+    rc = 0;
+cleanup:
+    if (rc)
+        log_error("cannot start: %s", err.msg);
+    stop_all(s);
     return rc;
 }
 

@@ -26,6 +26,7 @@ void projrow_clear(ProjRow *r)
     free(r->batch);
     free(r->traceparent);
     free(r->tracestate);
+    free(r->hist);
     memset(r, 0, sizeof *r);
 }
 
@@ -37,6 +38,16 @@ static void set_str(char **dst, const char *src)
 
 void projrow_fold(ProjRow *r, const Event *e)
 {
+    if (e->type == EV_PROGRESS) { /* changes nothing but the row's latest progress */
+        r->progress_seq = e->seq;
+        r->changed |= PC_PROGRESS;
+        return;
+    }
+    if (r->n_hist == r->cap_hist) {
+        r->cap_hist = r->cap_hist ? 2 * r->cap_hist : 4;
+        r->hist = xrealloc(r->hist, r->cap_hist * sizeof *r->hist);
+    }
+    r->hist[r->n_hist++] = e->seq;
     r->updated_seq = e->seq;
     switch (e->type) {
     case EV_ACCEPTED:
@@ -125,7 +136,7 @@ void projrow_fold(ProjRow *r, const Event *e)
         return;
     case EV_TERM:
     case EV_QUEUE_SET:
-    case EV_PROGRESS: /* the manager folds no progress (it changes no row) */
+    case EV_PROGRESS: /* above */
     case EV_SUBSCRIPTION:
     case EV_SUB_CURSOR:
     case EV_SCHEDULE_SET:

@@ -27,6 +27,7 @@ enum {
     PCB_RESULT,
     PCB_LAST_ERROR,
     PCB_ACCEPTED_SEQ,
+    PCB_PROGRESS,
     PCB_COUNT
 };
 enum {
@@ -41,10 +42,11 @@ enum {
     PC_RESULT = 1 << PCB_RESULT,
     PC_LAST_ERROR = 1 << PCB_LAST_ERROR,
     PC_ACCEPTED_SEQ = 1 << PCB_ACCEPTED_SEQ,
+    PC_PROGRESS = 1 << PCB_PROGRESS,
     PC_ALL = (1 << PCB_COUNT) - 1,
 };
 
-/* One row of workd_work, or the part of it that a run of events changed.
+/* One row of workd_open or workd_done, or the part of it that a run of events changed.
  * Strings and JSON values are owned. Times are ms since the epoch, 0: NULL. */
 typedef struct ProjRow {
     char *id;
@@ -66,6 +68,11 @@ typedef struct ProjRow {
     char *batch;              /* NULL: none */
     /* the producer's trace context; NULL: none */
     char *traceparent, *tracestate;
+    /* the seqs of the folded events (progress aside): added to the row's
+     * history, through which its events are read (view_work_events) */
+    int64_t *hist;
+    size_t n_hist, cap_hist;
+    int64_t progress_seq; /* the latest progress folded (PC_PROGRESS); 0: none */
 } ProjRow;
 
 /* An empty row for work id (nothing known, nothing changed). */

@@ -116,9 +116,8 @@ WARN_UNUSED static int drop_expired(Retention *r, const PartList *pl, int64_t no
         int part = pl->items[i].part;
         char sql[160];
         snprintf(sql, sizeof sql,
-                 "SELECT "
-                 "(extract(epoch from at) * 1000)::bigint"
-                 " FROM workd_events_p%d ORDER BY seq DESC LIMIT 1",
+                 "SELECT workd_epoch_ms(last_at) FROM workd_log_p%d"
+                 " ORDER BY last_seq DESC LIMIT 1",
                  part);
         Err err = {0};
         PGresult *res = db_exec(r->conn, sql, 0, NULL, "reading a part's last event", &err);
@@ -130,7 +129,7 @@ WARN_UNUSED static int drop_expired(Retention *r, const PartList *pl, int64_t no
         PQclear(res);
         if (last > now - r->cfg.retain_ms)
             return 0;
-        if (drop_table(r, "workd_done", part) != 0 || drop_table(r, "workd_events", part) != 0)
+        if (drop_table(r, "workd_done", part) != 0 || drop_table(r, "workd_log", part) != 0)
             return -1;
         char pv[16];
         snprintf(pv, sizeof pv, "%d", part);
@@ -171,7 +170,7 @@ static void measure(Retention *r, const PartList *pl)
     Err err = {0};
     PGresult *res = db_exec(r->conn,
                             "SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
-                            "          FROM pg_partition_tree('workd_events')),"
+                            "          FROM pg_partition_tree('workd_log')),"
                             "       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
                             "          FROM pg_partition_tree('workd_done')),"
                             "       pg_total_relation_size('workd_open')",

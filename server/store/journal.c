@@ -9,6 +9,7 @@
 #include "rows.h"
 #include "log.h"
 #include "hmap.h"
+#include "record.h"
 #include "schedule.h"
 #include "util.h"
 
@@ -17,10 +18,11 @@
  * Each commit writes, in one statement (one transaction), fenced by
  * workd_fence (migration 0010: the leader lock and the newest term, asked
  * once, in the lk CTE):
- *   ev   the events, into the leader's current part;
+ *   ev   the events, as log records (record.h) in the leader's current part;
  *   pt   the part's first seq and time, on the first write into it;
  *   nw   new open rows (accepted, not finished in the same commit);
- *   up   changes to open rows (HOT: no indexed column changes);
+ *   up   changes to open rows (HOT: no indexed column changes), each row's
+ *        history growing by the seqs of its events;
  *   gone + dn  finished work: its open row is deleted and its workd_done row
  *        written once, from the open row overlaid with the commit's changes
  *        (or wholly from the commit, for work accepted in it);
@@ -28,7 +30,9 @@
  * fills the array parameters are both generated from the tables below, so a
  * placeholder cannot drift from the value that fills it. */
 
-typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON } ColKind;
+/* K_SEQS: a list of seqs, sent as the text of a bigint[]; K_BOOL: sent as
+ * an int (0: false). */
+typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON, K_SEQS, K_BOOL } ColKind;
 
 /* A column of a projection row: its name in workd_open / workd_done, its kind,
  * and the PC_* bit saying an update changed it (0: set once, at acceptance).
@@ -58,7 +62,9 @@ typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON } ColKind;
     X(F_AFTER, "after", K_JSON, 0)                                                                 \
     X(F_AFTER_POLICY, "after_policy", K_TEXT, 0)                                                   \
     X(F_BATCH, "batch", K_TEXT, 0)                                                                 \
-    X(F_TRACE, "trace", K_JSON, 0)
+    X(F_TRACE, "trace", K_JSON, 0)                                                                 \
+    X(F_HISTORY, "history", K_SEQS, 0)                                                             \
+    X(F_PROGRESS, "progress_seq", K_BIGINT, PC_PROGRESS)
 
 #define FIELD_ENUM(f, name, kind, pc) f,
 typedef enum { FIELD_TABLE(FIELD_ENUM) F_COUNT } Field;
@@ -86,26 +92,27 @@ static const Field open_new_cols[] = {
     F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
     F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE,    F_HISTORY,    F_PROGRESS};
 static const Field open_up_cols[] = {
-    F_ID,          F_MASK,   F_STATUS,   F_ATTEMPTS,   F_MAX_ATTEMPTS, F_RUN_AT,     F_STARTED_AT,
-    F_FINISHED_AT, F_WORKER, F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ};
+    F_ID,         F_MASK,         F_STATUS,      F_ATTEMPTS, F_MAX_ATTEMPTS,
+    F_RUN_AT,     F_STARTED_AT,   F_FINISHED_AT, F_WORKER,   F_DEADLINE,
+    F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ, F_HISTORY,  F_PROGRESS};
 static const Field done_cols[] = {
     F_ID,         F_MASK,         F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
     F_STATUS,     F_ATTEMPTS,     F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH,        F_TRACE};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,        F_TRACE,   F_HISTORY,    F_PROGRESS};
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
-/* The event columns, filled from an Event. */
-typedef enum { E_SEQ, E_AT, E_TYPE, E_VERSION, E_WORK, E_DATA, E_BYTES, E_COUNT } EvField;
-static const FieldDef ev_fields[] = {
-    [E_SEQ] = {"seq", K_BIGINT, 0},       [E_AT] = {"at", K_TIME, 0},
-    [E_TYPE] = {"type", K_TEXT, 0},       [E_VERSION] = {"version", K_INT, 0},
-    [E_WORK] = {"work_id", K_TEXT, 0},    [E_DATA] = {"data", K_JSON, 0},
-    [E_BYTES] = {"data_bytes", K_INT, 0},
+/* The columns of a log record (record.h): a commit's events, as one or
+ * more records. */
+typedef enum { R_FIRST, R_LAST, R_LAST_AT, R_CONTROL, R_EVENTS, R_COUNT } RecField;
+static const FieldDef rec_fields[] = {
+    [R_FIRST] = {"first_seq", K_BIGINT, 0}, [R_LAST] = {"last_seq", K_BIGINT, 0},
+    [R_LAST_AT] = {"last_at", K_TIME, 0},   [R_CONTROL] = {"control", K_BOOL, 0},
+    [R_EVENTS] = {"events", K_TEXT, 0},
 };
-_Static_assert(sizeof ev_fields / sizeof ev_fields[0] == E_COUNT, "a FieldDef per EvField");
+_Static_assert(sizeof rec_fields / sizeof rec_fields[0] == R_COUNT, "a FieldDef per RecField");
 
 /* What a commit adds to workd_activity, per queue: one array parameter per
  * column, after the queues'. */
@@ -132,12 +139,14 @@ static const char *array_type(ColKind k)
 {
     switch (k) {
     case K_INT:
+    case K_BOOL:
         return "int[]";
     case K_BIGINT:
     case K_TIME:
         return "bigint[]";
     case K_TEXT:
     case K_JSON:
+    case K_SEQS:
         break;
     }
     return "text[]";
@@ -165,15 +174,23 @@ static void sql_value(SBuf *b, const char *alias, const FieldDef *f)
         sbuf_printf(b, "workd_ts(%s.%s)", alias, f->name);
     else if (f->kind == K_JSON)
         sbuf_printf(b, "%s.%s::jsonb", alias, f->name);
+    else if (f->kind == K_SEQS)
+        sbuf_printf(b, "%s.%s::bigint[]", alias, f->name);
+    else if (f->kind == K_BOOL)
+        sbuf_printf(b, "(%s.%s <> 0)", alias, f->name);
     else
         sbuf_printf(b, "%s.%s", alias, f->name);
 }
 
 /* The value a changed row gets: the commit's where its bit is set, else the
- * old row's (alias old), or (immutable columns) the commit's if it has one. */
+ * old row's (alias old), or (immutable columns) the commit's if it has one;
+ * a list of seqs grows by the commit's. */
 static void sql_overlay(SBuf *b, const char *alias, const char *old, const FieldDef *f)
 {
-    if (f->pc) {
+    if (f->kind == K_SEQS) {
+        sbuf_printf(b, "%s.%s || ", old, f->name);
+        sql_value(b, alias, f);
+    } else if (f->pc) {
         sbuf_printf(b, "CASE WHEN %s.m & %d <> 0 THEN ", alias, f->pc);
         sql_value(b, alias, f);
         sbuf_printf(b, " ELSE %s.%s END", old, f->name);
@@ -193,13 +210,13 @@ static void sql_names(SBuf *b, const Field *cols, size_t n)
 }
 
 enum {
-    N_PARAMS = P_SCALARS + E_COUNT + NCOLS(open_new_cols) + NCOLS(open_up_cols) + NCOLS(done_cols)
+    N_PARAMS = P_SCALARS + R_COUNT + NCOLS(open_new_cols) + NCOLS(open_up_cols) + NCOLS(done_cols)
 };
 
 /* The parts of the append statement: each a CTE, written only when the
  * commit has rows for it (see append_shape). */
 typedef enum {
-    AP_BASE, /* the fence, the events, the part's first seq: every commit */
+    AP_BASE, /* the fence, the log records, the part's first seq: every commit */
     AP_NEW,  /* open rows accepted in this commit */
     AP_UP,   /* open rows changed */
     AP_DONE, /* finished rows: out of workd_open, into workd_done, counted */
@@ -215,34 +232,34 @@ typedef enum {
 /* The statement's parts (append_sql): each appends its CTE to b, taking its
  * array parameters from *param on, in the order the append sends them. */
 
-/* The fence, the events, the part's first seq. */
-static void sql_events(SBuf *b, int *param)
+/* The fence, the log records, the part's first seq. */
+static void sql_log(SBuf *b, int *param)
 {
-    int ev_cols[E_COUNT];
-    for (int i = 0; i < E_COUNT; i++)
-        ev_cols[i] = i;
+    int rec_cols[R_COUNT];
+    for (int i = 0; i < R_COUNT; i++)
+        rec_cols[i] = i;
     sbuf_printf(b,
                 "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean)"
-                " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_events"
-                " WHERE part = $%d::int AND seq = $%d::bigint)) AS ok),\n",
+                " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_log"
+                " WHERE part = $%d::int AND last_seq = $%d::bigint)) AS ok),\n",
                 P_TERM, P_OPENING, P_PREV_SEQ, P_PREV_PART, P_PREV_SEQ);
-    sbuf_puts(b, "ev AS (INSERT INTO workd_events (");
-    for (int i = 0; i < E_COUNT; i++)
-        sbuf_printf(b, "%s, ", ev_fields[i].name);
+    sbuf_puts(b, "ev AS (INSERT INTO workd_log (");
+    for (int i = 0; i < R_COUNT; i++)
+        sbuf_printf(b, "%s, ", rec_fields[i].name);
     sbuf_puts(b, "term, part)\n  SELECT ");
-    for (int i = 0; i < E_COUNT; i++) {
-        sql_value(b, "e", &ev_fields[i]);
+    for (int i = 0; i < R_COUNT; i++) {
+        sql_value(b, "e", &rec_fields[i]);
         sbuf_puts(b, ", ");
     }
     sbuf_printf(b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
-    int first_ev = *param;
-    sql_unnest(b, param, ev_fields, ev_cols, E_COUNT, "e");
-    sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk) RETURNING 1),\n");
+    int first_rec = *param;
+    sql_unnest(b, param, rec_fields, rec_cols, R_COUNT, "e");
+    sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk) RETURNING last_seq - first_seq + 1 AS n),\n");
     sbuf_printf(b,
                 "pt AS (UPDATE workd_parts"
                 "  SET first_seq = ($%d::bigint[])[1], first_at = workd_ts($%d::bigint)\n"
                 "  WHERE part = $%d::int AND first_seq IS NULL AND (SELECT ok FROM lk)),\n",
-                first_ev + E_SEQ, P_FIRST_AT, P_PART);
+                first_rec + R_FIRST, P_FIRST_AT, P_PART);
 }
 
 /* Work accepted in the commit: new open rows. */
@@ -362,7 +379,7 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     for (int i = 0; i < AP_COUNT; i++)
         sbuf_init(&part[i]);
     int param = P_SCALARS + 1; /* every part numbers its arrays, used or not */
-    sql_events(&part[AP_BASE], &param);
+    sql_log(&part[AP_BASE], &param);
     sql_open_new(&part[AP_NEW], &param);
     sql_open_update(&part[AP_UP], &param);
     sql_done(&part[AP_DONE], &param);
@@ -371,7 +388,8 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         &part[AP_INBOX],
         "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk)),\n",
         P_INBOX);
-    sbuf_printf(&part[AP_END], "SELECT (SELECT count(*) FROM ev), pg_notify('workd_events', $%d)",
+    sbuf_printf(&part[AP_END],
+                "SELECT (SELECT coalesce(sum(n), 0) FROM ev), pg_notify('workd_events', $%d)",
                 P_LAST_SEQ);
 
     /* Joined: each CTE ends in ",\n", the last one's comma dropped. */
@@ -411,12 +429,14 @@ static Oid elem_oid(ColKind k)
 {
     switch (k) {
     case K_INT:
+    case K_BOOL:
         return OID_INT4;
     case K_BIGINT:
     case K_TIME:
         return OID_INT8;
     case K_TEXT:
     case K_JSON:
+    case K_SEQS:
         break;
     }
     return OID_TEXT;
@@ -505,6 +525,24 @@ static const char *col_end(Col *c)
     return c->b.data;
 }
 
+/* A list of seqs as the text of a bigint[] ("{1,2}"); NULL when empty (an
+ * update then keeps the old row's). */
+static void col_seqs(Col *c, const int64_t *seqs, size_t n)
+{
+    if (!n) {
+        col_null(c);
+        return;
+    }
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "{");
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(&b, "%s%lld", i ? "," : "", (long long)seqs[i]);
+    sbuf_puts(&b, "}");
+    col_text(c, b.data);
+    sbuf_free(&b);
+}
+
 /* A row's trace context as its column holds it: {"traceparent", "tracestate"?},
  * or NULL (most work has none, and pays nothing for it). */
 static void col_trace(Col *c, const ProjRow *r)
@@ -533,7 +571,7 @@ static void put_field(Col *c, const ProjRow *r, Field f)
 {
     const FieldDef *d = &fields[f];
     if (!r->is_new && f != F_ID && f != F_MASK && f != F_UPDATED_SEQ && f != F_FINISHED_SEQ &&
-        !(d->pc & r->changed)) {
+        f != F_HISTORY && !(d->pc & r->changed)) {
         col_null(c);
         return;
     }
@@ -595,9 +633,15 @@ static void put_field(Col *c, const ProjRow *r, Field f)
     case F_LAST_ERROR:
         col_text(c, r->last_error);
         return;
-    case F_UPDATED_SEQ:
+    case F_UPDATED_SEQ: /* 0: only progress was folded, the old row's stays */
     case F_FINISHED_SEQ:
-        col_int(c, r->updated_seq);
+        col_time(c, r->updated_seq);
+        return;
+    case F_HISTORY:
+        col_seqs(c, r->hist, r->n_hist);
+        return;
+    case F_PROGRESS:
+        col_time(c, r->progress_seq);
         return;
     case F_AFTER:
         col_json(c, r->after);
@@ -786,6 +830,34 @@ static void activity_cols(const EventList *events, Col *cols)
     free(acts);
 }
 
+/* The commit's events as log records (record.h): lines cut into records of
+ * about RECORD_BYTES. */
+static void put_records(Col *rec, const EventList *events)
+{
+    SBuf lines;
+    sbuf_init(&lines);
+    size_t first = 0;
+    bool control = false;
+    for (size_t i = 0; i < events->len; i++) {
+        const Event *e = &events->items[i];
+        if (lines.len)
+            sbuf_puts(&lines, "\n");
+        record_line(&lines, e);
+        control |= record_is_control(e->type);
+        if (lines.len < RECORD_BYTES && i + 1 < events->len)
+            continue;
+        col_int(&rec[R_FIRST], events->items[first].seq);
+        col_int(&rec[R_LAST], e->seq);
+        col_time(&rec[R_LAST_AT], e->at);
+        col_int(&rec[R_CONTROL], control);
+        col_text(&rec[R_EVENTS], lines.data);
+        sbuf_reset(&lines);
+        first = i + 1;
+        control = false;
+    }
+    sbuf_free(&lines);
+}
+
 int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
                         size_t nrows, const int64_t *inbox, size_t n_inbox,
                         const AppendAfter *after, Err *err)
@@ -794,28 +866,15 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
         return err_set(err, 500, "internal", "the append statements are not prepared");
     enum { N_ARRAYS = N_PARAMS - P_SCALARS };
     Col cols[N_ARRAYS];
-    Col *ev = cols, *nw = ev + E_COUNT, *up = nw + NCOLS(open_new_cols),
+    Col *rec = cols, *nw = rec + R_COUNT, *up = nw + NCOLS(open_new_cols),
         *dn = up + NCOLS(open_up_cols);
-    for (int i = 0; i < E_COUNT; i++)
-        col_begin(&ev[i], ev_fields[i].kind);
+    for (int i = 0; i < R_COUNT; i++)
+        col_begin(&rec[i], rec_fields[i].kind);
     cols_begin(nw, open_new_cols, NCOLS(open_new_cols));
     cols_begin(up, open_up_cols, NCOLS(open_up_cols));
     cols_begin(dn, done_cols, NCOLS(done_cols));
     unsigned shape = n_inbox ? 1u << AP_INBOX : 0;
-    for (size_t i = 0; i < events->len; i++) {
-        const Event *e = &events->items[i];
-        col_int(&ev[E_SEQ], e->seq);
-        col_int(&ev[E_AT], e->at);
-        col_text(&ev[E_TYPE], event_type_name(e->type));
-        col_int(&ev[E_VERSION], e->version);
-        col_text(&ev[E_WORK], e->work_id);
-        json_t *d = event_data_encode(e);
-        char *txt = json_dumps(d, JSON_COMPACT | JSON_ENCODE_ANY);
-        json_decref(d);
-        col_text(&ev[E_DATA], txt);
-        col_int(&ev[E_BYTES], txt ? (int64_t)strlen(txt) : 0);
-        free(txt);
-    }
+    put_records(rec, events);
     for (size_t i = 0; i < nrows; i++) {
         const ProjRow *r = rows[i];
         if (row_is_done(r)) {
@@ -1042,18 +1101,16 @@ WARN_UNUSED static int recover_batches(PGconn *c, WorkState *ws, Err *err)
 int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
                     int *last_part, Err *err)
 {
-    PGresult *r =
-        db_exec(c,
-                "SELECT coalesce(max(seq), 0),"
-                "       coalesce((SELECT term FROM workd_events ORDER BY seq DESC LIMIT 1), 0),"
-                "       coalesce((SELECT part FROM workd_events ORDER BY seq DESC LIMIT 1), 0)"
-                "  FROM workd_events",
-                0, NULL, "reading the last seq", err);
+    PGresult *r = db_exec(c,
+                          "SELECT last_seq, term, part FROM workd_log"
+                          " ORDER BY last_seq DESC LIMIT 1",
+                          0, NULL, "reading the last seq", err);
     if (!r)
         return -1;
-    *last_seq = db_int(r, 0, 0);
-    *last_term = db_int(r, 0, 1);
-    *last_part = (int)db_int(r, 0, 2);
+    bool any = PQntuples(r) > 0;
+    *last_seq = any ? db_int(r, 0, 0) : 0;
+    *last_term = any ? db_int(r, 0, 1) : 0;
+    *last_part = any ? (int)db_int(r, 0, 2) : 0;
     PQclear(r);
 
     /* All of it, in one pass over the table: the leader's session allows

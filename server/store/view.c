@@ -9,6 +9,7 @@
 #include "db.h"
 #include "event.h"
 #include "log.h"
+#include "record.h"
 #include "rows.h"
 #include "util.h"
 
@@ -38,35 +39,160 @@ static char **strv_of_json(const PGresult *r, int row, int col)
     return v;
 }
 
-/* The last progress of the work (the (work_id, seq) index, newest first): a
- * progress event carries the attempt's latest fraction and message. */
-WARN_UNUSED static int read_progress(PGconn *c, const char *id, WorkView *w, Err *err)
+/* ---- the log's records (record.h) ----
+ * A reader meets each line of a record and keeps the ones it wants: fn
+ * returns 1 to go on, 0 to stop, -1 on an error. */
+typedef int (*LineFn)(const LogLine *l, int64_t term, void *ud, Err *err);
+
+/* Each line of a record's text (term, events) to fn, oldest first. */
+static int record_each(int64_t term, const char *text, size_t len, LineFn fn, void *ud, Err *err)
 {
-    const char *params[] = {id};
-    PGresult *r = db_exec(c,
-                          "SELECT seq, workd_epoch_ms(at), data::text"
-                          "  FROM workd_events"
-                          " WHERE work_id = $1 AND type = 'progress'"
-                          " ORDER BY seq DESC LIMIT 1",
-                          1, params, "reading progress", err);
+    const char *p = text, *end = text + len;
+    LogLine l;
+    int rc;
+    while ((rc = record_next(&p, end, &l, err)) == 1)
+        if ((rc = fn(&l, term, ud, err)) != 1)
+            return rc;
+    return rc;
+}
+
+/* A sorted list of seqs. */
+typedef struct Seqs {
+    int64_t *v;
+    size_t n;
+} Seqs;
+
+static bool seqs_has(const Seqs *s, int64_t seq)
+{
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->v[mid] == seq)
+            return true;
+        if (s->v[mid] < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+typedef struct SeqsVisit {
+    const Seqs *want;
+    LineFn fn;
+    void *ud;
+} SeqsVisit;
+
+static int visit_wanted(const LogLine *l, int64_t term, void *ud, Err *err)
+{
+    SeqsVisit *v = ud;
+    return seqs_has(v->want, l->seq) ? v->fn(l, term, v->ud, err) : 1;
+}
+
+/* The events of these seqs (sorted), oldest first, to fn: each record that
+ * holds one is read once, through the index on last_seq. A seq whose record
+ * is gone with its part is skipped. */
+static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *err)
+{
+    if (!want->n)
+        return 0;
+    SBuf arr;
+    sbuf_init(&arr);
+    sbuf_puts(&arr, "{");
+    for (size_t i = 0; i < want->n; i++)
+        sbuf_printf(&arr, "%s%lld", i ? "," : "", (long long)want->v[i]);
+    sbuf_puts(&arr, "}");
+    const char *params[] = {arr.data};
+    /* Planned once per session: planning over every part costs more than
+     * the lookups. */
+    PGresult *r = db_exec_cached(c, "workd_log_at",
+                                 "SELECT DISTINCT ON (l.last_seq) l.term, l.events"
+                                 "  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
+                                 "       (SELECT last_seq, first_seq, term, events FROM workd_log"
+                                 "         WHERE last_seq >= s.seq ORDER BY last_seq LIMIT 1) l"
+                                 " WHERE l.first_seq <= s.seq"
+                                 " ORDER BY l.last_seq",
+                                 1, params, "reading the log", err);
+    sbuf_free(&arr);
     if (!r)
         return -1;
-    if (PQntuples(r)) {
-        json_t *d = rows_json(r, 0, 2);
-        json_t *f = json_object_get(d, "fraction");
-        w->has_progress = true;
-        w->progress = (WorkProgress){
-            .seq = db_int(r, 0, 0),
-            .at = time_or_none(r, 0, 1),
-            .attempt = (int)json_integer_value(json_object_get(d, "attempt")),
-            .has_fraction = json_is_number(f),
-            .fraction = json_number_value(f),
-            .message = xstrdup(json_string_value(json_object_get(d, "message"))),
-        };
-        json_decref(d);
+    SeqsVisit v = {want, fn, ud};
+    int rc = 1;
+    for (int i = 0; i < PQntuples(r) && rc == 1; i++)
+        rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+                         visit_wanted, &v, err);
+    PQclear(r);
+    return rc < 0 ? -1 : 0;
+}
+
+/* The seqs of a work item's events (its row's history and latest progress),
+ * those after `after` only; false if no row has the id. */
+WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, Seqs *out, bool *found,
+                                 Err *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *params[] = {id};
+    PGresult *r = db_exec(c,
+                          "SELECT history::text, progress_seq FROM workd_open WHERE id = $1"
+                          " UNION ALL "
+                          "SELECT history::text, progress_seq FROM workd_done WHERE id = $1"
+                          " LIMIT 1",
+                          1, params, "reading a work item's history", err);
+    if (!r)
+        return -1;
+    *found = PQntuples(r) > 0;
+    const char *h = *found && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "{}";
+    int64_t progress = *found && !PQgetisnull(r, 0, 1) ? db_int(r, 0, 1) : 0;
+    size_t cap = 2;
+    for (const char *p = h; *p; p++)
+        cap += *p == ',';
+    out->v = xcalloc(cap, sizeof *out->v);
+    for (const char *p = h; *p;) {
+        char *stop;
+        long long v = strtoll(p + 1, &stop, 10);
+        if (stop == p + 1)
+            break;
+        if (v > after)
+            out->v[out->n++] = v;
+        p = stop;
     }
     PQclear(r);
+    if (progress > after) { /* in its place among the others */
+        size_t at = out->n;
+        while (at > 0 && out->v[at - 1] > progress)
+            at--;
+        memmove(out->v + at + 1, out->v + at, (out->n - at) * sizeof *out->v);
+        out->v[at] = progress;
+        out->n++;
+    }
     return 0;
+}
+
+static int keep_progress(const LogLine *l, int64_t term, void *ud, Err *err)
+{
+    WorkView *w = ud;
+    Event e;
+    if (record_decode(l, term, &e, err) != 0)
+        return -1;
+    json_t *f = json_object_get(e.detail, "fraction");
+    w->has_progress = true;
+    w->progress = (WorkProgress){
+        .seq = e.seq,
+        .at = e.at,
+        .attempt = e.attempt,
+        .has_fraction = json_is_number(f),
+        .fraction = json_number_value(f),
+        .message = xstrdup(json_string_value(json_object_get(e.detail, "message"))),
+    };
+    event_clear(&e);
+    return 0;
+}
+
+/* The work's latest progress: the event its row names. */
+WARN_UNUSED static int read_progress(PGconn *c, int64_t seq, WorkView *w, Err *err)
+{
+    Seqs one = {&seq, seq ? 1 : 0};
+    return log_read_seqs(c, &one, keep_progress, w, err);
 }
 
 /* Its children: work that names it in after, open or kept (GIN indexes). */
@@ -103,14 +229,14 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
         "       updated_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate'"
+        "       trace->>'tracestate', progress_seq"
         "  FROM workd_open WHERE id = $1"
         " UNION ALL "
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
         "       finished_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate'"
+        "       trace->>'tracestate', progress_seq"
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
@@ -151,8 +277,9 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         .traceparent = str_or_null(r, 0, 21),
         .tracestate = PQgetisnull(r, 0, 21) ? NULL : str_or_null(r, 0, 22),
     };
+    int64_t progress_seq = PQgetisnull(r, 0, 23) ? 0 : db_int(r, 0, 23);
     PQclear(r);
-    if (read_progress(c, id, w, err) != 0 || read_children(c, id, w, err) != 0) {
+    if (read_progress(c, progress_seq, w, err) != 0 || read_children(c, id, w, err) != 0) {
         view_work_free(w);
         return NULL;
     }
@@ -307,41 +434,46 @@ void view_batch_free(BatchView *b)
     free(b);
 }
 
+static int keep_work_event(const LogLine *l, int64_t term, void *ud, Err *err)
+{
+    WorkEvents *o = ud;
+    WorkEvent *w = &o->items[o->len];
+    char *work_id;
+    if (record_parts(l, &w->version, &work_id, &w->data, err) != 0)
+        return -1;
+    free(work_id);
+    w->seq = l->seq;
+    w->term = term;
+    w->at = l->at;
+    w->type = xstrdup(l->type);
+    o->len++;
+    return 1;
+}
+
 WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
 {
-    char a[24], l[16];
-    snprintf(a, sizeof a, "%lld", (long long)after);
-    snprintf(l, sizeof l, "%d", limit + 1); /* one more: is there a next page? */
-    const char *params[] = {id, a, l};
-    PGresult *r = db_exec(c,
-                          "SELECT seq, term, workd_epoch_ms(at), type, version, data::text"
-                          "  FROM workd_events WHERE work_id = $1 AND seq > $2"
-                          " ORDER BY seq LIMIT $3",
-                          3, params, "reading work events", err);
-    if (!r)
+    Seqs seqs;
+    bool found;
+    if (work_seqs(c, id, after, &seqs, &found, err) != 0)
         return NULL;
-    int n = PQntuples(r);
-    if (n == 0 && after == 0) {
-        PQclear(r);
+    if (!found && after == 0) {
+        free(seqs.v);
         err_set(err, 404, "not-found", "no work with id '%s'", id);
         return NULL;
     }
-    bool more = n > limit;
+    bool more = seqs.n > (size_t)limit;
     if (more)
-        n = limit;
+        seqs.n = (size_t)limit;
     WorkEvents *o = xcalloc(1, sizeof *o);
     o->id = xstrdup(id);
-    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
-    o->len = (size_t)n;
-    for (int i = 0; i < n; i++)
-        o->items[i] = (WorkEvent){.seq = db_int(r, i, 0),
-                                  .term = db_int(r, i, 1),
-                                  .at = time_or_none(r, i, 2),
-                                  .type = xstrdup(db_str(r, i, 3)),
-                                  .version = (int)db_int(r, i, 4),
-                                  .data = rows_json(r, i, 5)};
-    o->next_after = more ? db_int(r, n - 1, 0) : 0;
-    PQclear(r);
+    o->items = xcalloc(seqs.n + 1, sizeof *o->items);
+    int rc = log_read_seqs(c, &seqs, keep_work_event, o, err);
+    o->next_after = more && o->len ? o->items[o->len - 1].seq : 0;
+    free(seqs.v);
+    if (rc != 0) {
+        view_work_events_free(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -357,42 +489,6 @@ void view_work_events_free(WorkEvents *e)
     free(e->id);
     free(e);
 }
-
-/* Planned once per session (db_exec_cached): planning it over every part of
- * two partitioned tables took 2.6 ms, six times its execution. Two forms: the
- * log's tail (result streams, the listener, webhooks), and one work item's
- * events through the (work_id, seq) index (its stream reads from its start). */
-#define FINISHED_AFTER_SQL(where)                                                                  \
-    "SELECT seq, term, at_ms, type, version, work_id, data, queue, attempts, n_page"               \
-    "  FROM (SELECT c.*, sum(octet_length(c.data)) OVER (ORDER BY c.seq)"                          \
-    "                    - octet_length(c.data) AS before"                                         \
-    "          FROM (SELECT e.seq, e.term, workd_epoch_ms(e.at) AS at_ms, e.type, e.version,"      \
-    "                       e.work_id, e.data::text AS data, p.n_page,"                            \
-    "                       coalesce(e.data->>'queue',"                                            \
-    "                                (SELECT queue FROM workd_done WHERE id = e.work_id"           \
-    "                                 UNION ALL"                                                   \
-    "                                 SELECT queue FROM workd_open WHERE id = e.work_id"           \
-    "                                 LIMIT 1), '') AS queue,"                                     \
-    "                       CASE WHEN e.type = 'dead' AND NOT e.data ? 'attempts'"                 \
-    "                            THEN (SELECT attempts FROM workd_open WHERE id = e.work_id)"      \
-    "                       END AS attempts"                                                       \
-    "                  FROM (SELECT p0.seq, count(*) OVER () AS n_page,"                           \
-    "                               sum(p0.stored) OVER (ORDER BY p0.seq) - p0.stored"             \
-    "                                 AS before"                                                   \
-    "                          FROM (SELECT e.seq,"                                                \
-    "                                       coalesce(e.data_bytes, pg_column_size(e.data))"        \
-    "                                         AS stored"                                           \
-    "                                  FROM workd_events e"                                        \
-    "                                 WHERE " where                                                \
-    "                                   AND (e.type IN (" SQL_PUBLISHED_TYPES ")"                  \
-    "                                        OR ($4::boolean AND e.type = 'progress'))"            \
-    "                                 ORDER BY e.seq LIMIT $2::int) p0) p"                         \
-    "                  JOIN workd_events e ON e.seq = p.seq"                                       \
-    "                 WHERE p.before < $3::bigint) c) q"                                           \
-    " WHERE before < $3::bigint ORDER BY seq"
-static const char finished_after_sql[] = FINISHED_AFTER_SQL("e.seq > $1::bigint");
-static const char finished_after_work_sql[] =
-    FINISHED_AFTER_SQL("e.work_id = $5::text AND e.seq > $1::bigint");
 
 static int sbuf_dump(const char *buf, size_t size, void *b)
 {
@@ -453,53 +549,95 @@ ResultEvent *view_results_push(ResultList *l)
     return r;
 }
 
+/* A page of results being read: published events after `after`, at most
+ * limit of them, each read while those before it hold less than max_bytes
+ * of data. */
+typedef struct ResultsPage {
+    ResultList *out;
+    int64_t after;
+    int limit;
+    int64_t max_bytes, bytes;
+    bool progress;
+    bool full; /* a limit was reached: the page ends here */
+} ResultsPage;
+
+static int keep_result(const LogLine *l, int64_t term, void *ud, Err *err)
+{
+    ResultsPage *pg = ud;
+    if (l->seq <= pg->after)
+        return 1;
+    EventType t;
+    if (event_type_parse(l->type, &t) != 0 || !event_is_published(t) ||
+        (t == EV_PROGRESS && !pg->progress))
+        return 1;
+    if ((int)pg->out->len >= pg->limit || pg->bytes >= pg->max_bytes) {
+        pg->full = true;
+        return 0;
+    }
+    Event e;
+    if (record_decode(l, term, &e, err) != 0)
+        return -1;
+    ResultEvent *r = view_results_push(pg->out);
+    view_result_of(&e, r);
+    event_clear(&e);
+    pg->bytes += (int64_t)r->data_len;
+    return 1;
+}
+
+/* The log's records after `after`, a few at a time, until the page is full
+ * or the log ends. */
+WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Err *err)
+{
+    enum { RECORDS = 16 };
+    int64_t from = pg->after;
+    for (;;) {
+        char a[24], l[16];
+        snprintf(a, sizeof a, "%lld", (long long)from);
+        snprintf(l, sizeof l, "%d", RECORDS);
+        const char *params[] = {a, l};
+        PGresult *r = db_exec_cached(c, "workd_log_after",
+                                     "SELECT term, events, last_seq FROM workd_log"
+                                     " WHERE last_seq > $1::bigint ORDER BY last_seq LIMIT $2::int",
+                                     2, params, "reading the log", err);
+        if (!r)
+            return -1;
+        int n = PQntuples(r), rc = 1;
+        for (int i = 0; i < n && rc == 1; i++) {
+            rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+                             keep_result, pg, err);
+            from = db_int(r, i, 2);
+        }
+        PQclear(r);
+        if (rc < 0)
+            return -1;
+        if (pg->full || n < RECORDS) {
+            *at_end = !pg->full;
+            return 0;
+        }
+    }
+}
+
 int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
                         const char *work_id, ResultList *out, bool *at_end, Err *err)
 {
-    char a[24], l[16], b[24];
-    snprintf(a, sizeof a, "%lld", (long long)after);
-    snprintf(l, sizeof l, "%d", limit);
-    snprintf(b, sizeof b, "%lld", (long long)max_bytes);
-    const char *params[] = {a, l, b, progress ? "t" : "f", work_id};
-    /* Final events carry their queue and attempt since schema 4; older ones
-     * take them from the work's row while it is kept.
-     * The page is cut by bytes over at most `limit` events: an event is read
-     * when the events before it hold less than max_bytes of text. Sizing
-     * every event as text would convert all `limit` of them, each page, so
-     * the size of its text recorded at the append (data_bytes, schema 14)
-     * picks the candidates first, cheaply, and only those are converted and
-     * measured. Events older than that column fall back to their stored size,
-     * which compression can make far smaller than the text: large results
-     * that compress well then cost conversions the page does not use. n_page
-     * says how many events the count limit alone would have read. */
-    PGresult *r = work_id ? db_exec_cached(c, "workd_finished_after_work", finished_after_work_sql,
-                                           5, params, "reading a work item's events", err)
-                          : db_exec_cached(c, "workd_finished_after", finished_after_sql, 4, params,
-                                           "reading finished work", err);
-    if (!r)
-        return -1;
-    int n = PQntuples(r);
-    int64_t n_page = n ? db_int(r, 0, 9) : 0;
-    for (int i = 0; i < n; i++) {
-        json_t *data = rows_json(r, i, 6);
-        Event e;
-        if (event_decode(db_int(r, i, 0), db_int(r, i, 1), db_int(r, i, 2), db_str(r, i, 3),
-                         (int)db_int(r, i, 4), db_str(r, i, 5), data, &e, err) != 0) {
-            json_decref(data);
-            PQclear(r);
+    size_t before = out->len;
+    ResultsPage pg = {out, after, limit + (int)before, max_bytes, 0, progress, false};
+    if (!work_id) {
+        if (tail_records(c, &pg, at_end, err) != 0)
             return -1;
-        }
-        json_decref(data);
-        free(e.queue);
-        e.queue = xstrdup(db_str(r, i, 7));
-        if (e.type == EV_DEAD && !e.attempt && !PQgetisnull(r, i, 8)) /* logs before schema 3 */
-            e.attempt = (int)db_int(r, i, 8);
-        view_result_of(&e, view_results_push(out));
-        event_clear(&e);
+        return (int)(out->len - before);
     }
-    PQclear(r);
-    *at_end = n == n_page && n_page < limit;
-    return n;
+    /* One work item's: through its row's history. */
+    Seqs seqs;
+    bool found;
+    if (work_seqs(c, work_id, after, &seqs, &found, err) != 0)
+        return -1;
+    int rc = log_read_seqs(c, &seqs, keep_result, &pg, err);
+    free(seqs.v);
+    if (rc != 0)
+        return -1;
+    *at_end = !pg.full;
+    return (int)(out->len - before);
 }
 
 WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
@@ -785,7 +923,7 @@ void view_queue_limits_free(QueueLimitsList *l)
 
 int view_last_seq(PGconn *c, int64_t *seq, Err *err)
 {
-    PGresult *r = db_exec(c, "SELECT coalesce(max(seq), 0) FROM workd_events", 0, NULL,
+    PGresult *r = db_exec(c, "SELECT coalesce(max(last_seq), 0) FROM workd_log", 0, NULL,
                           "reading the last seq", err);
     if (!r)
         return -1;

@@ -44,7 +44,7 @@ DRAIN_BOUND_S = 90.0
 SLOW_APPEND_SQL = """
 CREATE FUNCTION pg_temp_slow() RETURNS trigger LANGUAGE plpgsql AS
   $$ BEGIN PERFORM pg_sleep(0.005); RETURN NULL; END $$;
-CREATE TRIGGER zz_session_kills_slow AFTER INSERT ON workd_events
+CREATE TRIGGER zz_session_kills_slow AFTER INSERT ON workd_log
   FOR EACH STATEMENT EXECUTE FUNCTION pg_temp_slow();
 """
 KILL_SQL = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "

@@ -118,7 +118,7 @@ def test_fenced_leader_appends_nothing(cluster):
     leader, standby = two_servers(cluster)
     submit(leader.url, {"id": "before", "payload": 1})
     pid = cluster.psql("SELECT pid FROM pg_stat_activity WHERE application_name = "
-                       "'workd-manager' AND query ILIKE '%workd_events%' OR "
+                       "'workd-manager' AND query ILIKE '%workd_log%' OR "
                        "(application_name = 'workd-manager' AND pid IN (SELECT pid FROM "
                        "pg_locks WHERE locktype = 'advisory' AND objid = 1 AND granted)) "
                        "LIMIT 1")
@@ -153,7 +153,7 @@ def test_answers_wait_for_their_commit(cluster):
                                "-d", cluster.db_url], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
-        locker.stdin.write("BEGIN; LOCK TABLE workd_events IN SHARE MODE; SELECT 'locked';\n")
+        locker.stdin.write("BEGIN; LOCK TABLE workd_log IN SHARE MODE; SELECT 'locked';\n")
         locker.stdin.flush()
         assert locker.stdout.readline().strip() == "locked", "the lock was not taken"
         answers = {}

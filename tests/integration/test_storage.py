@@ -73,10 +73,10 @@ def test_history_is_append_only(cluster):
                what="parts made ahead")
     parts = cluster.psql("SELECT string_agg(part::text, ' ') FROM workd_parts").split()
     assert parts, "no parts"
-    for table in ["workd_events", "workd_done"] + [f"workd_events_p{p}" for p in parts] + \
+    for table in ["workd_log", "workd_done"] + [f"workd_log_p{p}" for p in parts] + \
             [f"workd_done_p{p}" for p in parts]:
         _refused(cluster, f"UPDATE {table} SET status = status" if "done" in table
-                 else f"UPDATE {table} SET type = 'completed'")
+                 else f"UPDATE {table} SET events = ''")
         _refused(cluster, f"DELETE FROM {table}")
         _refused(cluster, f"TRUNCATE {table}")
     assert cluster.psql("SELECT count(*) FROM workd_events WHERE work_id IN ('x', 'y')") == "3"
@@ -384,8 +384,8 @@ def test_an_append_behind_a_failed_one_writes_nothing(cluster):
     cluster.psql("CREATE FUNCTION test_boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
                  "IF nextval('test_boom_n') = 1 THEN "
                  "PERFORM pg_sleep(0.3); RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$")
-    cluster.psql("CREATE TRIGGER test_boom BEFORE INSERT ON workd_events FOR EACH ROW "
-                 "WHEN (NEW.work_id = 'boom') EXECUTE FUNCTION test_boom()")
+    cluster.psql("CREATE TRIGGER test_boom BEFORE INSERT ON workd_log FOR EACH ROW "
+                 "WHEN (NEW.events LIKE '%\"work_id\":\"boom\"%') EXECUTE FUNCTION test_boom()")
     stop = time.monotonic() + 1.5
     answers = {}
 

@@ -630,7 +630,7 @@ def test_a_slow_commit_is_not_a_lost_answer(cluster):
     cluster.psql("""
         CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS
           $$ BEGIN PERFORM pg_sleep(2.5); RETURN NULL; END $$;
-        CREATE TRIGGER zz_slow_commit AFTER INSERT ON workd_events
+        CREATE TRIGGER zz_slow_commit AFTER INSERT ON workd_log
           FOR EACH STATEMENT EXECUTE FUNCTION slow_commit();""")
     cluster.start_worker("w1", s.url, ["--noop", "--concurrency", "4"])
     ids = [submit(s.url, {"payload": i, "max_attempts": 3})["id"] for i in range(3)]

@@ -44,7 +44,8 @@ static char **strv_of_json(const PGresult *r, int row, int col)
  * returns 1 to go on, 0 to stop, -1 on an error. */
 typedef int (*LineFn)(const LogLine *l, int64_t term, void *ud, Err *err);
 
-/* Each line of a record's text (term, events) to fn, oldest first. */
+/* Each line of a record's text (term, events) to fn, oldest first: 1 when
+ * fn took them all, 0 when it stopped, -1 on an error. */
 static int record_each(int64_t term, const char *text, size_t len, LineFn fn, void *ud, Err *err)
 {
     const char *p = text, *end = text + len;
@@ -53,7 +54,7 @@ static int record_each(int64_t term, const char *text, size_t len, LineFn fn, vo
     while ((rc = record_next(&p, end, &l, err)) == 1)
         if ((rc = fn(&l, term, ud, err)) != 1)
             return rc;
-    return rc;
+    return rc < 0 ? -1 : 1;
 }
 
 /* A sorted list of seqs. */

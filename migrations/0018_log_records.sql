@@ -7,8 +7,8 @@
 -- (first_seq..last_seq, of one term) and cut at about 7 kB so that it stays
 -- on its heap page, uncompressed and out of TOAST. One index, on last_seq,
 -- finds the record holding any seq and tails the log. A work item's own
--- events are found through its row: history, the seqs of its events (except
--- progress), and progress_seq, its latest progress.
+-- events are found through its row: history, the seqs of its events, and
+-- progress_seq, its latest progress.
 --
 -- A line is {"seq":N,"at":MS,"type":"T","v":V,"work_id":"ID"|null,"data":{...}}
 -- with exactly that prefix (workd_log_line writes it, as the server does), so
@@ -109,7 +109,7 @@ SELECT min(seq), max(seq), term, max(at), false, string_agg(line, E'\n' ORDER BY
 ALTER TABLE workd_open ADD COLUMN history bigint[], ADD COLUMN progress_seq bigint;
 ALTER TABLE workd_done ADD COLUMN history bigint[], ADD COLUMN progress_seq bigint;
 CREATE TEMPORARY TABLE workd_history ON COMMIT DROP AS
-SELECT work_id, array_agg(seq ORDER BY seq) FILTER (WHERE type <> 'progress') AS history,
+SELECT work_id, array_agg(seq ORDER BY seq) AS history,
        max(seq) FILTER (WHERE type = 'progress') AS progress_seq
   FROM workd_events WHERE work_id IS NOT NULL GROUP BY work_id;
 UPDATE workd_open o SET history = h.history, progress_seq = h.progress_seq

@@ -38,16 +38,16 @@ static void set_str(char **dst, const char *src)
 
 void projrow_fold(ProjRow *r, const Event *e)
 {
-    if (e->type == EV_PROGRESS) { /* changes nothing but the row's latest progress */
-        r->progress_seq = e->seq;
-        r->changed |= PC_PROGRESS;
-        return;
-    }
     if (r->n_hist == r->cap_hist) {
         r->cap_hist = r->cap_hist ? 2 * r->cap_hist : 4;
         r->hist = xrealloc(r->hist, r->cap_hist * sizeof *r->hist);
     }
     r->hist[r->n_hist++] = e->seq;
+    if (e->type == EV_PROGRESS) { /* changes nothing else but the row's latest progress */
+        r->progress_seq = e->seq;
+        r->changed |= PC_PROGRESS;
+        return;
+    }
     r->updated_seq = e->seq;
     switch (e->type) {
     case EV_ACCEPTED:

@@ -68,8 +68,8 @@ typedef struct ProjRow {
     char *batch;              /* NULL: none */
     /* the producer's trace context; NULL: none */
     char *traceparent, *tracestate;
-    /* the seqs of the folded events (progress aside): added to the row's
-     * history, through which its events are read (view_work_events) */
+    /* the seqs of the folded events: added to the row's history, through
+     * which its events are read (view_work_events) */
     int64_t *hist;
     size_t n_hist, cap_hist;
     int64_t progress_seq; /* the latest progress folded (PC_PROGRESS); 0: none */

@@ -126,24 +126,23 @@ static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *
     return rc < 0 ? -1 : 0;
 }
 
-/* The seqs of a work item's events (its row's history and latest progress),
- * those after `after` only; false if no row has the id. */
+/* The seqs of a work item's events (its row's history), those after `after`
+ * only; *found false if no row has the id. */
 WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, Seqs *out, bool *found,
                                  Err *err)
 {
     memset(out, 0, sizeof *out);
     const char *params[] = {id};
     PGresult *r = db_exec(c,
-                          "SELECT history::text, progress_seq FROM workd_open WHERE id = $1"
+                          "SELECT history::text FROM workd_open WHERE id = $1"
                           " UNION ALL "
-                          "SELECT history::text, progress_seq FROM workd_done WHERE id = $1"
+                          "SELECT history::text FROM workd_done WHERE id = $1"
                           " LIMIT 1",
                           1, params, "reading a work item's history", err);
     if (!r)
         return -1;
     *found = PQntuples(r) > 0;
     const char *h = *found && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "{}";
-    int64_t progress = *found && !PQgetisnull(r, 0, 1) ? db_int(r, 0, 1) : 0;
     size_t cap = 2;
     for (const char *p = h; *p; p++)
         cap += *p == ',';
@@ -158,14 +157,6 @@ WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, Seqs 
         p = stop;
     }
     PQclear(r);
-    if (progress > after) { /* in its place among the others */
-        size_t at = out->n;
-        while (at > 0 && out->v[at - 1] > progress)
-            at--;
-        memmove(out->v + at + 1, out->v + at, (out->n - at) * sizeof *out->v);
-        out->v[at] = progress;
-        out->n++;
-    }
     return 0;
 }
 
@@ -586,23 +577,34 @@ static int keep_result(const LogLine *l, int64_t term, void *ud, Err *err)
 }
 
 /* The log's records after `after`, a few at a time, until the page is full
- * or the log ends. */
+ * or the log ends. A read takes at most RECORDS records, and of those only
+ * the ones that begin before the bytes the page has left (at least one), so
+ * that a catch-up over large results holds about a page in memory: the
+ * sizes come from the values' headers, without reading the values. */
 WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Err *err)
 {
     enum { RECORDS = 16 };
     int64_t from = pg->after;
     for (;;) {
-        char a[24], l[16];
+        char a[24], l[16], b[24];
         snprintf(a, sizeof a, "%lld", (long long)from);
         snprintf(l, sizeof l, "%d", RECORDS);
-        const char *params[] = {a, l};
-        PGresult *r = db_exec_cached(c, "workd_log_after",
-                                     "SELECT term, events, last_seq FROM workd_log"
-                                     " WHERE last_seq > $1::bigint ORDER BY last_seq LIMIT $2::int",
-                                     2, params, "reading the log", err);
+        snprintf(b, sizeof b, "%lld", (long long)(pg->max_bytes - pg->bytes));
+        const char *params[] = {a, l, b};
+        PGresult *r = db_exec_cached(
+            c, "workd_log_after",
+            "SELECT term, events, last_seq, n_page"
+            "  FROM (SELECT r.*, count(*) OVER () AS n_page,"
+            "               sum(octet_length(r.events)) OVER (ORDER BY r.last_seq)"
+            "                 - octet_length(r.events) AS before"
+            "          FROM (SELECT term, events, last_seq FROM workd_log"
+            "                 WHERE last_seq > $1::bigint ORDER BY last_seq LIMIT $2::int) r) w"
+            " WHERE before < greatest($3::bigint, 1) ORDER BY last_seq",
+            3, params, "reading the log", err);
         if (!r)
             return -1;
         int n = PQntuples(r), rc = 1;
+        int64_t n_page = n ? db_int(r, 0, 3) : 0;
         for (int i = 0; i < n && rc == 1; i++) {
             rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
                              keep_result, pg, err);
@@ -611,7 +613,7 @@ WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Er
         PQclear(r);
         if (rc < 0)
             return -1;
-        if (pg->full || n < RECORDS) {
+        if (pg->full || (n_page < RECORDS && n == n_page)) { /* else: more to read */
             *at_end = !pg->full;
             return 0;
         }

@@ -301,6 +301,57 @@ static void test_every_type_round_trips(void **state)
     eventlist_free(&l);
 }
 
+/* A log record holds many lines; a reader walks them in order, reads each
+ * one's seq and type from its prefix, and decodes any of them whole. The
+ * migration's SQL (workd_log_line) writes jsonb's text for the data, with
+ * spaces, and a work id escaped by to_json: both read back alike. */
+static void test_a_record_of_many_lines_reads_back(void **state)
+{
+    EventList l;
+    eventlist_init(&l);
+    fill_examples(&l);
+    SBuf rec;
+    sbuf_init(&rec);
+    for (size_t i = 0; i < l.len; i++) {
+        l.items[i].seq = 100 + (int64_t)i;
+        if (i)
+            sbuf_puts(&rec, "\n");
+        record_line(&rec, &l.items[i]);
+    }
+    sbuf_puts(&rec, "\n{\"seq\":900,\"at\":5,\"type\":\"released\",\"v\":1,"
+                    "\"work_id\":\"a\\\"b\\u0001\",\"data\": {\"x\": [1, 2]}}");
+    const char *p = rec.data, *end = rec.data + rec.len;
+    LogLine line;
+    Err err;
+    size_t n = 0;
+    int rc;
+    while ((rc = record_next(&p, end, &line, &err)) == 1) {
+        Event back;
+        CHECK(record_decode(&line, 7, &back, &err) == 0, "line %zu does not decode: %s", n,
+              err.msg);
+        if (n < l.len) {
+            CHECK(back.seq == 100 + (int64_t)n && back.type == l.items[n].type && back.term == 7,
+                  "line %zu reads back as seq %lld, a %s", n, (long long)back.seq,
+                  event_type_name(back.type));
+        } else {
+            CHECK(back.seq == 900 && back.at == 5 && back.type == EV_RELEASED &&
+                      !strcmp(back.work_id, "a\"b\x01"),
+                  "the SQL-written line reads back as seq %lld, work '%s'", (long long)back.seq,
+                  back.work_id);
+        }
+        event_clear(&back);
+        n++;
+    }
+    CHECK(rc == 0 && n == l.len + 1, "read %zu of %zu lines (rc %d: %s)", n, l.len + 1, rc,
+          err.msg);
+    /* A line that is not an event is an error, not a skipped line. */
+    const char *bad = "{\"seq\":1,\"type\":\"term\"}";
+    p = bad;
+    CHECK(record_next(&p, bad + strlen(bad), &line, &err) == -1, "a line without at was read");
+    sbuf_free(&rec);
+    eventlist_free(&l);
+}
+
 /* The results stream (and webhooks) show a finished work's trace context
  * when it has one, and no field when it has none. */
 static void test_result_json_carries_the_trace_context(void **state)
@@ -808,6 +859,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_type_round_trips),
+        cmocka_unit_test(test_a_record_of_many_lines_reads_back),
         cmocka_unit_test(test_result_json_carries_the_trace_context),
         cmocka_unit_test(test_type_names),
         cmocka_unit_test(test_decided_events_round_trip),

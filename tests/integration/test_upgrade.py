@@ -20,7 +20,7 @@ from workd import JSON, complete, expect, get_work, pull, submit, wait_status  #
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 MIGRATIONS = sorted(p.name for p in (REPO_ROOT / "migrations").glob("*.sql"))
 # The event log: the table the database must keep append-only beside workd_done.
-LOG_TABLE = "workd_events"
+LOG_TABLE = "workd_log"
 WORKER = "w-up"
 # The fixture's history is as old as the fixture: kept whatever its age (its
 # parts are not retention's to drop here). Failed attempts are retried at once.

@@ -93,10 +93,10 @@ static const Field open_new_cols[] = {
     F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ,
     F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE,    F_HISTORY,    F_PROGRESS};
-static const Field open_up_cols[] = {
-    F_ID,         F_MASK,         F_STATUS,      F_ATTEMPTS, F_MAX_ATTEMPTS,
-    F_RUN_AT,     F_STARTED_AT,   F_FINISHED_AT, F_WORKER,   F_DEADLINE,
-    F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ, F_HISTORY,  F_PROGRESS};
+static const Field open_up_cols[] = {F_ID,           F_MASK,     F_STATUS,     F_ATTEMPTS,
+                                     F_MAX_ATTEMPTS, F_RUN_AT,   F_STARTED_AT, F_FINISHED_AT,
+                                     F_WORKER,       F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ,
+                                     F_UPDATED_SEQ,  F_HISTORY,  F_PROGRESS};
 static const Field done_cols[] = {
     F_ID,         F_MASK,         F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
     F_STATUS,     F_ATTEMPTS,     F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,

@@ -533,14 +533,9 @@ static void col_seqs(Col *c, const int64_t *seqs, size_t n)
         col_null(c);
         return;
     }
-    SBuf b;
-    sbuf_init(&b);
-    sbuf_puts(&b, "{");
-    for (size_t i = 0; i < n; i++)
-        sbuf_printf(&b, "%s%lld", i ? "," : "", (long long)seqs[i]);
-    sbuf_puts(&b, "}");
-    col_text(c, b.data);
-    sbuf_free(&b);
+    char *text = seqs_array(seqs, n);
+    col_text(c, text);
+    free(text);
 }
 
 /* A row's trace context as its column holds it: {"traceparent", "tracestate"?},
@@ -756,17 +751,6 @@ int journal_prepare(PGconn *c, Err *err)
     return rc;
 }
 
-/* An array literal of inbox entries: "{1,2,3}". */
-static char *inbox_array(const int64_t *inbox, size_t n)
-{
-    SBuf b;
-    sbuf_init(&b);
-    sbuf_puts(&b, "{");
-    for (size_t i = 0; i < n; i++)
-        sbuf_printf(&b, "%s%lld", i ? "," : "", (long long)inbox[i]);
-    sbuf_puts(&b, "}");
-    return sbuf_steal(&b);
-}
 
 /* The kind of activity an event is (-1: none the chart shows). */
 static int act_kind(EventType t)
@@ -904,7 +888,7 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
     params[P_FIRST_AT - 1] = first_at;
     params[P_PREV_SEQ - 1] = after ? prev : NULL;
     params[P_PREV_PART - 1] = after ? prev_part : NULL;
-    char *inbox_ns = inbox_array(inbox, n_inbox);
+    char *inbox_ns = seqs_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
     Col act[1 + A_COUNT];
     activity_cols(events, act);
@@ -971,7 +955,7 @@ int journal_pipeline_end(PGconn *c, Err *err)
 
 int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)
 {
-    char *ns = inbox_array(inbox, n);
+    char *ns = seqs_array(inbox, n);
     const char *params[] = {ns};
     PGresult *r = db_exec(c,
                           "WITH ib AS (DELETE FROM workd_inbox"

@@ -51,3 +51,14 @@ QueueLimits rows_queue_limits(const PGresult *r, int i)
     json_decref(w);
     return l;
 }
+
+char *seqs_array(const int64_t *v, size_t n)
+{
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "{");
+    for (size_t i = 0; i < n; i++)
+        sbuf_printf(&b, "%s%lld", i ? "," : "", (long long)v[i]);
+    sbuf_puts(&b, "}");
+    return sbuf_steal(&b);
+}

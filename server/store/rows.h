@@ -24,4 +24,7 @@ json_t *rows_json(const PGresult *r, int row, int col);
 /* Sets o[key] to the column's time (ms) as RFC 3339, or null. */
 void rows_time_field(json_t *o, const char *key, const PGresult *r, int row, int col);
 
+/* An array literal of integers (seqs, inbox entries): "{1,2,3}" (owned). */
+char *seqs_array(const int64_t *v, size_t n);
+
 #endif

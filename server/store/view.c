@@ -97,13 +97,8 @@ static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *
 {
     if (!want->n)
         return 0;
-    SBuf arr;
-    sbuf_init(&arr);
-    sbuf_puts(&arr, "{");
-    for (size_t i = 0; i < want->n; i++)
-        sbuf_printf(&arr, "%s%lld", i ? "," : "", (long long)want->v[i]);
-    sbuf_puts(&arr, "}");
-    const char *params[] = {arr.data};
+    char *arr = seqs_array(want->v, want->n);
+    const char *params[] = {arr};
     /* Planned once per session: planning over every part costs more than
      * the lookups. */
     PGresult *r = db_exec_cached(c, "workd_log_at",
@@ -114,7 +109,7 @@ static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *
                                  " WHERE l.first_seq <= s.seq"
                                  " ORDER BY l.last_seq",
                                  1, params, "reading the log", err);
-    sbuf_free(&arr);
+    free(arr);
     if (!r)
         return -1;
     SeqsVisit v = {want, fn, ud};

@@ -59,6 +59,16 @@ def wait_status(url, work_id, status, timeout=20):
                       until=lambda w: w["status"] == status, what=f"work {work_id} to be {status}")
 
 
+def refused_as_history(cluster, sql):
+    """The database refuses sql because history is append-only."""
+    try:
+        cluster.psql(sql)
+    except RuntimeError as e:
+        assert "append-only" in str(e), f"{sql}: refused, but not as history: {e}"
+    else:
+        raise AssertionError(f"the database accepted: {sql}")
+
+
 def events_of(cluster, types=None):
     """Rows of the event table as dicts, oldest first."""
     where = ""

@@ -751,7 +751,6 @@ int journal_prepare(PGconn *c, Err *err)
     return rc;
 }
 
-
 /* The kind of activity an event is (-1: none the chart shows). */
 static int act_kind(EventType t)
 {

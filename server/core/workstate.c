@@ -60,6 +60,7 @@ struct WorkState {
     size_t edges; /* links in kids (live entries) */
     HMap batches; /* id -> Batch: open batches */
     ScheduleSet *sched;
+    SubscriptionSet *subs; /* webhook subscriptions */
 };
 
 /* ---- heaps ---- */
@@ -352,6 +353,7 @@ WorkState *ws_new(const WsConfig *cfg)
     hmap_init(&ws->kids);
     hmap_init(&ws->batches);
     ws->sched = sched_new();
+    ws->subs = subs_new();
     return ws;
 }
 
@@ -376,6 +378,7 @@ void ws_free(WorkState *ws)
     hmap_free(&ws->kids);
     hmap_free(&ws->batches);
     sched_free(ws->sched);
+    subs_free(ws->subs);
     hmap_free(&ws->items);
     hmap_free(&ws->queues);
     hmap_free(&ws->workers);
@@ -1123,6 +1126,16 @@ size_t ws_schedule_count(const WorkState *ws)
     return sched_count(ws->sched);
 }
 
+const SubscriptionSet *ws_subscriptions(const WorkState *ws)
+{
+    return ws->subs;
+}
+
+void ws_subscription_restore(WorkState *ws, const Subscription *sub)
+{
+    subs_restore(ws->subs, sub);
+}
+
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
                          int64_t last_tick, const char *last_work)
 {
@@ -1147,6 +1160,12 @@ static void apply_schedule(WorkState *ws, const Event *e, WorkItem *it)
 {
     (void)it;
     sched_apply(ws->sched, e);
+}
+
+static void apply_subscription(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    subs_apply(ws->subs, e);
 }
 
 static void apply_batch_opened(WorkState *ws, const Event *e, WorkItem *it)
@@ -1320,16 +1339,24 @@ typedef void (*Applier)(WorkState *ws, const Event *e, WorkItem *it);
 
 /* What each kind does to the state: a new kind is its entry here. */
 static const Applier APPLY[] = {
-    [EV_TERM] = apply_nothing,          [EV_ACCEPTED] = apply_accepted,
-    [EV_STARTED] = apply_started,       [EV_COMPLETED] = apply_finished,
-    [EV_FAILED] = apply_attempt_ended,  [EV_TIMED_OUT] = apply_attempt_ended,
-    [EV_DEAD] = apply_finished,         [EV_CANCELLED] = apply_finished,
-    [EV_RETRIED] = apply_accepted,      [EV_QUEUE_SET] = apply_queue_set,
-    [EV_PROGRESS] = apply_nothing,     /* published, changes no state */
-    [EV_SUBSCRIPTION] = apply_nothing, /* webhooks are not work (webhooks.c) */
-    [EV_SUB_CURSOR] = apply_nothing,    [EV_RELEASED] = apply_released,
-    [EV_SCHEDULE_SET] = apply_schedule, [EV_SCHEDULE_DELETED] = apply_schedule,
-    [EV_TICK] = apply_schedule,         [EV_BATCH_OPENED] = apply_batch_opened,
+    [EV_TERM] = apply_nothing,
+    [EV_ACCEPTED] = apply_accepted,
+    [EV_STARTED] = apply_started,
+    [EV_COMPLETED] = apply_finished,
+    [EV_FAILED] = apply_attempt_ended,
+    [EV_TIMED_OUT] = apply_attempt_ended,
+    [EV_DEAD] = apply_finished,
+    [EV_CANCELLED] = apply_finished,
+    [EV_RETRIED] = apply_accepted,
+    [EV_QUEUE_SET] = apply_queue_set,
+    [EV_PROGRESS] = apply_nothing, /* published, changes no state */
+    [EV_SUBSCRIPTION] = apply_subscription,
+    [EV_SUB_CURSOR] = apply_subscription,
+    [EV_RELEASED] = apply_released,
+    [EV_SCHEDULE_SET] = apply_schedule,
+    [EV_SCHEDULE_DELETED] = apply_schedule,
+    [EV_TICK] = apply_schedule,
+    [EV_BATCH_OPENED] = apply_batch_opened,
     [EV_BATCH] = apply_batch,
 };
 _Static_assert(sizeof APPLY / sizeof APPLY[0] == EV_LAST + 1, "an applier for every kind");

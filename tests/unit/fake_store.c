@@ -432,22 +432,10 @@ void webhooks_committed(Webhooks *w, const EventList *events)
     (void)events;
 }
 
-json_t *webhooks_settings(Webhooks *w, const char *name)
+void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
 {
     (void)w;
-    (void)name;
-    return NULL;
-}
-
-size_t webhooks_count(Webhooks *w)
-{
-    (void)w;
-    return 0;
-}
-
-json_t *webhooks_json(Webhooks *w, const char *name)
-{
-    (void)w;
-    (void)name;
-    return NULL;
+    l->last_seq = 0;
+    for (size_t i = 0; i < l->len; i++)
+        l->items[i].deliveries = (Deliveries){.delivered_upto = l->items[i].sub.cursor};
 }

@@ -502,6 +502,54 @@ WARN_UNUSED static int check_parents(const WorkState *ws, const SubmitItem *s, c
     return 0;
 }
 
+static void batch_opened_event(const BatchOpen *batch, int64_t now, EventList *out)
+{
+    Event *b = eventlist_push(out);
+    b->type = EV_BATCH_OPENED;
+    b->at = now;
+    b->batch = xstrdup(batch->id);
+    if (batch->callback) {
+        b->callback = xcalloc(1, sizeof *b->callback);
+        template_copy(b->callback, batch->callback);
+    }
+}
+
+/* The accepted event of a new item (waits: a parent is open). */
+static const Event *accepted_event(const SubmitItem *s, bool waits, int64_t now, EventList *out)
+{
+    Event *e = eventlist_push(out);
+    e->type = EV_ACCEPTED;
+    e->at = now;
+    e->work_id = xstrdup(s->id);
+    e->queue = xstrdup(s->queue);
+    e->key = xstrdup(s->key);
+    e->priority = s->priority;
+    e->payload = json_incref(s->payload);
+    e->run_at = s->run_at > now ? s->run_at : 0;
+    e->timeout_ms = s->timeout_ms;
+    e->max_attempts = s->max_attempts;
+    e->after = strv_copy(s->after);
+    e->run_anyway = s->run_anyway;
+    e->waiting = waits;
+    e->batch = xstrdup(s->batch);
+    e->traceparent = xstrdup(s->traceparent);
+    e->tracestate = xstrdup(s->tracestate);
+    return e;
+}
+
+/* The cancellation of a new item whose parent has ended (dead or cancelled). */
+static void parent_ended_event(const char *id, const char *parent, const char *status, int64_t now,
+                               EventList *out)
+{
+    Event *c = eventlist_push(out);
+    c->type = EV_CANCELLED;
+    c->at = now;
+    c->work_id = xstrdup(id);
+    char why[300];
+    snprintf(why, sizeof why, "parent %s is %s", parent, status);
+    c->reason = xstrdup(why);
+}
+
 int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                         const KnownWork *known, size_t n_known, const BatchOpen *batch, int64_t now,
                         EventList *out, SubmitResult *results, Err *err)
@@ -512,16 +560,8 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
     EventList late; /* cancellations of items whose parent has ended: after every accepted */
     eventlist_init(&late);
     bool opening = batch && !hmap_get(&ws->batches, batch->id);
-    if (opening) {
-        Event *b = eventlist_push(out);
-        b->type = EV_BATCH_OPENED;
-        b->at = now;
-        b->batch = xstrdup(batch->id);
-        if (batch->callback) {
-            b->callback = xcalloc(1, sizeof *b->callback);
-            template_copy(b->callback, batch->callback);
-        }
-    }
+    if (opening)
+        batch_opened_event(batch, now, out);
     for (size_t i = 0; i < n; i++) {
         const SubmitItem *s = &items[i];
         const WorkItem *open = hmap_get(&ws->items, s->id);
@@ -567,33 +607,11 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                 goto cleanup;
             }
         }
-        Event *e = eventlist_push(out);
-        e->type = EV_ACCEPTED;
-        e->at = now;
-        e->work_id = xstrdup(s->id);
-        e->queue = xstrdup(s->queue);
-        e->key = xstrdup(s->key);
-        e->priority = s->priority;
-        e->payload = json_incref(s->payload);
-        e->run_at = s->run_at > now ? s->run_at : 0;
-        e->timeout_ms = s->timeout_ms;
-        e->max_attempts = s->max_attempts;
-        e->after = strv_copy(s->after);
-        e->run_anyway = s->run_anyway;
-        e->waiting = waits;
-        e->batch = xstrdup(s->batch);
-        e->traceparent = xstrdup(s->traceparent);
-        e->tracestate = xstrdup(s->tracestate);
+        const Event *e = accepted_event(s, waits, now, out);
         results[i].created = true;
         results[i].status = waits ? "waiting" : e->run_at ? "scheduled" : "pending";
         if (ended && !s->run_anyway) {
-            Event *c = eventlist_push(&late);
-            c->type = EV_CANCELLED;
-            c->at = now;
-            c->work_id = xstrdup(s->id);
-            char why[300];
-            snprintf(why, sizeof why, "parent %s is %s", ended, ended_status);
-            c->reason = xstrdup(why);
+            parent_ended_event(s->id, ended, ended_status, now, &late);
             results[i].status = "cancelled";
         }
         hmap_put(&seen, s->id, (void *)s);

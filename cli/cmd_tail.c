@@ -106,6 +106,80 @@ static bool on_chunk(const char *data, size_t len, void *ud)
     return sse_feed(&t->sse, data, len, on_event, t);
 }
 
+/* The stream to read: work_id's (GET /work/{id}/stream) or the results of
+ * queue (NULL: every queue), with progress, after the event after (-1: from
+ * now). */
+static void tail_path(char *path, size_t size, const char *work_id, const char *queue,
+                      bool progress, int64_t after)
+{
+    if (work_id) {
+        snprintf(path, size, "/work/");
+        client_escape(work_id, path, size);
+        strcat(path, "/stream?");
+    } else {
+        snprintf(path, size, "/results?");
+        if (queue) {
+            strcat(path, "queue=");
+            client_escape(queue, path, size);
+            strcat(path, "&");
+        }
+        if (progress)
+            strcat(path, "progress=true&");
+    }
+    if (after >= 0) {
+        size_t n = strlen(path);
+        snprintf(path + n, size - n, "after=%lld", (long long)after);
+    }
+    size_t n = strlen(path);
+    if (path[n - 1] == '&' || path[n - 1] == '?')
+        path[n - 1] = '\0';
+}
+
+/* Reads path's events into t until it is done, stopped, or the stream is
+ * refused for good (or away past --retry-for); a dropped stream is resumed
+ * after the last event, with a backoff. Returns the exit code. */
+static int follow(Tail *t, const char *path)
+{
+    Cli *cli = t->cli;
+    int64_t backoff = BACKOFF_MIN_MS, last_open = mono_ms();
+    bool quiet = false; /* said already that the stream is away */
+    for (;;) {
+        Err err = {0};
+        int r = client_stream(cli->client, path, t->sse.last_id, on_chunk, t, &err);
+        if (t->done)
+            return t->rc;
+        if (atomic_load(&cli->stop))
+            return CLI_INTERRUPTED;
+        if (t->sse.too_long) {
+            fprintf(stderr, "%s: an event longer than %u bytes; stopping\n", cli->prog,
+                    SSE_LINE_MAX);
+            return CLI_UNAVAILABLE;
+        }
+        sse_reset(&t->sse);
+        bool lasting =
+            r == -1 && err.status && err.status != 503 && err.status != 429 && err.status < 500;
+        if (lasting) /* a refusal that asking again does not mend (401, 404...) */
+            return cli_fail(cli, &err);
+        if (r == 0) {
+            last_open = mono_ms();
+            backoff = BACKOFF_MIN_MS;
+        }
+        if (cli->retry_for.set && mono_ms() - last_open > cli->retry_for.i)
+            return cli_fail(cli, &err);
+        if (!quiet || r == 0)
+            fprintf(stderr, "%s: the stream %s (%s); resuming after event %s\n", cli->prog,
+                    r == 0 ? "ended" : "is away", r == 0 ? client_server(cli->client) : err.msg,
+                    t->sse.last_id[0] ? t->sse.last_id : "(none yet)");
+        quiet = r != 0;
+        int64_t wait = backoff;
+        while (wait > 0 && !atomic_load(&cli->stop)) {
+            sleep_ms(wait < 100 ? wait : 100);
+            wait -= 100;
+        }
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+}
+
 int cmd_tail(Cli *cli, int argc, char **argv)
 {
     static const CommandHelp help = {
@@ -146,74 +220,8 @@ int cmd_tail(Cli *cli, int argc, char **argv)
     t.progress = progress;
     t.max = count.set ? count.i : 0;
     char path[PATH_MAX_LEN];
-    if (work_id) {
-        snprintf(path, sizeof path, "/work/");
-        client_escape(work_id, path, sizeof path);
-        strcat(path, "/stream?");
-    } else {
-        snprintf(path, sizeof path, "/results?");
-        if (queue) {
-            strcat(path, "queue=");
-            client_escape(queue, path, sizeof path);
-            strcat(path, "&");
-        }
-        if (progress)
-            strcat(path, "progress=true&");
-    }
-    if (after.set) {
-        size_t n = strlen(path);
-        snprintf(path + n, sizeof path - n, "after=%lld", (long long)after.i);
-    }
-    size_t n = strlen(path);
-    if (path[n - 1] == '&' || path[n - 1] == '?')
-        path[n - 1] = '\0';
-
-    int64_t backoff = BACKOFF_MIN_MS, last_open = mono_ms();
-    bool quiet = false; /* said already that the stream is away */
-    for (;;) {
-        Err err = {0};
-        int r = client_stream(cli->client, path, t.sse.last_id, on_chunk, &t, &err);
-        if (t.done) {
-            rc = t.rc;
-            break;
-        }
-        if (atomic_load(&cli->stop)) {
-            rc = CLI_INTERRUPTED;
-            break;
-        }
-        if (t.sse.too_long) {
-            fprintf(stderr, "%s: an event longer than %u bytes; stopping\n", cli->prog,
-                    SSE_LINE_MAX);
-            rc = CLI_UNAVAILABLE;
-            break;
-        }
-        sse_reset(&t.sse);
-        bool lasting =
-            r == -1 && err.status && err.status != 503 && err.status != 429 && err.status < 500;
-        if (lasting) { /* a refusal that asking again does not mend (401, 404...) */
-            rc = cli_fail(cli, &err);
-            break;
-        }
-        if (r == 0) {
-            last_open = mono_ms();
-            backoff = BACKOFF_MIN_MS;
-        }
-        if (cli->retry_for.set && mono_ms() - last_open > cli->retry_for.i) {
-            rc = cli_fail(cli, &err);
-            break;
-        }
-        if (!quiet || r == 0)
-            fprintf(stderr, "%s: the stream %s (%s); resuming after event %s\n", cli->prog,
-                    r == 0 ? "ended" : "is away", r == 0 ? client_server(cli->client) : err.msg,
-                    t.sse.last_id[0] ? t.sse.last_id : "(none yet)");
-        quiet = r != 0;
-        int64_t wait = backoff;
-        while (wait > 0 && !atomic_load(&cli->stop)) {
-            sleep_ms(wait < 100 ? wait : 100);
-            wait -= 100;
-        }
-        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-    }
+    tail_path(path, sizeof path, work_id, queue, progress, after.set ? after.i : -1);
+    rc = follow(&t, path);
 cleanup:
     sse_free(&t.sse);
     strs_free(&pos);

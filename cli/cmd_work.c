@@ -186,6 +186,69 @@ cleanup:
     return rc;
 }
 
+/* --bulk: the lines of src (a file, or standard input for "-"), submitted
+ * per_request at a time. single_only: a flag of a single submission was
+ * given (--id, --wait, --string), which --bulk refuses. */
+static int submit_bulk_from(Cli *cli, const CommandHelp *help, const char *src, const ItemFlags *f,
+                            bool items, int per_request, bool single_only, SubmitOut *out)
+{
+    if (single_only)
+        return cli_usage(cli, help, "--bulk takes no --id, --wait or --string");
+    FILE *in = strcmp(src, "-") ? fopen(src, "r") : stdin;
+    if (!in)
+        return cli_usage(cli, help, "cannot read %s: %m", src);
+    int rc = submit_bulk(cli, help, in, f, items, per_request, out);
+    if (in != stdin)
+        fclose(in);
+    return rc;
+}
+
+/* The payload of a single submission: src, or standard input's text for
+ * "-", as JSON or (as_string) as a JSON string. NULL once the usage error is
+ * printed (its code in *rc). */
+static json_t *single_payload(Cli *cli, const CommandHelp *help, const char *src, bool as_string,
+                              int *rc)
+{
+    char *text = strcmp(src, "-") ? xstrdup(src) : read_all(stdin);
+    json_t *payload;
+    if (as_string) {
+        size_t n = strlen(text);
+        if (!strcmp(src, "-") && n && text[n - 1] == '\n') /* what `echo` adds */
+            text[n - 1] = '\0';
+        payload = json_string(text);
+        if (!payload)
+            *rc = cli_usage(cli, help, "the payload is not UTF-8 text");
+    } else {
+        json_error_t je;
+        payload = json_loads(text, JSON_DECODE_ANY, &je);
+        if (!payload)
+            *rc =
+                cli_usage(cli, help, "the payload is not JSON (%s); --string sends text", je.text);
+    }
+    free(text);
+    return payload;
+}
+
+/* --wait: waits until the work id finishes and prints it (only its id when
+ * quiet). Returns what `workd wait` returns for it. */
+static int print_when_done(Cli *cli, const char *id, bool quiet)
+{
+    json_t *done = NULL;
+    Err err = {0};
+    int rc = wait_one(cli, id, -1, &done, &err);
+    if (rc == -1)
+        return cli_fail(cli, &err);
+    Table *t = cli->json || quiet ? NULL : table_new(wait_heads);
+    if (quiet)
+        printf("%s\n", json_string_value(json_object_get(done, "id")));
+    else
+        print_waited(cli, t, done);
+    if (t)
+        table_print(t, stdout, cli->tty);
+    json_decref(done);
+    return rc;
+}
+
 int cmd_submit(Cli *cli, int argc, char **argv)
 {
     static const CommandHelp help = {
@@ -226,8 +289,6 @@ int cmd_submit(Cli *cli, int argc, char **argv)
     Strs pos = {0};
     int rc;
     json_t *item = NULL, *ans = NULL;
-    char *text = NULL;
-    FILE *in = NULL;
     SubmitOut out = {0};
     if (!cli_args(cli, &help, flags, sizeof flags / sizeof flags[0], argc, argv, &pos, &rc))
         goto cleanup;
@@ -244,16 +305,8 @@ int cmd_submit(Cli *cli, int argc, char **argv)
     }
     const char *src = pos.n ? pos.v[0] : "-";
     if (bulk) {
-        if (f.id || wait || as_string) {
-            rc = cli_usage(cli, &help, "--bulk takes no --id, --wait or --string");
-            goto cleanup;
-        }
-        in = strcmp(src, "-") ? fopen(src, "r") : stdin;
-        if (!in) {
-            rc = cli_usage(cli, &help, "cannot read %s: %m", src);
-            goto cleanup;
-        }
-        rc = submit_bulk(cli, &help, in, &f, items, per_request.set ? per_request.i : 500, &out);
+        rc = submit_bulk_from(cli, &help, src, &f, items, per_request.set ? per_request.i : 500,
+                              f.id || wait || as_string, &out);
         goto cleanup;
     }
     if (items) {
@@ -264,26 +317,9 @@ int cmd_submit(Cli *cli, int argc, char **argv)
         rc = cli_usage(cli, &help, "give a PAYLOAD, or '-' to type it on standard input");
         goto cleanup;
     }
-    text = strcmp(src, "-") ? xstrdup(src) : read_all(stdin);
-    json_t *payload;
-    if (as_string) {
-        size_t n = strlen(text);
-        if (!strcmp(src, "-") && n && text[n - 1] == '\n') /* what `echo` adds */
-            text[n - 1] = '\0';
-        payload = json_string(text);
-        if (!payload) {
-            rc = cli_usage(cli, &help, "the payload is not UTF-8 text");
-            goto cleanup;
-        }
-    } else {
-        json_error_t je;
-        payload = json_loads(text, JSON_DECODE_ANY, &je);
-        if (!payload) {
-            rc =
-                cli_usage(cli, &help, "the payload is not JSON (%s); --string sends text", je.text);
-            goto cleanup;
-        }
-    }
+    json_t *payload = single_payload(cli, &help, src, as_string, &rc);
+    if (!payload)
+        goto cleanup;
     item = json_object();
     json_object_set_new(item, "payload", payload);
     fill_item(item, &f);
@@ -293,30 +329,13 @@ int cmd_submit(Cli *cli, int argc, char **argv)
         goto cleanup;
     }
     rc = CLI_OK;
-    if (!wait) {
-        submit_out_add(&out, cli, ans);
-        goto cleanup;
-    }
-    json_t *done = NULL;
-    rc = wait_one(cli, json_string_value(json_object_get(ans, "id")), -1, &done, &err);
-    if (rc == -1) {
-        rc = cli_fail(cli, &err);
-        goto cleanup;
-    }
-    Table *t = cli->json || quiet ? NULL : table_new(wait_heads);
-    if (quiet)
-        printf("%s\n", json_string_value(json_object_get(done, "id")));
+    if (wait)
+        rc = print_when_done(cli, json_string_value(json_object_get(ans, "id")), quiet);
     else
-        print_waited(cli, t, done);
-    if (t)
-        table_print(t, stdout, cli->tty);
-    json_decref(done);
+        submit_out_add(&out, cli, ans);
 cleanup:
     if (out.table)
         table_print(out.table, stdout, cli->tty);
-    if (in && in != stdin)
-        fclose(in);
-    free(text);
     json_decref(item);
     json_decref(ans);
     strs_free(&f.after);

@@ -162,6 +162,41 @@ extern const char *malloc_conf;
 const char *malloc_conf = WORKD_MALLOC_CONF; /* read by jemalloc at its start */
 #endif
 
+/* A job runs as our user unless the operator says otherwise
+ * (docs/operations.md): it must not find the token in /proc/$PPID. The token
+ * is kept in token only; our /proc entries become readable by root alone (as
+ * ssh-agent does), which also covers /proc/$PPID/mem. And this process reaps
+ * what jobs leave behind. */
+static void keep_from_jobs(int argc, char **argv, const char *token)
+{
+    Err err = {0};
+    hide_token(argc, argv, token);
+    if (prctl(PR_SET_DUMPABLE, 0) != 0)
+        log_warn("prctl(PR_SET_DUMPABLE, 0): %s: jobs may read this process's memory",
+                 strerror(errno));
+    if (exec_become_subreaper(&err) != 0)
+        log_warn("%s: processes that jobs leave behind are reaped only when this is PID 1",
+                 err.msg);
+}
+
+/* SIGINT and SIGTERM as a signalfd (-1, logged, on failure); SIGPIPE
+ * ignored. Called before any thread exists, so that every thread inherits
+ * the mask and only the signalfd receives these. Jobs get a clean mask
+ * (exec.c). */
+static int signals_fd(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+    if (sfd < 0)
+        log_error("signalfd: %s", strerror(errno));
+    return sfd;
+}
+
 int main(int argc, char **argv)
 {
     Options o = {0};
@@ -221,29 +256,8 @@ int main(int argc, char **argv)
     }
     log_setup(id, "worker", level, json);
 
-    /* A job runs as our user unless the operator says otherwise
-     * (docs/operations.md): it must not find the token in /proc/$PPID. The
-     * token is kept in o.token only; our /proc entries become readable by
-     * root alone (as ssh-agent does), which also covers /proc/$PPID/mem. */
-    hide_token(argc, argv, o.token);
-    if (prctl(PR_SET_DUMPABLE, 0) != 0)
-        log_warn("prctl(PR_SET_DUMPABLE, 0): %s: jobs may read this process's memory",
-                 strerror(errno));
-    if (exec_become_subreaper(&err) != 0)
-        log_warn("%s: processes that jobs leave behind are reaped only when this is PID 1",
-                 err.msg);
-
-    /* Before any thread exists, so that every thread inherits the mask and only
-     * the signalfd receives these. Jobs get a clean mask (exec.c). */
-    signal(SIGPIPE, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    sfd = signalfd(-1, &set, SFD_CLOEXEC);
-    if (sfd < 0) {
-        log_error("signalfd: %s", strerror(errno));
+    keep_from_jobs(argc, argv, o.token);
+    if ((sfd = signals_fd()) < 0) {
         status = 1;
         goto cleanup;
     }

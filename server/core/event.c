@@ -348,14 +348,53 @@ static void encode_progress(const Event *e, json_t *o)
 {
     json_object_set_new(o, "attempt", json_integer(e->attempt));
     json_object_set_new(o, "queue", json_string(e->queue ? e->queue : ""));
-    if (e->detail)
-        json_object_update(o, e->detail);
+    json_object_set_new(o, "fraction", e->has_fraction ? json_real(e->fraction) : json_null());
+    json_object_set_new(o, "message", e->message ? json_string(e->message) : json_null());
+    if (e->output)
+        json_object_set_new(o, "output", json_string(e->output));
 }
 
-static void encode_detail(const Event *e, json_t *o)
+/* A strv as a JSON array of strings; NULL as null. */
+static json_t *strv_json(char *const *v)
 {
-    if (e->detail)
-        json_object_update(o, e->detail);
+    if (!v)
+        return json_null();
+    json_t *a = json_array();
+    for (size_t i = 0; v[i]; i++)
+        json_array_append_new(a, json_string(v[i]));
+    return a;
+}
+
+/* {name, url, secret (when known), queues, kinds, paused, paused_reason,
+ * deleted: false, start, cursor (a reset only)}, or {name, deleted: true,
+ * start}. The database keeps the secret out of the log (migration 0016). */
+static void encode_subscription(const Event *e, json_t *o)
+{
+    const Subscription *s = e->sub;
+    json_object_set_new(o, "name", json_string(s->name));
+    if (e->sub_deleted) {
+        json_object_set_new(o, "deleted", json_true());
+        json_object_set_new(o, "start", json_integer(e->sub_start));
+        return;
+    }
+    json_object_set_new(o, "url", json_string(s->url ? s->url : ""));
+    if (s->secret)
+        json_object_set_new(o, "secret", json_string(s->secret));
+    json_object_set_new(o, "queues", strv_json(s->queues));
+    json_object_set_new(o, "kinds", strv_json(s->kinds));
+    json_object_set_new(o, "paused", json_boolean(s->paused));
+    json_object_set_new(o, "paused_reason",
+                        s->paused_reason ? json_string(s->paused_reason) : json_null());
+    json_object_set_new(o, "deleted", json_false());
+    json_object_set_new(o, "start", json_integer(e->sub_start));
+    if (e->sub_reset)
+        json_object_set_new(o, "cursor", json_integer(s->cursor));
+}
+
+static void encode_sub_cursor(const Event *e, json_t *o)
+{
+    json_object_set_new(o, "name", json_string(e->sub->name));
+    json_object_set_new(o, "cursor", json_integer(e->sub->cursor));
 }
 
 typedef void (*Encoder)(const Event *e, json_t *o);
@@ -372,8 +411,8 @@ static const Encoder ENCODERS[] = {
     [EV_RETRIED] = encode_retried,
     [EV_QUEUE_SET] = encode_queue_set,
     [EV_PROGRESS] = encode_progress,
-    [EV_SUBSCRIPTION] = encode_detail,
-    [EV_SUB_CURSOR] = encode_detail,
+    [EV_SUBSCRIPTION] = encode_subscription,
+    [EV_SUB_CURSOR] = encode_sub_cursor,
     [EV_RELEASED] = encode_nothing,
     [EV_SCHEDULE_SET] = encode_schedule_set,
     [EV_SCHEDULE_DELETED] = encode_schedule_deleted,
@@ -672,33 +711,72 @@ static int decode_progress(json_t *data, const char *type, Event *out, Err *err)
         return -1;
     out->attempt = (int)v;
     out->queue = get_str(data, "queue");
-    out->detail = json_object();
-    static const char *keys[] = {"fraction", "message", "output"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        json_t *f = json_object_get(data, keys[i]);
-        if (f)
-            json_object_set(out->detail, keys[i], f);
-    }
+    json_t *f = json_object_get(data, "fraction");
+    out->has_fraction = json_is_number(f);
+    out->fraction = json_number_value(f);
+    out->message = get_str(data, "message");
+    out->output = get_str(data, "output");
     return 0;
 }
 
-/* subscription, subscription_cursor: the fields this version knows (a later
- * one may add others). */
+/* A JSON array's strings as a strv (NULL when it is not an array). */
+static char **get_strv(json_t *d, const char *key)
+{
+    json_t *a = json_object_get(d, key);
+    if (!json_is_array(a))
+        return NULL;
+    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
+    size_t i, n = 0;
+    json_t *x;
+    json_array_foreach(a, i, x)
+    {
+        if (json_is_string(x))
+            v[n++] = xstrdup(json_string_value(x));
+    }
+    return v;
+}
+
+/* The name every subscription event carries, into a new out->sub. */
+static int decode_sub_named(json_t *data, const char *type, Event *out, Err *err)
+{
+    const char *name = json_string_value(json_object_get(data, "name"));
+    if (!name)
+        return err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
+    out->sub = xcalloc(1, sizeof *out->sub);
+    out->sub->name = xstrdup(name);
+    return 0;
+}
+
+/* The fields this version knows (a later one may add others); a secret only
+ * in events written before schema 16. */
 static int decode_subscription(json_t *data, const char *type, Event *out, Err *err)
 {
-    if (!json_is_string(json_object_get(data, "name")))
-        return err_set(err, 500, "bad-event", "%s event lacks 'name'", type);
-    static const char *sub_keys[] = {"name",  "url",    "secret",  "queues",
-                                     "kinds", "paused", "deleted", "paused_reason",
-                                     "start", "cursor", NULL};
-    static const char *cursor_keys[] = {"name", "cursor", NULL};
-    out->detail = json_object();
-    for (const char **k = out->type == EV_SUB_CURSOR ? cursor_keys : sub_keys; *k; k++) {
-        json_t *f = json_object_get(data, *k);
-        if (f)
-            json_object_set_new(out->detail, *k, json_deep_copy(f));
-    }
+    if (decode_sub_named(data, type, out, err) != 0 ||
+        get_int(data, "start", &out->sub_start, 0, err) != 0)
+        return -1;
+    out->sub_deleted = json_is_true(json_object_get(data, "deleted"));
+    if (out->sub_deleted)
+        return 0;
+    Subscription *s = out->sub;
+    if (!(s->url = get_str(data, "url")))
+        return err_set(err, 500, "bad-event", "%s event lacks 'url'", type);
+    s->secret = get_str(data, "secret");
+    s->queues = get_strv(data, "queues");
+    if (!(s->kinds = get_strv(data, "kinds")))
+        s->kinds = xcalloc(1, sizeof *s->kinds);
+    s->paused = json_is_true(json_object_get(data, "paused"));
+    s->paused_reason = get_str(data, "paused_reason");
+    json_t *cursor = json_object_get(data, "cursor");
+    out->sub_reset = json_is_integer(cursor);
+    s->cursor = out->sub_reset ? json_integer_value(cursor) : 0;
     return 0;
+}
+
+static int decode_sub_cursor(json_t *data, const char *type, Event *out, Err *err)
+{
+    if (decode_sub_named(data, type, out, err) != 0)
+        return -1;
+    return get_int(data, "cursor", &out->sub->cursor, 1, err);
 }
 
 typedef int (*Decoder)(json_t *data, const char *type, Event *out, Err *err);
@@ -718,7 +796,7 @@ static const Decoder DECODERS[] = {
     [EV_QUEUE_SET] = decode_queue_set,
     [EV_PROGRESS] = decode_progress,
     [EV_SUBSCRIPTION] = decode_subscription,
-    [EV_SUB_CURSOR] = decode_subscription,
+    [EV_SUB_CURSOR] = decode_sub_cursor,
     [EV_RELEASED] = decode_nothing,
     [EV_SCHEDULE_SET] = decode_schedule_set,
     [EV_SCHEDULE_DELETED] = decode_schedule_named,
@@ -778,18 +856,40 @@ json_t *event_result_json(const Event *e)
         json_object_set_new(o, "attempts", json_integer(e->attempt));
     } else if (e->type == EV_PROGRESS) {
         json_object_set_new(o, "attempt", json_integer(e->attempt));
-        json_t *d = e->detail;
-        json_t *f = json_object_get(d, "fraction"), *m = json_object_get(d, "message");
-        json_object_set(o, "fraction", f ? f : json_null());
-        json_object_set(o, "message", m ? m : json_null());
-        if (json_object_get(d, "output"))
-            json_object_set(o, "output", json_object_get(d, "output"));
+        json_object_set_new(o, "fraction", e->has_fraction ? json_real(e->fraction) : json_null());
+        json_object_set_new(o, "message", e->message ? json_string(e->message) : json_null());
+        if (e->output)
+            json_object_set_new(o, "output", json_string(e->output));
     } else if (e->type == EV_CANCELLED && e->reason) {
         json_object_set_new(o, "reason", json_string(e->reason));
     }
     if (event_is_final(e->type))
         set_trace(o, e);
     return o;
+}
+
+/* ---- subscriptions ---- */
+
+void subscription_copy(Subscription *dst, const Subscription *src)
+{
+    *dst = *src;
+    dst->name = xstrdup(src->name);
+    dst->url = xstrdup(src->url);
+    dst->secret = xstrdup(src->secret);
+    dst->queues = strv_copy(src->queues);
+    dst->kinds = strv_copy(src->kinds);
+    dst->paused_reason = xstrdup(src->paused_reason);
+}
+
+void subscription_clear(Subscription *s)
+{
+    free(s->name);
+    free(s->url);
+    free(s->secret);
+    strv_free(s->queues);
+    strv_free(s->kinds);
+    free(s->paused_reason);
+    memset(s, 0, sizeof *s);
 }
 
 /* ---- queue limits ---- */
@@ -849,7 +949,12 @@ void event_clear(Event *e)
     free(e->error);
     free(e->reason);
     free(e->leader_url);
-    json_decref(e->detail);
+    free(e->message);
+    free(e->output);
+    if (e->sub) {
+        subscription_clear(e->sub);
+        free(e->sub);
+    }
     strv_free(e->after);
     free(e->batch);
     free(e->traceparent);
@@ -879,7 +984,12 @@ void event_copy(Event *dst, const Event *src)
     dst->error = xstrdup(src->error);
     dst->reason = xstrdup(src->reason);
     dst->leader_url = xstrdup(src->leader_url);
-    dst->detail = json_incref(src->detail);
+    dst->message = xstrdup(src->message);
+    dst->output = xstrdup(src->output);
+    if (src->sub) {
+        dst->sub = xcalloc(1, sizeof *dst->sub);
+        subscription_copy(dst->sub, src->sub);
+    }
     dst->after = strv_copy(src->after);
     dst->batch = xstrdup(src->batch);
     dst->traceparent = xstrdup(src->traceparent);

@@ -27,11 +27,11 @@ typedef enum {
     EV_RETRIED,      /* dead work reopened by an operator: everything to rebuild it, one
                         more attempt (max_attempts) */
     EV_QUEUE_SET,    /* an operator set a queue's flow control: all of it (QueueLimits) */
-    EV_PROGRESS,     /* the running attempt's worker sent progress: detail {fraction, message,
-                        output} (published on /results, changes no state) */
-    EV_SUBSCRIPTION, /* an operator set, paused or deleted a webhook subscription: all of it
-                        in detail (webhooks.h); no work id */
-    EV_SUB_CURSOR,   /* a subscription's deliveries reached detail.cursor; no work id */
+    EV_PROGRESS,     /* the running attempt's worker sent progress: fraction, message, output
+                        (published on /results, changes no state) */
+    EV_SUBSCRIPTION, /* an operator set or deleted a webhook subscription, or workd paused it:
+                        all of it (sub); no work id */
+    EV_SUB_CURSOR,   /* a subscription's deliveries reached sub->cursor; no work id */
     EV_RELEASED,     /* waiting work whose parents have all finished became pending */
     EV_SCHEDULE_SET, /* an operator created or changed a schedule: all of it */
     EV_SCHEDULE_DELETED, /* an operator deleted a schedule */
@@ -96,6 +96,24 @@ typedef struct ScheduleSpec {
     bool paused;
 } ScheduleSpec;
 
+/* A webhook subscription (webhooks.h), as an operator set it and its events
+ * left it. Strings and lists are owned by whoever owns the Subscription (an
+ * Event, a MgrCmd, the WorkState), freed by subscription_clear and
+ * deep-copied by subscription_copy. */
+typedef struct Subscription {
+    char *name, *url;
+    /* whsec_<base64>, the deliveries' signing key. NULL: not known. The log
+     * keeps none (migration 0016 strips it from the row and keeps it in
+     * workd_subscriptions only), so an event read back from the log has none
+     * and a replay of the log cannot restore it. */
+    char *secret;
+    char **queues; /* strv; NULL: every queue */
+    char **kinds;  /* strv of completed, dead, cancelled; never NULL but in a deletion */
+    bool paused;
+    char *paused_reason; /* why workd paused it; NULL: an operator's pause, or running */
+    int64_t cursor;      /* every event up to this seq was delivered or skipped */
+} Subscription;
+
 /* One event. Strings and JSON values are owned by the event (event_clear frees
  * them). Times are milliseconds since the epoch; 0 means "none". Fields not
  * used by the type are zero. */
@@ -125,8 +143,20 @@ typedef struct Event {
     char *leader_url;
     /* EV_QUEUE_SET (and queue) */
     QueueLimits limits;
-    /* EV_PROGRESS (and attempt, queue), EV_SUBSCRIPTION, EV_SUB_CURSOR: a JSON object */
-    json_t *detail;
+    /* EV_PROGRESS (and attempt, queue): what the attempt says of itself, the
+     * latest fraction and message it sent, and the output of this update */
+    bool has_fraction; /* false: it has sent none (null) */
+    double fraction;   /* 0..1 */
+    char *message;     /* NULL: none (null) */
+    char *output;      /* NULL: none (absent) */
+    /* EV_SUBSCRIPTION: all of the subscription (its cursor only with
+     * sub_reset), or only its name with sub_deleted; EV_SUB_CURSOR: its name
+     * and the cursor its deliveries reached. NULL for other kinds. */
+    Subscription *sub;
+    bool sub_deleted;  /* EV_SUBSCRIPTION: it is deleted */
+    bool sub_reset;    /* EV_SUBSCRIPTION: deliveries restart after sub->cursor ("after") */
+    int64_t sub_start; /* EV_SUBSCRIPTION: the log's end when it was decided: where a new
+                          subscription without sub_reset starts */
     /* EV_ACCEPTED: dependencies and batches */
     char **after;    /* parents named (NULL-terminated), NULL: none */
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
@@ -208,6 +238,12 @@ json_t *schedspec_json(const ScheduleSpec *s);
 int schedspec_decode(json_t *o, ScheduleSpec *s, Err *err) WARN_UNUSED;
 ScheduleSpec *schedspec_dup(const ScheduleSpec *s);
 void schedspec_free(ScheduleSpec *s);
+/* ---- subscriptions ---- */
+/* dst (overwritten, not freed first) becomes a deep copy of src. */
+void subscription_copy(Subscription *dst, const Subscription *src);
+/* Frees s's strings and lists, and zeroes it. */
+void subscription_clear(Subscription *s);
+
 /* ---- queue limits ---- */
 /* dst (overwritten, not freed first) becomes a deep copy of src. */
 void queue_limits_copy(QueueLimits *dst, const QueueLimits *src);

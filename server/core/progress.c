@@ -230,11 +230,9 @@ int progress_decide(ProgressBook *b, const WorkState *ws, const ProgressMsg *m, 
     e->work_id = xstrdup(it->id);
     e->queue = xstrdup(it->queue);
     e->attempt = it->attempt;
-    e->detail = json_object();
-    json_object_set_new(e->detail, "fraction",
-                        x->has_fraction ? json_real(x->fraction) : json_null());
-    json_object_set_new(e->detail, "message", x->message ? json_string(x->message) : json_null());
-    if (m->output)
-        json_object_set_new(e->detail, "output", json_string(m->output));
+    e->has_fraction = x->has_fraction;
+    e->fraction = x->fraction;
+    e->message = xstrdup(x->message);
+    e->output = xstrdup(m->output);
     return 0;
 }

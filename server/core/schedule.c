@@ -134,26 +134,6 @@ int64_t sched_next_deadline(const ScheduleSet *s)
     return t;
 }
 
-json_t *sched_json(const char *name, const ScheduleSpec *spec, int64_t last_tick, int64_t now)
-{
-    json_t *o = schedspec_json(spec);
-    json_object_set_new(o, "name", json_string(name));
-    char buf[40];
-    time_format(last_tick, buf, sizeof buf);
-    json_object_set_new(o, "last_tick", json_string(buf));
-    json_t *next = json_array();
-    int64_t t = last_tick > now ? last_tick : now;
-    for (int i = 0; i < 5 && !spec->paused; i++) {
-        t = cron_next(&spec->cron, spec->zone, t);
-        if (t == INT64_MAX)
-            break;
-        time_format(t, buf, sizeof buf);
-        json_array_append_new(next, json_string(buf));
-    }
-    json_object_set_new(o, "next", next);
-    return o;
-}
-
 /* ---- deciding ---- */
 
 static Event *tick_event(const Schedule *x, int64_t tick, int64_t now, EventList *out)

@@ -61,10 +61,6 @@ void sched_restore(ScheduleSet *s, const char *name, const ScheduleSpec *spec, i
 /* ---- reading ---- */
 const Schedule *sched_get(const ScheduleSet *s, const char *name);
 size_t sched_count(const ScheduleSet *s); /* for --max-schedules */
-/* A schedule as the API shows it: its definition, last_tick, and the next
- * five fire times after max(now, last_tick) (none while paused) (a new
- * reference). */
-json_t *sched_json(const char *name, const ScheduleSpec *spec, int64_t last_tick, int64_t now);
 
 /* The earliest tick of a schedule that is not paused (INT64_MAX: none). */
 int64_t sched_next_deadline(const ScheduleSet *s);

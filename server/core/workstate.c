@@ -60,6 +60,7 @@ struct WorkState {
     size_t edges; /* links in kids (live entries) */
     HMap batches; /* id -> Batch: open batches */
     ScheduleSet *sched;
+    SubscriptionSet *subs; /* webhook subscriptions */
 };
 
 /* ---- heaps ---- */
@@ -352,6 +353,7 @@ WorkState *ws_new(const WsConfig *cfg)
     hmap_init(&ws->kids);
     hmap_init(&ws->batches);
     ws->sched = sched_new();
+    ws->subs = subs_new();
     return ws;
 }
 
@@ -376,6 +378,7 @@ void ws_free(WorkState *ws)
     hmap_free(&ws->kids);
     hmap_free(&ws->batches);
     sched_free(ws->sched);
+    subs_free(ws->subs);
     hmap_free(&ws->items);
     hmap_free(&ws->queues);
     hmap_free(&ws->workers);
@@ -499,6 +502,54 @@ WARN_UNUSED static int check_parents(const WorkState *ws, const SubmitItem *s, c
     return 0;
 }
 
+static void batch_opened_event(const BatchOpen *batch, int64_t now, EventList *out)
+{
+    Event *b = eventlist_push(out);
+    b->type = EV_BATCH_OPENED;
+    b->at = now;
+    b->batch = xstrdup(batch->id);
+    if (batch->callback) {
+        b->callback = xcalloc(1, sizeof *b->callback);
+        template_copy(b->callback, batch->callback);
+    }
+}
+
+/* The accepted event of a new item (waits: a parent is open). */
+static const Event *accepted_event(const SubmitItem *s, bool waits, int64_t now, EventList *out)
+{
+    Event *e = eventlist_push(out);
+    e->type = EV_ACCEPTED;
+    e->at = now;
+    e->work_id = xstrdup(s->id);
+    e->queue = xstrdup(s->queue);
+    e->key = xstrdup(s->key);
+    e->priority = s->priority;
+    e->payload = json_incref(s->payload);
+    e->run_at = s->run_at > now ? s->run_at : 0;
+    e->timeout_ms = s->timeout_ms;
+    e->max_attempts = s->max_attempts;
+    e->after = strv_copy(s->after);
+    e->run_anyway = s->run_anyway;
+    e->waiting = waits;
+    e->batch = xstrdup(s->batch);
+    e->traceparent = xstrdup(s->traceparent);
+    e->tracestate = xstrdup(s->tracestate);
+    return e;
+}
+
+/* The cancellation of a new item whose parent has ended (dead or cancelled). */
+static void parent_ended_event(const char *id, const char *parent, const char *status, int64_t now,
+                               EventList *out)
+{
+    Event *c = eventlist_push(out);
+    c->type = EV_CANCELLED;
+    c->at = now;
+    c->work_id = xstrdup(id);
+    char why[300];
+    snprintf(why, sizeof why, "parent %s is %s", parent, status);
+    c->reason = xstrdup(why);
+}
+
 int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                         const KnownWork *known, size_t n_known, const BatchOpen *batch, int64_t now,
                         EventList *out, SubmitResult *results, Err *err)
@@ -509,16 +560,8 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
     EventList late; /* cancellations of items whose parent has ended: after every accepted */
     eventlist_init(&late);
     bool opening = batch && !hmap_get(&ws->batches, batch->id);
-    if (opening) {
-        Event *b = eventlist_push(out);
-        b->type = EV_BATCH_OPENED;
-        b->at = now;
-        b->batch = xstrdup(batch->id);
-        if (batch->callback) {
-            b->callback = xcalloc(1, sizeof *b->callback);
-            template_copy(b->callback, batch->callback);
-        }
-    }
+    if (opening)
+        batch_opened_event(batch, now, out);
     for (size_t i = 0; i < n; i++) {
         const SubmitItem *s = &items[i];
         const WorkItem *open = hmap_get(&ws->items, s->id);
@@ -564,33 +607,11 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                 goto cleanup;
             }
         }
-        Event *e = eventlist_push(out);
-        e->type = EV_ACCEPTED;
-        e->at = now;
-        e->work_id = xstrdup(s->id);
-        e->queue = xstrdup(s->queue);
-        e->key = xstrdup(s->key);
-        e->priority = s->priority;
-        e->payload = json_incref(s->payload);
-        e->run_at = s->run_at > now ? s->run_at : 0;
-        e->timeout_ms = s->timeout_ms;
-        e->max_attempts = s->max_attempts;
-        e->after = strv_copy(s->after);
-        e->run_anyway = s->run_anyway;
-        e->waiting = waits;
-        e->batch = xstrdup(s->batch);
-        e->traceparent = xstrdup(s->traceparent);
-        e->tracestate = xstrdup(s->tracestate);
+        const Event *e = accepted_event(s, waits, now, out);
         results[i].created = true;
         results[i].status = waits ? "waiting" : e->run_at ? "scheduled" : "pending";
         if (ended && !s->run_anyway) {
-            Event *c = eventlist_push(&late);
-            c->type = EV_CANCELLED;
-            c->at = now;
-            c->work_id = xstrdup(s->id);
-            char why[300];
-            snprintf(why, sizeof why, "parent %s is %s", ended, ended_status);
-            c->reason = xstrdup(why);
+            parent_ended_event(s->id, ended, ended_status, now, &late);
             results[i].status = "cancelled";
         }
         hmap_put(&seen, s->id, (void *)s);
@@ -1123,6 +1144,16 @@ size_t ws_schedule_count(const WorkState *ws)
     return sched_count(ws->sched);
 }
 
+const SubscriptionSet *ws_subscriptions(const WorkState *ws)
+{
+    return ws->subs;
+}
+
+void ws_subscription_restore(WorkState *ws, const Subscription *sub)
+{
+    subs_restore(ws->subs, sub);
+}
+
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
                          int64_t last_tick, const char *last_work)
 {
@@ -1147,6 +1178,12 @@ static void apply_schedule(WorkState *ws, const Event *e, WorkItem *it)
 {
     (void)it;
     sched_apply(ws->sched, e);
+}
+
+static void apply_subscription(WorkState *ws, const Event *e, WorkItem *it)
+{
+    (void)it;
+    subs_apply(ws->subs, e);
 }
 
 static void apply_batch_opened(WorkState *ws, const Event *e, WorkItem *it)
@@ -1320,16 +1357,24 @@ typedef void (*Applier)(WorkState *ws, const Event *e, WorkItem *it);
 
 /* What each kind does to the state: a new kind is its entry here. */
 static const Applier APPLY[] = {
-    [EV_TERM] = apply_nothing,          [EV_ACCEPTED] = apply_accepted,
-    [EV_STARTED] = apply_started,       [EV_COMPLETED] = apply_finished,
-    [EV_FAILED] = apply_attempt_ended,  [EV_TIMED_OUT] = apply_attempt_ended,
-    [EV_DEAD] = apply_finished,         [EV_CANCELLED] = apply_finished,
-    [EV_RETRIED] = apply_accepted,      [EV_QUEUE_SET] = apply_queue_set,
-    [EV_PROGRESS] = apply_nothing,     /* published, changes no state */
-    [EV_SUBSCRIPTION] = apply_nothing, /* webhooks are not work (webhooks.c) */
-    [EV_SUB_CURSOR] = apply_nothing,    [EV_RELEASED] = apply_released,
-    [EV_SCHEDULE_SET] = apply_schedule, [EV_SCHEDULE_DELETED] = apply_schedule,
-    [EV_TICK] = apply_schedule,         [EV_BATCH_OPENED] = apply_batch_opened,
+    [EV_TERM] = apply_nothing,
+    [EV_ACCEPTED] = apply_accepted,
+    [EV_STARTED] = apply_started,
+    [EV_COMPLETED] = apply_finished,
+    [EV_FAILED] = apply_attempt_ended,
+    [EV_TIMED_OUT] = apply_attempt_ended,
+    [EV_DEAD] = apply_finished,
+    [EV_CANCELLED] = apply_finished,
+    [EV_RETRIED] = apply_accepted,
+    [EV_QUEUE_SET] = apply_queue_set,
+    [EV_PROGRESS] = apply_nothing, /* published, changes no state */
+    [EV_SUBSCRIPTION] = apply_subscription,
+    [EV_SUB_CURSOR] = apply_subscription,
+    [EV_RELEASED] = apply_released,
+    [EV_SCHEDULE_SET] = apply_schedule,
+    [EV_SCHEDULE_DELETED] = apply_schedule,
+    [EV_TICK] = apply_schedule,
+    [EV_BATCH_OPENED] = apply_batch_opened,
     [EV_BATCH] = apply_batch,
 };
 _Static_assert(sizeof APPLY / sizeof APPLY[0] == EV_LAST + 1, "an applier for every kind");

@@ -21,6 +21,7 @@
 #include "err.h"
 #include "event.h"
 #include "schedule.h"
+#include "subscription.h"
 
 typedef struct WsConfig {
     int64_t max_open;          /* open work limit; past it submissions are refused */
@@ -229,10 +230,16 @@ const Schedule *ws_schedule(const WorkState *ws, const char *name);
 size_t ws_schedule_count(const WorkState *ws);
 void ws_schedule_restore(WorkState *ws, const char *name, const ScheduleSpec *spec,
                          int64_t last_tick, const char *last_work);
-/* An open batch, or NULL. */
+/* The webhook subscriptions (subscription.h: decided with subs_decide_*,
+ * applied by ws_apply). */
+const SubscriptionSet *ws_subscriptions(const WorkState *ws);
+/* Recovery: a subscription as workd_subscriptions holds it, its secret
+ * included (copied). */
+void ws_subscription_restore(WorkState *ws, const Subscription *sub);
 /* The id of batch's callback work, "<batch>~callback" (a batch id is at most
  * 100 characters, so it fits ID_MAX). */
 void ws_callback_id(const char *batch, char *out, size_t len);
+/* An open batch, or NULL. */
 const Batch *ws_batch(const WorkState *ws, const char *id);
 /* Recovery: an open batch as workd_batches holds it, with the counts of its
  * finished members (callback copied, may be NULL). Call before

@@ -212,113 +212,165 @@ static void single_report_reply(Req *r, const Report *rep, const ReportResult *r
 
 static void progress_reply(Req *r, const MgrCmd *c);
 
+/* ---- the manager's answers, one function per kind of command (REPLIES) ----
+ * Each writes a command's typed reply (status < 400) as the API's answer. */
+
+typedef void (*CmdReply)(Req *r, const MgrCmd *c);
+
+static void reply_submit(Req *r, const MgrCmd *c)
+{
+    if (!r->bulk) {
+        snprintf(r->location, sizeof r->location, "/work/%s", c->items[0].id);
+        req_finish_json(r, 202, submitted_json(&c->items[0], &c->submitted[0]));
+        return;
+    }
+    json_t *items = json_array();
+    for (size_t i = 0; i < c->n_items; i++)
+        json_array_append_new(items, submitted_json(&c->items[i], &c->submitted[i]));
+    json_t *o = json_pack("{s:o}", "items", items);
+    if (c->batch_id)
+        json_object_set_new(o, "batch", json_string(c->batch_id));
+    req_finish_json(r, 202, o);
+}
+
+static void reply_no_content(Req *r, const MgrCmd *c)
+{
+    (void)c;
+    req_finish_raw(r, 204, NULL, NULL, 0);
+}
+
+static void reply_pull(Req *r, const MgrCmd *c)
+{
+    json_t *jobs = json_array();
+    for (size_t i = 0; i < c->n_jobs; i++)
+        json_array_append_new(jobs, job_json(&c->jobs[i]));
+    req_finish_json(r, 200, json_pack("{s:o}", "jobs", jobs));
+}
+
+static void reply_reports(Req *r, const MgrCmd *c)
+{
+    if (r->single)
+        single_report_reply(r, &c->reports[0], &c->results[0]);
+    else
+        req_finish_json(r, 200, reports_reply(c));
+}
+
+/* MC_CANCEL, MC_RETRY: {"id", "status"}. */
+static void reply_work_status(Req *r, const MgrCmd *c)
+{
+    req_finish_json(r, c->status,
+                    json_pack("{s:s, s:s}", "id", c->work_id, "status", c->work_status));
+}
+
+static void reply_heartbeat(Req *r, const MgrCmd *c)
+{
+    json_t *o =
+        json_pack("{s:I, s:I}", "heartbeat_interval_ms", (json_int_t)c->heartbeat_interval_ms,
+                  "worker_timeout_ms", (json_int_t)c->worker_timeout_ms);
+    if (c->stale && c->stale->n)
+        json_object_set_new(o, "cancel", running_json(c->stale));
+    req_finish_json(r, c->status, o);
+}
+
+static void reply_cluster(Req *r, const MgrCmd *c)
+{
+    Api *a = api_of(r);
+    json_t *o = cluster_json(c->cluster);
+    json_object_set_new(o, "nodes", listener_nodes(a->listener));
+    json_object_set_new(o, "database", a->dbwatch.json(a->dbwatch.ctx));
+    req_finish_json(r, c->status, o);
+}
+
+static void reply_queue_set(Req *r, const MgrCmd *c)
+{
+    json_t *o = queue_limits_json(c->queue, &c->limits);
+    if (c->queue_new) /* most often a misspelt name: say so */
+        json_object_set_new(o, "warning",
+                            json_pack("s++", "the queue '", c->queue,
+                                      "' had no open work and no flow control: these settings "
+                                      "start it (check the name)"));
+    req_finish_json(r, c->status, o);
+}
+
+static void reply_schedule_set(Req *r, const MgrCmd *c)
+{
+    req_finish_json(r, c->status,
+                    render_schedule_spec(c->name, c->schedule, c->last_tick, c->decided_at));
+}
+
+/* MC_SUBSCRIPTION_*: the one subscription (as it was, for a deletion), or all. */
+static void reply_subscriptions(Req *r, const MgrCmd *c)
+{
+    if (c->type == MC_SUBSCRIPTION_GET && !c->name)
+        req_finish_json(r, c->status, render_subscriptions(c->subs));
+    else
+        req_finish_json(r, c->status,
+                        render_subscription(&c->subs->items[0], c->type == MC_SUBSCRIPTION_DELETE));
+}
+
+static void reply_bulk(Req *r, const MgrCmd *c)
+{
+    req_finish_json(r, c->status,
+                    json_pack("{s:I, s:b}", c->type == MC_BULK_CANCEL ? "cancelled" : "retried",
+                              (json_int_t)c->n_done, "more", c->more));
+}
+
+/* The commands no HTTP request sends: MC_QUEUE_FLOW (/metrics asks it
+ * itself), MC_SUB_CURSOR and MC_SUB_PAUSE (the webhooks thread's). */
+static void reply_never(Req *r, const MgrCmd *c)
+{
+    (void)c;
+    problem(r, 500, "internal", "this command is not answered over HTTP");
+}
+
+static const CmdReply REPLIES[] = {
+    [MC_SUBMIT] = reply_submit,
+    [MC_CANCEL] = reply_work_status,
+    [MC_RETRY] = reply_work_status,
+    [MC_REPORTS] = reply_reports,
+    [MC_PULL] = reply_pull,
+    [MC_HEARTBEAT] = reply_heartbeat,
+    [MC_DEREGISTER] = reply_no_content,
+    [MC_CLUSTER] = reply_cluster,
+    [MC_QUEUE_SET] = reply_queue_set,
+    [MC_BULK_CANCEL] = reply_bulk,
+    [MC_BULK_RETRY] = reply_bulk,
+    [MC_SCHEDULE_SET] = reply_schedule_set,
+    [MC_SCHEDULE_DELETE] = reply_no_content,
+    [MC_PROGRESS] = progress_reply,
+    [MC_SUBSCRIPTION_SET] = reply_subscriptions,
+    [MC_SUBSCRIPTION_DELETE] = reply_subscriptions,
+    [MC_SUBSCRIPTION_GET] = reply_subscriptions,
+    [MC_SUB_CURSOR] = reply_never,
+    [MC_SUB_PAUSE] = reply_never,
+    [MC_QUEUE_FLOW] = reply_never,
+};
+_Static_assert(sizeof REPLIES / sizeof REPLIES[0] == MC_COUNT, "every MgrCmdType has its reply");
+
+/* Leadership moved while the command waited: it is forwarded like any
+ * request that reaches a node that does not lead (delayed, not failed). */
+static void forward_again(Req *r, const MgrCmd *c)
+{
+    char *fwd = NULL;
+    if (c->type == MC_SUBMIT) {
+        json_t *norm = submit_json(c->items, c->n_items, r->bulk, c->batch_id, c->batch_callback);
+        fwd = json_dumps(norm, JSON_COMPACT);
+        json_decref(norm);
+    }
+    req_park(r);
+    proxy_forward(api_of(r)->proxy, r, fwd);
+}
+
 /* Runs on the HTTP thread once the manager has answered. */
 static void cmd_reply(Req *r)
 {
-    MgrCmd *c = r->state;
-    if (c->status == 503 && !strcmp(c->err.type, "not-leader") && !r->forwarded) {
-        /* Leadership moved while the command waited: forward it like any
-         * request that reaches a node that does not lead (delayed, not failed). */
-        char *fwd = NULL;
-        if (c->type == MC_SUBMIT) {
-            json_t *norm =
-                submit_json(c->items, c->n_items, r->bulk, c->batch_id, c->batch_callback);
-            fwd = json_dumps(norm, JSON_COMPACT);
-            json_decref(norm);
-        }
-        req_park(r);
-        proxy_forward(api_of(r)->proxy, r, fwd);
-        return;
-    }
-    if (c->status >= 400) {
+    const MgrCmd *c = r->state;
+    if (c->status == 503 && !strcmp(c->err.type, "not-leader") && !r->forwarded)
+        forward_again(r, c);
+    else if (c->status >= 400)
         req_finish_problem(r, &c->err);
-        return;
-    }
-    switch (c->type) {
-    case MC_SUBMIT:
-        if (!r->bulk) {
-            snprintf(r->location, sizeof r->location, "/work/%s", c->items[0].id);
-            req_finish_json(r, 202, submitted_json(&c->items[0], &c->submitted[0]));
-        } else {
-            json_t *items = json_array();
-            for (size_t i = 0; i < c->n_items; i++)
-                json_array_append_new(items, submitted_json(&c->items[i], &c->submitted[i]));
-            json_t *o = json_pack("{s:o}", "items", items);
-            if (c->batch_id)
-                json_object_set_new(o, "batch", json_string(c->batch_id));
-            req_finish_json(r, 202, o);
-        }
-        return;
-    case MC_DEREGISTER:
-    case MC_SCHEDULE_DELETE:
-        req_finish_raw(r, 204, NULL, NULL, 0);
-        return;
-    case MC_PULL: {
-        json_t *jobs = json_array();
-        for (size_t i = 0; i < c->n_jobs; i++)
-            json_array_append_new(jobs, job_json(&c->jobs[i]));
-        req_finish_json(r, 200, json_pack("{s:o}", "jobs", jobs));
-        return;
-    }
-    case MC_PROGRESS:
-        progress_reply(r, c);
-        return;
-    case MC_REPORTS:
-        if (r->single)
-            single_report_reply(r, &c->reports[0], &c->results[0]);
-        else
-            req_finish_json(r, 200, reports_reply(c));
-        return;
-    case MC_CANCEL:
-    case MC_RETRY:
-        req_finish_json(r, c->status,
-                        json_pack("{s:s, s:s}", "id", c->work_id, "status", c->work_status));
-        return;
-    case MC_HEARTBEAT: {
-        json_t *o =
-            json_pack("{s:I, s:I}", "heartbeat_interval_ms", (json_int_t)c->heartbeat_interval_ms,
-                      "worker_timeout_ms", (json_int_t)c->worker_timeout_ms);
-        if (c->stale && c->stale->n)
-            json_object_set_new(o, "cancel", running_json(c->stale));
-        req_finish_json(r, c->status, o);
-        return;
-    }
-    case MC_CLUSTER: {
-        Api *a = api_of(r);
-        json_t *o = cluster_json(c->cluster);
-        json_object_set_new(o, "nodes", listener_nodes(a->listener));
-        json_object_set_new(o, "database", a->dbwatch.json(a->dbwatch.ctx));
-        req_finish_json(r, c->status, o);
-        return;
-    }
-    case MC_QUEUE_SET: {
-        json_t *o = queue_limits_json(c->queue, &c->limits);
-        if (c->queue_new) /* most often a misspelt name: say so */
-            json_object_set_new(
-                o, "warning",
-                json_pack("s++", "the queue '", c->queue,
-                          "' had no open work and no flow control: these settings start it "
-                          "(check the name)"));
-        req_finish_json(r, c->status, o);
-        return;
-    }
-    case MC_SCHEDULE_SET: /* not typed yet */
-    case MC_SUBSCRIPTION_SET:
-    case MC_SUBSCRIPTION_GET:
-    case MC_SUB_CURSOR:
-    case MC_SUB_PAUSE:
-        req_finish_json(r, c->status, json_incref(c->reply));
-        return;
-    case MC_BULK_CANCEL:
-    case MC_BULK_RETRY:
-        req_finish_json(r, c->status,
-                        json_pack("{s:I, s:b}", c->type == MC_BULK_CANCEL ? "cancelled" : "retried",
-                                  (json_int_t)c->n_done, "more", c->more));
-        return;
-    case MC_QUEUE_FLOW: /* asked by /metrics itself, never answered here */
-    case MC_COUNT:      /* not a command */
-        break;
-    }
+    else
+        REPLIES[c->type](r, c);
 }
 
 /* Manager thread: hand the reply back to the HTTP thread. */
@@ -1226,8 +1278,10 @@ static void h_subscription_put(Req *r, char *const *p)
     Err err = {0};
     json_t *body = body_json(r, &err);
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
-    if (!body ||
-        parse_subscription(body, p[0], api_of(r)->cfg.webhook_allow, &c->detail, &err) != 0) {
+    c->name = xstrdup(p[0]);
+    c->sub = xcalloc(1, sizeof *c->sub);
+    if (!body || parse_subscription(body, p[0], api_of(r)->cfg.webhook_allow, c->sub, &c->sub_reset,
+                                    &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);
@@ -1241,8 +1295,8 @@ static void h_subscription_delete(Req *r, char *const *p)
 {
     if (!check_subscription(r, p[0]))
         return;
-    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
-    c->detail = json_pack("{s:s, s:b}", "name", p[0], "deleted", 1);
+    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_DELETE);
+    c->name = xstrdup(p[0]);
     to_leader(r, c, NULL);
 }
 
@@ -1251,7 +1305,7 @@ static void h_subscription_get(Req *r, char *const *p)
     if (!check_subscription(r, p[0]))
         return;
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_GET);
-    c->queue = xstrdup(p[0]);
+    c->name = xstrdup(p[0]);
     to_leader(r, c, NULL);
 }
 

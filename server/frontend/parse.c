@@ -1027,6 +1027,64 @@ int parse_bulk_filter(json_t *body, bool with_status, char **queue, char **key, 
     return 0;
 }
 
+/* A schedule's 'work' (an object) into t: a work item without what each tick
+ * decides itself (its id, time, parents, batch, trace context). */
+WARN_UNUSED static int schedule_work(json_t *work, const ParseLimits *lim, WorkTemplate *t,
+                                     Err *err)
+{
+    static const char *const forbidden[] = {"id",    "run_at",      "delay",      "after",
+                                            "batch", "traceparent", "tracestate", NULL};
+    for (size_t i = 0; forbidden[i]; i++)
+        if (json_object_get(work, forbidden[i]))
+            return err_set(err, 400, "invalid-field",
+                           "a schedule's work takes no '%s' (each tick's id is '<name>~<tick>')",
+                           forbidden[i]);
+    SubmitItem it = {0};
+    if (parse_item(work, "the schedule's work", NULL, 0, lim, &it, err) != 0) {
+        submit_items_free_one(&it);
+        return -1;
+    }
+    t->queue = it.queue;
+    t->key = it.key;
+    t->priority = it.priority;
+    t->payload = it.payload;
+    t->timeout_ms = it.timeout_ms;
+    t->max_attempts = it.max_attempts;
+    it.queue = it.key = NULL;
+    it.payload = NULL;
+    submit_items_free_one(&it);
+    return 0;
+}
+
+/* 'catch_up' (default last) and 'catch_up_max' (default 100) into s. */
+WARN_UNUSED static int schedule_catch_up(json_t *body, ScheduleSpec *s, Err *err)
+{
+    json_t *cu = json_object_get(body, "catch_up");
+    const char *cus = json_string_value(cu);
+    s->catch_up = CATCHUP_LAST;
+    if (cu) {
+        if (cus && !strcmp(cus, "none"))
+            s->catch_up = CATCHUP_NONE;
+        else if (cus && !strcmp(cus, "last"))
+            s->catch_up = CATCHUP_LAST;
+        else if (cus && !strcmp(cus, "all"))
+            s->catch_up = CATCHUP_ALL;
+        else
+            return err_set(err, 400, "invalid-field",
+                           "'catch_up' must be \"none\", \"last\" or \"all\"");
+    }
+    s->catch_up_max = 100;
+    json_t *cm = json_object_get(body, "catch_up_max");
+    if (cm) {
+        if (!json_is_integer(cm) || json_integer_value(cm) < 1 ||
+            json_integer_value(cm) > SCHED_CATCH_UP_MAX)
+            return err_set(err, 400, "invalid-field",
+                           "'catch_up_max' must be an integer from 1 to %d", SCHED_CATCH_UP_MAX);
+        s->catch_up_max = (int)json_integer_value(cm);
+    }
+    return 0;
+}
+
 ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
 {
     if (!json_is_object(body)) {
@@ -1062,29 +1120,8 @@ ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
                 "priority, key, timeout, max_attempts)");
         goto cleanup;
     }
-    static const char *const forbidden[] = {"id",    "run_at",      "delay",      "after",
-                                            "batch", "traceparent", "tracestate", NULL};
-    for (size_t i = 0; forbidden[i]; i++)
-        if (json_object_get(work, forbidden[i])) {
-            err_set(err, 400, "invalid-field",
-                    "a schedule's work takes no '%s' (each tick's id is '<name>~<tick>')",
-                    forbidden[i]);
-            goto cleanup;
-        }
-    SubmitItem it = {0};
-    if (parse_item(work, "the schedule's work", NULL, 0, lim, &it, err) != 0) {
-        submit_items_free_one(&it);
+    if (schedule_work(work, lim, &s->work, err) != 0)
         goto cleanup;
-    }
-    s->work.queue = it.queue;
-    s->work.key = it.key;
-    s->work.priority = it.priority;
-    s->work.payload = it.payload;
-    s->work.timeout_ms = it.timeout_ms;
-    s->work.max_attempts = it.max_attempts;
-    it.queue = it.key = NULL;
-    it.payload = NULL;
-    submit_items_free_one(&it);
     const char *overlap = json_string_value(json_object_get(body, "overlap"));
     json_t *ov = json_object_get(body, "overlap");
     if (ov && !(overlap && (!strcmp(overlap, "skip") || !strcmp(overlap, "allow")))) {
@@ -1092,32 +1129,8 @@ ScheduleSpec *parse_schedule(json_t *body, const ParseLimits *lim, Err *err)
         goto cleanup;
     }
     s->skip_overlap = !overlap || !strcmp(overlap, "skip");
-    json_t *cu = json_object_get(body, "catch_up");
-    const char *cus = json_string_value(cu);
-    s->catch_up = CATCHUP_LAST;
-    if (cu) {
-        if (cus && !strcmp(cus, "none"))
-            s->catch_up = CATCHUP_NONE;
-        else if (cus && !strcmp(cus, "last"))
-            s->catch_up = CATCHUP_LAST;
-        else if (cus && !strcmp(cus, "all"))
-            s->catch_up = CATCHUP_ALL;
-        else {
-            err_set(err, 400, "invalid-field", "'catch_up' must be \"none\", \"last\" or \"all\"");
-            goto cleanup;
-        }
-    }
-    s->catch_up_max = 100;
-    json_t *cm = json_object_get(body, "catch_up_max");
-    if (cm) {
-        if (!json_is_integer(cm) || json_integer_value(cm) < 1 ||
-            json_integer_value(cm) > SCHED_CATCH_UP_MAX) {
-            err_set(err, 400, "invalid-field", "'catch_up_max' must be an integer from 1 to %d",
-                    SCHED_CATCH_UP_MAX);
-            goto cleanup;
-        }
-        s->catch_up_max = (int)json_integer_value(cm);
-    }
+    if (schedule_catch_up(body, s, err) != 0)
+        goto cleanup;
     json_t *paused = json_object_get(body, "paused");
     if (paused && !json_is_boolean(paused)) {
         err_set(err, 400, "invalid-field", "'paused' must be true or false");

@@ -171,18 +171,71 @@ static bool url_host(const char *u, char *host, size_t n)
     return true;
 }
 
-int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, json_t **detail,
-                       Err *err)
+/* 'queues': null or absent (every queue), or 1 to 64 queue names, into *out. */
+WARN_UNUSED static int sub_queues(json_t *q, char ***out, Err *err)
 {
-    *detail = NULL;
-    static const char *const known[] = {"url",    "secret", "queues", "kinds",
-                                        "paused", "after",  NULL};
+    *out = NULL;
+    if (!q || json_is_null(q))
+        return 0;
+    if (!json_is_array(q) || json_array_size(q) == 0 || json_array_size(q) > 64)
+        return err_set(err, 400, "invalid-field",
+                       "'queues' must be a list of 1 to 64 queue names, or null for every "
+                       "queue");
+    size_t i;
+    json_t *v;
+    json_array_foreach(q, i, v)
+    {
+        if (!json_is_string(v) || !queue_name_valid(json_string_value(v)))
+            return err_set(err, 400, "invalid-field",
+                           "'queues' item %zu is not a queue name (1-64 characters of A-Z "
+                           "a-z 0-9 _ . -)",
+                           i + 1);
+    }
+    *out = xcalloc(json_array_size(q) + 1, sizeof **out);
+    json_array_foreach(q, i, v)
+    {
+        (*out)[i] = xstrdup(json_string_value(v));
+    }
+    return 0;
+}
+
+/* 'kinds': absent (all three) or a non-empty list of them, into *out in a
+ * fixed order, each once. */
+WARN_UNUSED static int sub_kinds(json_t *k, char ***out, Err *err)
+{
     static const char *const kinds[] = {"completed", "dead", "cancelled"};
-    if (!json_is_object(body))
-        return err_set(err, 400, "invalid-body", "the body must be a JSON object");
-    if (parse_check_fields(body, known, "the subscription", err) != 0)
-        return -1;
-    const char *url = json_string_value(json_object_get(body, "url"));
+    *out = NULL;
+    bool ok = !k || (json_is_array(k) && json_array_size(k) > 0);
+    size_t i;
+    json_t *v;
+    json_array_foreach(k, i, v)
+    {
+        const char *s = json_string_value(v);
+        bool known_kind = false;
+        for (size_t j = 0; s && j < 3; j++)
+            known_kind = known_kind || !strcmp(s, kinds[j]);
+        ok = ok && known_kind;
+    }
+    if (!ok)
+        return err_set(err, 400, "invalid-field",
+                       "'kinds' must be a non-empty list of completed, dead, cancelled");
+    *out = xcalloc(4, sizeof **out);
+    size_t n = 0;
+    for (size_t j = 0; j < 3; j++) {
+        bool wanted = !k;
+        json_array_foreach(k, i, v)
+        {
+            wanted = wanted || !strcmp(json_string_value(v), kinds[j]);
+        }
+        if (wanted)
+            (*out)[n++] = xstrdup(kinds[j]);
+    }
+    return 0;
+}
+
+/* 'url': http(s), printable, and not inside the network unless allowed. */
+WARN_UNUSED static int sub_url(const char *url, const NetPolicy *allow, Err *err)
+{
     if (!url || !url_ok(url))
         return err_set(err, 400, "invalid-field",
                        "'url' must be an http:// or https:// URL of at most %d printable ASCII "
@@ -195,6 +248,23 @@ int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, j
                        "'url' points inside the network: %s; webhooks reach only public "
                        "addresses unless --webhook-allow-networks lists the network",
                        why);
+    return 0;
+}
+
+int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, Subscription *out,
+                       bool *reset, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    *reset = false;
+    static const char *const known[] = {"url",    "secret", "queues", "kinds",
+                                        "paused", "after",  NULL};
+    if (!json_is_object(body))
+        return err_set(err, 400, "invalid-body", "the body must be a JSON object");
+    if (parse_check_fields(body, known, "the subscription", err) != 0)
+        return -1;
+    const char *url = json_string_value(json_object_get(body, "url"));
+    if (sub_url(url, allow, err) != 0)
+        return -1;
     const char *secret = json_string_value(json_object_get(body, "secret"));
     unsigned char key[WHSIG_KEY_MAX];
     size_t keylen;
@@ -203,70 +273,28 @@ int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, j
                        "'secret' must be 'whsec_' and the base64 of %d to %d random bytes (for "
                        "example: echo whsec_$(openssl rand -base64 32))",
                        WHSIG_KEY_MIN, WHSIG_KEY_MAX);
-    json_t *q = json_object_get(body, "queues");
-    if (q && !json_is_null(q)) {
-        if (!json_is_array(q) || json_array_size(q) == 0 || json_array_size(q) > 64)
-            return err_set(err, 400, "invalid-field",
-                           "'queues' must be a list of 1 to 64 queue names, or null for every "
-                           "queue");
-        size_t i;
-        json_t *v;
-        json_array_foreach(q, i, v)
-        {
-            if (!json_is_string(v) || !queue_name_valid(json_string_value(v)))
-                return err_set(err, 400, "invalid-field",
-                               "'queues' item %zu is not a queue name (1-64 characters of A-Z "
-                               "a-z 0-9 _ . -)",
-                               i + 1);
-        }
-    }
-    json_t *k = json_object_get(body, "kinds");
-    json_t *kout = json_array();
-    if (k) {
-        bool ok = json_is_array(k) && json_array_size(k) > 0;
-        size_t i;
-        json_t *v;
-        json_array_foreach(k, i, v)
-        {
-            const char *s = json_string_value(v);
-            bool known_kind = false;
-            for (size_t j = 0; s && j < 3; j++)
-                known_kind = known_kind || !strcmp(s, kinds[j]);
-            ok = ok && known_kind;
-        }
-        if (!ok) {
-            json_decref(kout);
-            return err_set(err, 400, "invalid-field",
-                           "'kinds' must be a non-empty list of completed, dead, cancelled");
-        }
-        for (size_t j = 0; j < 3; j++) /* in a fixed order, each once */
-            json_array_foreach(k, i, v)
-            {
-                if (!strcmp(json_string_value(v), kinds[j])) {
-                    json_array_append_new(kout, json_string(kinds[j]));
-                    break;
-                }
-            }
-    } else {
-        for (size_t j = 0; j < 3; j++)
-            json_array_append_new(kout, json_string(kinds[j]));
-    }
     json_t *paused = json_object_get(body, "paused");
-    if (paused && !json_is_boolean(paused)) {
-        json_decref(kout);
-        return err_set(err, 400, "invalid-field", "'paused' must be true or false");
-    }
     json_t *after = json_object_get(body, "after");
-    if (after && (!json_is_integer(after) || json_integer_value(after) < 0)) {
-        json_decref(kout);
-        return err_set(err, 400, "invalid-field",
-                       "'after' must be an event seq (0: from the start of the kept history)");
+    if (sub_queues(json_object_get(body, "queues"), &out->queues, err) != 0 ||
+        sub_kinds(json_object_get(body, "kinds"), &out->kinds, err) != 0)
+        goto cleanup;
+    if (paused && !json_is_boolean(paused)) {
+        err_set(err, 400, "invalid-field", "'paused' must be true or false");
+        goto cleanup;
     }
-    *detail =
-        json_pack("{s:s, s:s, s:s, s:O, s:o, s:b, s:n, s:b}", "name", name, "url", url, "secret",
-                  secret, "queues", q && !json_is_null(q) ? q : json_null(), "kinds", kout,
-                  "paused", paused && json_is_true(paused), "paused_reason", "deleted", 0);
-    if (after)
-        json_object_set(*detail, "cursor", after);
+    if (after && (!json_is_integer(after) || json_integer_value(after) < 0)) {
+        err_set(err, 400, "invalid-field",
+                "'after' must be an event seq (0: from the start of the kept history)");
+        goto cleanup;
+    }
+    out->name = xstrdup(name);
+    out->url = xstrdup(url);
+    out->secret = xstrdup(secret);
+    out->paused = paused && json_is_true(paused);
+    *reset = after != NULL;
+    out->cursor = after ? json_integer_value(after) : 0;
     return 0;
+cleanup:
+    subscription_clear(out);
+    return -1;
 }

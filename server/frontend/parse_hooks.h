@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "err.h"
+#include "event.h"
 #include "netpolicy.h"
 #include "progress.h"
 
@@ -27,12 +28,13 @@ int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, siz
                          char **instance, Err *err) WARN_UNUSED;
 
 /* A subscription: {url, secret, queues, kinds, paused, after}. On success
- * *detail is the whole subscription as its event records it: {name, url,
- * secret, queues (array or null), kinds (array), paused, paused_reason: null,
- * deleted: false[, cursor: after]} (a new reference). A URL whose host is an
- * address that allow (netpolicy.h; NULL: none beside public ones) refuses is
- * refused at once (a name is checked when a delivery resolves it). */
-int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, json_t **detail,
-                       Err *err) WARN_UNUSED;
+ * *out is all of it, named name (its strings the caller's: subscription_clear):
+ * queues NULL for every queue, kinds in a fixed order (completed, dead,
+ * cancelled), no paused_reason, and cursor "after" when *reset (else 0). On
+ * failure *out is empty. A URL whose host is an address that allow
+ * (netpolicy.h; NULL: none beside public ones) refuses is refused at once (a
+ * name is checked when a delivery resolves it). */
+int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, Subscription *out,
+                       bool *reset, Err *err) WARN_UNUSED;
 
 #endif

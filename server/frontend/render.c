@@ -1,6 +1,7 @@
 /* render: see render.h. */
 #include "render.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
@@ -236,11 +237,32 @@ json_t *render_activity(const Activity *a)
 
 /* ---- schedules and batches ---- */
 
+json_t *render_schedule_spec(const char *name, const ScheduleSpec *spec, int64_t last_tick,
+                             int64_t now)
+{
+    json_t *o = schedspec_json(spec);
+    json_object_set_new(o, "name", json_string(name));
+    char buf[40];
+    time_format(last_tick, buf, sizeof buf);
+    json_object_set_new(o, "last_tick", json_string(buf));
+    json_t *next = json_array();
+    int64_t t = last_tick > now ? last_tick : now;
+    for (int i = 0; i < 5 && !spec->paused; i++) {
+        t = cron_next(&spec->cron, spec->zone, t);
+        if (t == INT64_MAX)
+            break;
+        time_format(t, buf, sizeof buf);
+        json_array_append_new(next, json_string(buf));
+    }
+    json_object_set_new(o, "next", next);
+    return o;
+}
+
 json_t *render_schedule(const ScheduleView *v, int64_t now)
 {
     json_t *o;
     if (v->spec) {
-        o = sched_json(v->name, v->spec, v->last_tick, now);
+        o = render_schedule_spec(v->name, v->spec, v->last_tick, now);
     } else { /* shown as stored, with why it does not fire */
         o = json_deep_copy(v->stored);
         json_object_del(o, "since");
@@ -276,4 +298,66 @@ json_t *render_batch(const BatchView *b)
         "pending", (json_int_t)b->pending, "scheduled", (json_int_t)b->scheduled, "running",
         (json_int_t)b->running, "completed", (json_int_t)b->completed, "dead", (json_int_t)b->dead,
         "cancelled", (json_int_t)b->cancelled, "total", (json_int_t)b->total);
+}
+
+/* ---- webhook subscriptions ---- */
+
+/* url without the user information of its authority, which becomes "***"
+ * (user and password alike): a new string. */
+static char *url_redacted(const char *url)
+{
+    const char *auth = strstr(url, "://");
+    if (!auth)
+        return xstrdup(url);
+    auth += 3;
+    size_t n = strcspn(auth, "/?#");
+    const char *at = NULL;
+    for (const char *p = auth; p < auth + n; p++)
+        if (*p == '@')
+            at = p;
+    if (!at)
+        return xstrdup(url);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_append(&b, url, (size_t)(auth - url));
+    sbuf_puts(&b, "***");
+    sbuf_puts(&b, at);
+    return sbuf_steal(&b);
+}
+
+json_t *render_subscription(const SubscriptionView *v, bool deleted)
+{
+    const Subscription *s = &v->sub;
+    const Deliveries *d = &v->deliveries;
+    char *shown = url_redacted(s->url ? s->url : "");
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(s->name));
+    json_object_set_new(o, "url", json_string(shown));
+    free(shown);
+    json_object_set_new(o, "queues", s->queues ? strv_json(s->queues) : json_null());
+    json_object_set_new(o, "kinds", strv_json(s->kinds));
+    json_object_set_new(o, "paused", json_boolean(s->paused));
+    json_object_set_new(o, "paused_reason", str_json(s->paused_reason));
+    json_object_set_new(o, "cursor", json_integer(s->cursor));
+    json_object_set_new(o, "delivered_upto", json_integer(d->delivered_upto));
+    json_object_set_new(o, "lag", json_integer(d->lag));
+    json_object_set_new(o, "delivered", json_integer(d->delivered));
+    json_object_set_new(o, "last_delivered_at", time_json(d->last_delivered_at));
+    json_object_set_new(o, "failures", json_integer(d->failures));
+    json_object_set_new(o, "failing_since", time_json(d->failing_since));
+    json_object_set_new(o, "last_error",
+                        d->last_error[0] ? json_string(d->last_error) : json_null());
+    json_object_set_new(o, "last_error_at", time_json(d->last_error_at));
+    json_object_set_new(o, "next_attempt_at", time_json(d->next_attempt_at));
+    if (deleted)
+        json_object_set_new(o, "deleted", json_true());
+    return o;
+}
+
+json_t *render_subscriptions(const SubscriptionViews *l)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < l->len; i++)
+        json_array_append_new(arr, render_subscription(&l->items[i], false));
+    return json_pack("{s:o, s:I}", "subscriptions", arr, "last_seq", (json_int_t)l->last_seq);
 }

@@ -1,6 +1,7 @@
-/* render: the API's JSON, written from the store's typed reads (view.h), one
- * function per type, as redis's addReply* write typed values straight to the
- * reply. Nothing here reads a tree back: payloads, results, progress output
+/* render: the API's JSON, written from the store's typed reads (view.h) and
+ * the manager's typed answers (manager.h), one function per type, as redis's
+ * addReply* write typed values straight to the reply. Nothing here reads a
+ * tree back: payloads, results, progress output
  * and event data are the only JSON that comes in, and go out as they are.
  * Every function returns a new reference and only reads its argument. */
 #ifndef WORKD_RENDER_H
@@ -9,6 +10,7 @@
 #include <jansson.h>
 
 #include "hub.h"
+#include "manager.h"
 #include "schedule.h"
 #include "view.h"
 
@@ -32,11 +34,24 @@ json_t *render_key_backlog(const char *queue, const KeyBacklogs *k);
 json_t *render_activity(const Activity *a);
 
 /* ---- schedules and batches ---- */
+/* A schedule's definition (the Schedule schema without last_run and
+ * updated_at): its spec, name, last_tick and the next five fire times after
+ * max(now, last_tick) (none while paused). The answer to PUT
+ * /schedules/{name} and the start of render_schedule. */
+json_t *render_schedule_spec(const char *name, const ScheduleSpec *spec, int64_t last_tick,
+                             int64_t now);
 /* GET /schedules/{name}: one schedule, its next fire times after now. */
 json_t *render_schedule(const ScheduleView *v, int64_t now);
 /* GET /schedules: {"schedules": [...]}. */
 json_t *render_schedules(const ScheduleList *l, int64_t now);
 /* GET /batches/{id}. */
 json_t *render_batch(const BatchView *b);
+
+/* ---- webhook subscriptions (the manager's answers: manager.h) ---- */
+/* One subscription (the Subscription schema), its URL's credentials shown as
+ * ***; with deleted, the answer to its DELETE. */
+json_t *render_subscription(const SubscriptionView *v, bool deleted);
+/* GET /subscriptions: {subscriptions, last_seq}. */
+json_t *render_subscriptions(const SubscriptionViews *l);
 
 #endif

@@ -438,72 +438,131 @@ static void handle_progress(Manager *m, MgrCmd *c, const KnownSet *known, int64_
 
 /* ---- webhook subscriptions ---- */
 
-static void emit_subscription(Manager *m, EventType type, json_t *detail, int64_t now)
+void subscription_views_free(SubscriptionViews *v)
 {
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->len; i++)
+        subscription_clear(&v->items[i].sub);
+    free(v->items);
+    free(v);
+}
+
+/* Adds x's settings as the state holds them, without its secret, to c's
+ * answer; its deliveries are filled by fill_deliveries. */
+static SubscriptionView *add_view(MgrCmd *c, const Subscription *x)
+{
+    if (!c->subs)
+        c->subs = xcalloc(1, sizeof *c->subs);
+    SubscriptionViews *l = c->subs;
+    l->items = xrealloc(l->items, (l->len + 1) * sizeof *l->items);
+    SubscriptionView *v = &l->items[l->len++];
+    memset(v, 0, sizeof *v);
+    subscription_copy(&v->sub, x);
+    free(v->sub.secret);
+    v->sub.secret = NULL;
+    return v;
+}
+
+/* The deliveries of every subscription of c's answer, as the webhooks thread
+ * has them now. */
+static void fill_deliveries(Manager *m, MgrCmd *c)
+{
+    if (c->subs)
+        webhooks_deliveries(m->webhooks, c->subs);
+}
+
+static int view_by_name(const void *a, const void *b)
+{
+    return strcmp(((const SubscriptionView *)a)->sub.name, ((const SubscriptionView *)b)->sub.name);
+}
+
+static void handle_subscription_set(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    const SubscriptionSet *subs = ws_subscriptions(m->ws);
+    bool existed = subs_get(subs, c->sub->name) != NULL;
     EventList tmp;
     eventlist_init(&tmp);
-    Event *e = eventlist_push(&tmp);
-    e->type = type;
-    e->detail = detail; /* stolen */
-    emit(m, &tmp, now);
+    Err err = {0};
+    /* A new subscription starts at the log's end unless it names a cursor. */
+    if (subs_decide_set(subs, c->sub, c->sub_reset, m->last_seq, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        emit(m, &tmp, now);
+        add_view(c, subs_get(subs, c->sub->name)); /* deliveries: once committed (cmd_landed) */
+        log_info("webhook subscription %s %s by an operator", c->sub->name,
+                 existed ? "changed" : "created");
+        cmd_ok(c, 200);
+    }
     eventlist_free(&tmp);
 }
 
-static void handle_subscription(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+static void handle_subscription_delete(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     (void)known;
-    const char *name = json_string_value(json_object_get(c->detail, "name"));
-    json_t *old = webhooks_settings(m->webhooks, name);
-    switch (c->type) {
-    case MC_SUBSCRIPTION_SET: {
-        bool del = json_is_true(json_object_get(c->detail, "deleted"));
-        if (!old && del) {
+    const SubscriptionSet *subs = ws_subscriptions(m->ws);
+    EventList tmp;
+    eventlist_init(&tmp);
+    Err err = {0};
+    if (subs_decide_delete(subs, c->name, m->last_seq, now, &tmp, &err) != 0) {
+        cmd_fail(c, err.status, err.type, err.msg);
+    } else {
+        add_view(c, subs_get(subs, c->name)); /* as it was */
+        fill_deliveries(m, c);
+        emit(m, &tmp, now);
+        log_info("webhook subscription %s deleted by an operator", c->name);
+        cmd_ok(c, 200);
+    }
+    eventlist_free(&tmp);
+}
+
+static void handle_subscription_get(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    (void)now;
+    const SubscriptionSet *subs = ws_subscriptions(m->ws);
+    if (c->name) {
+        const Subscription *x = subs_get(subs, c->name);
+        if (!x) {
             cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
-            break;
+            return;
         }
-        if (!old && webhooks_count(m->webhooks) >= WEBHOOKS_MAX) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "there are %d webhook subscriptions, the limit",
-                     WEBHOOKS_MAX);
-            cmd_fail(c, 409, "too-many-subscriptions", msg);
-            break;
-        }
-        json_t *view = del ? webhooks_json(m->webhooks, name) : NULL;
-        json_t *d = json_deep_copy(c->detail);
-        /* A new subscription starts at the log's end unless it names a cursor. */
-        json_object_set_new(d, "start", json_integer(m->last_seq));
-        emit_subscription(m, EV_SUBSCRIPTION, d, now);
-        if (del) {
-            json_object_set_new(view, "deleted", json_true());
-            cmd_ok_json(c, 200, view);
-        } else {
-            cmd_ok_json(c, 200, NULL); /* the view is taken after the commit (flush_done) */
-        }
-        log_info("webhook subscription %s %s by an operator", name,
-                 del   ? "deleted"
-                 : old ? "changed"
-                       : "created");
-        break;
+        add_view(c, x);
+    } else {
+        c->subs = xcalloc(1, sizeof *c->subs); /* answered: not NULL, even with none */
+        const Subscription *x;
+        for (size_t i = 0; (x = subs_next(subs, &i));)
+            add_view(c, x);
+        if (c->subs->len > 1)
+            qsort(c->subs->items, c->subs->len, sizeof *c->subs->items, view_by_name);
     }
-    case MC_SUB_CURSOR:
-        if (old)
-            emit_subscription(m, EV_SUB_CURSOR, json_incref(c->detail), now);
-        cmd_ok_json(c, 204, NULL);
-        break;
-    case MC_SUB_PAUSE:
-        if (old && !json_is_true(json_object_get(old, "paused"))) {
-            json_t *d = json_deep_copy(old);
-            json_object_set_new(d, "paused", json_true());
-            json_object_set(d, "paused_reason", json_object_get(c->detail, "paused_reason"));
-            json_object_set_new(d, "start", json_integer(m->last_seq)); /* unused: it exists */
-            emit_subscription(m, EV_SUBSCRIPTION, d, now);
-        }
-        cmd_ok_json(c, 204, NULL);
-        break;
-    default:
-        break;
-    }
-    json_decref(old);
+    fill_deliveries(m, c);
+    cmd_ok(c, 200);
+}
+
+/* The webhooks thread's: how far a subscription's deliveries got. */
+static void handle_sub_cursor(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    EventList tmp;
+    eventlist_init(&tmp);
+    subs_decide_cursor(ws_subscriptions(m->ws), c->name, c->cursor, now, &tmp);
+    emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    cmd_ok(c, 204);
+}
+
+/* The webhooks thread's: a subscription that keeps failing is paused. */
+static void handle_sub_pause(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    (void)known;
+    EventList tmp;
+    eventlist_init(&tmp);
+    if (subs_decide_pause(ws_subscriptions(m->ws), c->name, c->reason, m->last_seq, now, &tmp))
+        emit(m, &tmp, now);
+    eventlist_free(&tmp);
+    cmd_ok(c, 204);
 }
 
 /* ---- bulk actions (an operator's filter) ---- */
@@ -599,7 +658,9 @@ static void handle_schedule_set(Manager *m, MgrCmd *c, const KnownSet *known, in
     x = ws_schedule(m->ws, c->name);
     log_info("schedule %s set by an operator: '%s' in %s%s", c->name, spec->cron_text, spec->tz,
              spec->paused ? " (paused)" : "");
-    cmd_ok_json(c, 200, sched_json(c->name, x->spec, x->last_tick, now));
+    c->last_tick = x->last_tick;
+    c->decided_at = now;
+    cmd_ok(c, 200); /* the schedule is c->schedule: x->spec's equal */
 }
 
 /* ---- work submitted in SQL (workd.submit) ---- */
@@ -780,17 +841,6 @@ static void handle_cluster(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
     cmd_ok(c, 200);
 }
 
-static void handle_subscription_get(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
-{
-    (void)known;
-    (void)now;
-    c->reply = webhooks_json(m->webhooks, c->queue);
-    if (c->reply)
-        c->status = 200;
-    else
-        cmd_fail(c, 404, "not-found", "no webhook subscription with that name");
-}
-
 static void handle_schedule_delete(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     (void)known;
@@ -802,7 +852,7 @@ static void handle_schedule_delete(Manager *m, MgrCmd *c, const KnownSet *known,
     } else {
         log_info("schedule %s deleted by an operator", c->name);
         emit(m, &tmp, now);
-        cmd_ok_json(c, 204, NULL);
+        cmd_ok(c, 204);
     }
     eventlist_free(&tmp);
 }
@@ -874,44 +924,55 @@ static int lookup_dead(Manager *m, MgrCmd *c, IdList *ids)
 
 /* One kind of command: what the round looks up for it before deciding (NULL:
  * nothing; -1: the leader stepped down), how it decides (answering with
- * cmd_ok, cmd_fail or cmd_ok_json; one that parks answers itself when it has
- * what it waits for, unless it failed), and whether it may put events into
- * the round's append (the suspects of a refused append are those). A new
- * command is its MgrCmdType, its fields in MgrCmd, its entry here and its
- * handler. */
+ * cmd_ok or cmd_fail; one that parks answers itself when it has what it
+ * waits for, unless it failed), whether it may put events into the round's
+ * append (the suspects of a refused append are those), and what its answer
+ * takes once its events are committed (NULL: nothing). A new command is its
+ * MgrCmdType, its fields in MgrCmd, its entry here, its handler, and its
+ * reply in api.c. */
 typedef struct CmdKind {
     int (*lookup)(Manager *m, MgrCmd *c, IdList *ids);
     void (*decide)(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now);
     bool parks;
     bool writes;
+    void (*landed)(Manager *m, MgrCmd *c);
 } CmdKind;
 
 static const CmdKind KINDS[] = {
-    [MC_SUBMIT] = {lookup_submit, handle_submit, false, true},
-    [MC_CANCEL] = {lookup_work_id, handle_cancel, false, true},
-    [MC_RETRY] = {lookup_work_id, handle_retry, false, true},
-    [MC_REPORTS] = {lookup_reports, handle_reports, false, true},
-    [MC_PULL] = {NULL, handle_pull, true, true},
-    [MC_HEARTBEAT] = {NULL, handle_heartbeat, false, true},
-    [MC_DEREGISTER] = {NULL, handle_deregister, false, true},
-    [MC_CLUSTER] = {NULL, handle_cluster, false, false},
-    [MC_QUEUE_SET] = {NULL, handle_queue_set, false, true},
-    [MC_BULK_CANCEL] = {NULL, handle_bulk_cancel, false, true},
-    [MC_BULK_RETRY] = {lookup_dead, handle_bulk_retry, false, true},
-    [MC_SCHEDULE_SET] = {NULL, handle_schedule_set, false, true},
-    [MC_SCHEDULE_DELETE] = {NULL, handle_schedule_delete, false, true},
-    [MC_PROGRESS] = {NULL, handle_progress, false, true},
-    [MC_SUBSCRIPTION_SET] = {NULL, handle_subscription, false, true},
-    [MC_SUBSCRIPTION_GET] = {NULL, handle_subscription_get, false, false},
-    [MC_SUB_CURSOR] = {NULL, handle_subscription, false, true},
-    [MC_SUB_PAUSE] = {NULL, handle_subscription, false, true},
-    [MC_QUEUE_FLOW] = {NULL, handle_queue_flow, false, false},
+    [MC_SUBMIT] = {.lookup = lookup_submit, .decide = handle_submit, .writes = true},
+    [MC_CANCEL] = {.lookup = lookup_work_id, .decide = handle_cancel, .writes = true},
+    [MC_RETRY] = {.lookup = lookup_work_id, .decide = handle_retry, .writes = true},
+    [MC_REPORTS] = {.lookup = lookup_reports, .decide = handle_reports, .writes = true},
+    [MC_PULL] = {.decide = handle_pull, .parks = true, .writes = true},
+    [MC_HEARTBEAT] = {.decide = handle_heartbeat, .writes = true},
+    [MC_DEREGISTER] = {.decide = handle_deregister, .writes = true},
+    [MC_CLUSTER] = {.decide = handle_cluster},
+    [MC_QUEUE_SET] = {.decide = handle_queue_set, .writes = true},
+    [MC_BULK_CANCEL] = {.decide = handle_bulk_cancel, .writes = true},
+    [MC_BULK_RETRY] = {.lookup = lookup_dead, .decide = handle_bulk_retry, .writes = true},
+    [MC_SCHEDULE_SET] = {.decide = handle_schedule_set, .writes = true},
+    [MC_SCHEDULE_DELETE] = {.decide = handle_schedule_delete, .writes = true},
+    [MC_PROGRESS] = {.decide = handle_progress, .writes = true},
+    [MC_SUBSCRIPTION_SET] = {.decide = handle_subscription_set,
+                             .writes = true,
+                             .landed = fill_deliveries},
+    [MC_SUBSCRIPTION_DELETE] = {.decide = handle_subscription_delete, .writes = true},
+    [MC_SUBSCRIPTION_GET] = {.decide = handle_subscription_get},
+    [MC_SUB_CURSOR] = {.decide = handle_sub_cursor, .writes = true},
+    [MC_SUB_PAUSE] = {.decide = handle_sub_pause, .writes = true},
+    [MC_QUEUE_FLOW] = {.decide = handle_queue_flow},
 };
 _Static_assert(sizeof KINDS / sizeof KINDS[0] == MC_COUNT, "every MgrCmdType has its entry");
 
 int cmd_lookup(Manager *m, MgrCmd *c, IdList *ids)
 {
     return KINDS[c->type].lookup ? KINDS[c->type].lookup(m, c, ids) : 0;
+}
+
+void cmd_landed(Manager *m, MgrCmd *c)
+{
+    if (KINDS[c->type].landed)
+        KINDS[c->type].landed(m, c);
 }
 
 bool cmd_may_write(const MgrCmd *c)

@@ -79,8 +79,12 @@ void mgrcmd_free(MgrCmd *c)
     free(c->tokens);
     ws_running_free(c->stale);
     cluster_view_free(c->cluster);
-    json_decref(c->reply);
-    json_decref(c->detail);
+    if (c->sub) {
+        subscription_clear(c->sub);
+        free(c->sub);
+    }
+    free(c->reason);
+    subscription_views_free(c->subs);
     queue_limits_clear(&c->limits);
     if (c->bulk) {
         journal_known_free(c->bulk);
@@ -101,14 +105,6 @@ void cmd_ok(MgrCmd *c, int status)
     c->status = status;
 }
 
-/* For the answers not typed yet: reply (taken) is sent as it is. */
-void cmd_ok_json(MgrCmd *c, int status, json_t *reply)
-{
-    json_decref(c->reply);
-    c->reply = reply;
-    c->status = status;
-}
-
 void queue_done(Manager *m, MgrCmd *c)
 {
     c->next = NULL;
@@ -125,9 +121,8 @@ static void answer_list(Manager *m, MgrCmd *c)
     while (c) {
         MgrCmd *next = c->next;
         c->next = NULL;
-        if (c->type == MC_SUBSCRIPTION_SET && c->status == 200 && !c->reply)
-            c->reply =
-                webhooks_json(m->webhooks, json_string_value(json_object_get(c->detail, "name")));
+        if (c->status < 400)
+            cmd_landed(m, c);
         c->done(c, c->ud);
         c = next;
     }
@@ -646,6 +641,8 @@ static void campaign(Manager *m)
         step_down(m, "recovery failed");
         return;
     }
+    for (size_t i = 0; i < subs->len; i++) /* secrets included: the log keeps none */
+        ws_subscription_restore(m->ws, &subs->items[i]);
     webhooks_lead(m->webhooks, subs, m->last_seq);
     atomic_store(&m->leader, true);
     atomic_fetch_add(&m->stats.elections_won, 1);
@@ -962,7 +959,8 @@ static void own_cmd_done(MgrCmd *c, void *ud)
 static void webhooks_cursor(void *ud, const char *name, int64_t cursor)
 {
     MgrCmd *c = mgrcmd_new(MC_SUB_CURSOR);
-    c->detail = json_pack("{s:s, s:I}", "name", name, "cursor", (json_int_t)cursor);
+    c->name = xstrdup(name);
+    c->cursor = cursor;
     c->done = own_cmd_done;
     manager_send(ud, c);
 }
@@ -970,7 +968,8 @@ static void webhooks_cursor(void *ud, const char *name, int64_t cursor)
 static void webhooks_pause(void *ud, const char *name, const char *reason)
 {
     MgrCmd *c = mgrcmd_new(MC_SUB_PAUSE);
-    c->detail = json_pack("{s:s, s:s}", "name", name, "paused_reason", reason);
+    c->name = xstrdup(name);
+    c->reason = xstrdup(reason);
     c->done = own_cmd_done;
     manager_send(ud, c);
 }

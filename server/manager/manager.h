@@ -73,17 +73,18 @@ typedef enum {
     MC_QUEUE_SET,    /* queue, limits (the parts in limits_set) -> limits: all of the queue's */
     MC_BULK_CANCEL,  /* filter (queue, key, status), max -> n_done, more */
     MC_BULK_RETRY,   /* filter (queue, key), max -> n_done, more (dead work) */
-    MC_SCHEDULE_SET, /* name, schedule (or pause: 1 pause, 0 resume) -> reply: the schedule */
-    MC_SCHEDULE_DELETE,  /* name -> (204) */
-    MC_PROGRESS,         /* worker_id, instance, claim, updates -> each update's status and seq
-                            (typed) */
-    MC_SUBSCRIPTION_SET, /* detail: the whole subscription (webhooks.h), or {name, deleted:
-                            true} -> reply: the subscription as GET shows it */
-    MC_SUBSCRIPTION_GET, /* queue: a name, or NULL for all -> reply: webhooks_json */
-    MC_SUB_CURSOR,       /* detail {name, cursor}: from the webhooks thread -> (204) */
-    MC_SUB_PAUSE,        /* detail {name, paused_reason}: from the webhooks thread -> (204) */
-    MC_QUEUE_FLOW,       /* -> tokens: the starts each rate-limited queue allows now */
-    MC_COUNT             /* not a command: how many kinds (commands.c has an entry for each) */
+    MC_SCHEDULE_SET, /* name, schedule (or pause: 1 pause, 0 resume) -> schedule (all of it),
+                        last_tick, decided_at */
+    MC_SCHEDULE_DELETE,     /* name -> (204) */
+    MC_PROGRESS,            /* worker_id, instance, claim, updates -> each update's status and seq
+                               (typed) */
+    MC_SUBSCRIPTION_SET,    /* name, sub, sub_reset -> subs: the subscription as GET shows it */
+    MC_SUBSCRIPTION_DELETE, /* name -> subs: the subscription as it was */
+    MC_SUBSCRIPTION_GET,    /* name, or NULL for all -> subs */
+    MC_SUB_CURSOR,          /* name, cursor: from the webhooks thread -> (204) */
+    MC_SUB_PAUSE,           /* name, reason: from the webhooks thread -> (204) */
+    MC_QUEUE_FLOW,          /* -> tokens: the starts each rate-limited queue allows now */
+    MC_COUNT                /* not a command: how many kinds (commands.c has an entry for each) */
 } MgrCmdType;
 
 /* A rate-limited queue's token bucket as the leader holds it (MC_QUEUE_FLOW). */
@@ -135,6 +136,34 @@ typedef struct ClusterView {
         parts_dropped;
 } ClusterView;
 
+/* How a subscription's deliveries go on the leader (the webhooks thread's
+ * figures, webhooks.h). Times are ms since the epoch; 0: none. */
+typedef struct Deliveries {
+    int64_t delivered_upto; /* every event up to here was delivered or skipped (the cursor
+                               not recorded yet) */
+    int64_t lag;            /* events in the log after delivered_upto */
+    int64_t delivered;      /* deliveries acknowledged since this node leads */
+    int64_t last_delivered_at;
+    int failures; /* failed deliveries in a row */
+    int64_t failing_since, last_error_at, next_attempt_at;
+    char last_error[300]; /* "": none */
+} Deliveries;
+
+/* A subscription as GET /subscriptions shows it: its settings and recorded
+ * cursor as the WorkState holds them (sub.secret is NULL: never shown), and
+ * its deliveries. */
+typedef struct SubscriptionView {
+    Subscription sub; /* owned */
+    Deliveries deliveries;
+} SubscriptionView;
+
+/* The answer of the subscription commands (owned by the command). */
+typedef struct SubscriptionViews {
+    SubscriptionView *items; /* by name */
+    size_t len;
+    int64_t last_seq; /* the log's end as the deliveries know it */
+} SubscriptionViews;
+
 /* A command and, once done, its reply. The sender allocates it with
  * mgrcmd_new, fills the inputs, and hands it to manager_send; the manager owns
  * it until it calls done() (from its own thread, exactly once), after which the
@@ -161,15 +190,19 @@ typedef struct MgrCmd {
     int limits_set;     /* QL_* */
     char *batch_id;     /* MC_SUBMIT: the batch the submission opens (or joins) */
     WorkTemplate *batch_callback; /* with batch_id: its callback (NULL: none) */
-    char *name;                   /* MC_SCHEDULE_*: the schedule */
-    ScheduleSpec *schedule;       /* MC_SCHEDULE_SET: the whole definition, or NULL with */
-    int pause;                    /* 1: pause, 0: resume the schedule as it is */
+    char *name; /* MC_SCHEDULE_*: the schedule; MC_SUBSCRIPTION_*, MC_SUB_*: the subscription
+                   (MC_SUBSCRIPTION_GET: NULL for all) */
+    ScheduleSpec *schedule; /* MC_SCHEDULE_SET: the whole definition, or NULL with */
+    int pause;              /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
     ProgressUpdate *updates; /* MC_PROGRESS: n_updates of them, each answered in place */
     size_t n_updates;
-    json_t *detail; /* MC_SUBSCRIPTION_SET, MC_SUB_* */
-    /* reply: typed, written as JSON by the HTTP layer (api.c) */
+    Subscription *sub; /* MC_SUBSCRIPTION_SET: all of it, its secret included */
+    bool sub_reset;    /* MC_SUBSCRIPTION_SET: deliveries restart after sub->cursor ("after") */
+    int64_t cursor;    /* MC_SUB_CURSOR: every event up to here was delivered or skipped */
+    char *reason;      /* MC_SUB_PAUSE: why workd pauses it */
+    /* reply: typed, written as JSON by the front-end (api.c, render.c) */
     int status;              /* HTTP status: 200, 202, 204, or the error's */
     Err err;                 /* when status >= 400 */
     const char *work_status; /* MC_CANCEL, MC_RETRY: the work's status after it (static) */
@@ -177,11 +210,11 @@ typedef struct MgrCmd {
     bool queue_new; /* MC_QUEUE_SET: the queue had no open work and no flow control before */
     bool more;      /* MC_BULK_*: more match: send the command again */
     int64_t heartbeat_interval_ms, worker_timeout_ms; /* MC_HEARTBEAT */
-    RunningList *stale;   /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
-    ClusterView *cluster; /* MC_CLUSTER */
-    /* The answers not typed yet (MC_SCHEDULE_SET, the
-     * subscriptions): JSON made on the manager thread, sent as it is. */
-    json_t *reply;
+    RunningList *stale;      /* MC_HEARTBEAT: listed attempts no longer current (stop them) */
+    ClusterView *cluster;    /* MC_CLUSTER */
+    int64_t last_tick;       /* MC_SCHEDULE_SET: the schedule's last tick */
+    int64_t decided_at;      /* MC_SCHEDULE_SET: its next fire times count from here */
+    SubscriptionViews *subs; /* MC_SUBSCRIPTION_SET, _DELETE: the one; _GET: one or all */
     ReportResult *results;   /* MC_REPORTS, status 200: one per report, its status as seen
                                 right after it (static strings) */
     SubmitResult *submitted; /* MC_SUBMIT, status 202: one per item (static strings) */
@@ -237,8 +270,6 @@ bool manager_is_leader(const Manager *m);
 const ManagerStats *manager_stats(const Manager *m);
 /* The history's size and the last retention pass (kept while this node leads). */
 const RetentionStats *manager_retention_stats(const Manager *m);
-/* A queue's flow control as the API shows it: {queue, paused, max_running,
- * rate: {limit, per} | null} (a new reference). */
 /* Frees a view and all it holds (NULL: nothing). */
 void cluster_view_free(ClusterView *v);
 

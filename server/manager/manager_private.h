@@ -89,7 +89,6 @@ typedef struct IdList {
 /* ---- manager.c: replies, the round's state, appends ---- */
 void cmd_fail(MgrCmd *c, int status, const char *type, const char *msg);
 void cmd_ok(MgrCmd *c, int status);
-void cmd_ok_json(MgrCmd *c, int status, json_t *reply);
 void queue_done(Manager *m, MgrCmd *c);
 const KnownWork *known_get(const Manager *m, const KnownSet *known, const char *id);
 bool id_taken(const Manager *m, const KnownSet *known, const char *id);
@@ -105,10 +104,17 @@ void want_known_made(Manager *m, IdList *l, char *id);
 int cmd_lookup(Manager *m, MgrCmd *c, IdList *ids) WARN_UNUSED;
 /* Whether c may have put events into its round's append. */
 bool cmd_may_write(const MgrCmd *c);
-/* Decides c by its kind and answers it (or parks it: a pull waiting for work). */ int
-fill_pull(Manager *m, MgrCmd *c, int64_t now) WARN_UNUSED;
+/* Hands ready jobs to a pull, up to its max; returns how many (-1: the pull
+ * is stale or its client gone). */
+int fill_pull(Manager *m, MgrCmd *c, int64_t now) WARN_UNUSED;
 int take_inbox(Manager *m, MgrCmd **mail) WARN_UNUSED;
+/* Decides c by its kind and answers it (or parks it: a pull waiting for work). */
 void handle(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now);
+/* What c's answer takes once its events are committed, just before it is
+ * sent (a subscription's deliveries, known to the webhooks thread then). */
+void cmd_landed(Manager *m, MgrCmd *c);
+/* Frees the views and all they hold (NULL: nothing). */
+void subscription_views_free(SubscriptionViews *v);
 
 /* ---- suspects.c: what the database refused ---- */
 void suspects_clear(Manager *m);

@@ -88,70 +88,16 @@ static int kinds_of(char *const *kinds)
     return k;
 }
 
-/* A JSON array of strings as a strv (NULL when it is not an array). */
-static char **strv_of(json_t *a)
-{
-    if (!json_is_array(a))
-        return NULL;
-    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
-    size_t i, n = 0;
-    json_t *x;
-    json_array_foreach(a, i, x)
-    {
-        if (json_is_string(x))
-            v[n++] = xstrdup(json_string_value(x));
-    }
-    return v;
-}
-
-/* A subscription event's detail as a Subscription (its cursor left 0). */
-static void subscription_of(json_t *d, Subscription *out)
-{
-    const char *reason = json_string_value(json_object_get(d, "paused_reason"));
-    *out = (Subscription){
-        .name = xstrdup(json_string_value(json_object_get(d, "name"))),
-        .url = xstrdup(json_string_value(json_object_get(d, "url"))),
-        .secret = xstrdup(json_string_value(json_object_get(d, "secret"))),
-        .queues = strv_of(json_object_get(d, "queues")),
-        .kinds = strv_of(json_object_get(d, "kinds")),
-        .paused = json_is_true(json_object_get(d, "paused")),
-        .paused_reason = xstrdup(reason),
-    };
-    if (!out->kinds)
-        out->kinds = xcalloc(1, sizeof *out->kinds);
-}
-
-static json_t *strv_json(char *const *v)
-{
-    if (!v)
-        return json_null();
-    json_t *a = json_array();
-    for (size_t i = 0; v[i]; i++)
-        json_array_append_new(a, json_string(v[i]));
-    return a;
-}
-
-/* The settings as a subscription event records them: {name, url, secret,
- * queues, kinds, paused, paused_reason}; without the secret and with url as
- * shown when shown_url is not NULL (the API's view). */
-static json_t *settings_json(const Subscription *c, const char *shown_url)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "name", json_string(c->name));
-    json_object_set_new(o, "url", json_string(shown_url ? shown_url : c->url));
-    if (!shown_url)
-        json_object_set_new(o, "secret", json_string(c->secret));
-    json_object_set_new(o, "queues", strv_json(c->queues));
-    json_object_set_new(o, "kinds", strv_json(c->kinds));
-    json_object_set_new(o, "paused", json_boolean(c->paused));
-    json_object_set_new(o, "paused_reason",
-                        c->paused_reason ? json_string(c->paused_reason) : json_null());
-    return o;
-}
-
-/* Takes the settings of set (moved: set is left empty). */
+/* Takes the settings of set (moved: set is left empty); without a secret,
+ * s keeps its own. */
 static void sub_configure(Sub *s, Subscription *set)
 {
+    if (!set->secret) {
+        set->secret = s->cfg.secret;
+        s->cfg.secret = NULL;
+    }
+    if (!set->kinds)
+        set->kinds = xcalloc(1, sizeof *set->kinds);
     subscription_clear(&s->cfg);
     s->cfg = *set;
     memset(set, 0, sizeof *set);
@@ -294,34 +240,28 @@ void webhooks_committed(Webhooks *w, const EventList *events)
         }
         if (e->type != EV_SUBSCRIPTION && e->type != EV_SUB_CURSOR)
             continue;
-        const char *name = json_string_value(json_object_get(e->detail, "name"));
-        Sub *s = name ? sub_find(w, name) : NULL;
+        Sub *s = sub_find(w, e->sub->name);
         if (e->type == EV_SUB_CURSOR) {
-            int64_t c = json_integer_value(json_object_get(e->detail, "cursor"));
-            if (s && c > s->cursor)
-                s->cursor = c;
+            if (s && e->sub->cursor > s->cursor)
+                s->cursor = e->sub->cursor;
             continue;
         }
         wake = true;
-        if (json_is_true(json_object_get(e->detail, "deleted"))) {
+        if (e->sub_deleted) {
             if (s)
                 sub_bury(w, s);
             continue;
         }
-        json_t *cursor = json_object_get(e->detail, "cursor");
         Subscription set;
-        subscription_of(e->detail, &set);
+        subscription_copy(&set, e->sub);
         if (!s) {
-            sub_add(w,
-                    sub_new(&set, json_is_integer(cursor)
-                                      ? json_integer_value(cursor)
-                                      : json_integer_value(json_object_get(e->detail, "start"))));
+            sub_add(w, sub_new(&set, e->sub_reset ? e->sub->cursor : e->sub_start));
             continue;
         }
         sub_configure(s, &set);
-        if (json_is_integer(cursor))
-            sub_reset_cursor(s, json_integer_value(cursor));
-        if (json_is_null(json_object_get(e->detail, "paused_reason"))) {
+        if (e->sub_reset)
+            sub_reset_cursor(s, e->sub->cursor);
+        if (!e->sub->paused_reason) {
             /* An operator's change: a fresh start for the retries. */
             s->failures = 0;
             s->failing_since = 0;
@@ -334,85 +274,28 @@ void webhooks_committed(Webhooks *w, const EventList *events)
         curl_multi_wakeup(w->multi);
 }
 
-json_t *webhooks_settings(Webhooks *w, const char *name)
+void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
 {
     pthread_mutex_lock(&w->lock);
-    Sub *s = sub_find(w, name);
-    json_t *o = s ? settings_json(&s->cfg, NULL) : NULL;
-    pthread_mutex_unlock(&w->lock);
-    return o;
-}
-
-size_t webhooks_count(Webhooks *w)
-{
-    size_t n = 0;
-    pthread_mutex_lock(&w->lock);
-    for (Sub *s = w->subs; s; s = s->next)
-        n++;
-    pthread_mutex_unlock(&w->lock);
-    return n;
-}
-
-/* ---- the API ---- */
-
-/* url without the user information of its authority, which becomes "***"
- * (user and password alike): a new string. */
-static char *url_redacted(const char *url)
-{
-    const char *auth = strstr(url, "://");
-    if (!auth)
-        return xstrdup(url);
-    auth += 3;
-    size_t n = strcspn(auth, "/?#");
-    const char *at = NULL;
-    for (const char *p = auth; p < auth + n; p++)
-        if (*p == '@')
-            at = p;
-    if (!at)
-        return xstrdup(url);
-    SBuf b;
-    sbuf_init(&b);
-    sbuf_append(&b, url, (size_t)(auth - url));
-    sbuf_puts(&b, "***");
-    sbuf_puts(&b, at);
-    return sbuf_steal(&b);
-}
-
-static json_t *sub_json(const Webhooks *w, const Sub *s)
-{
-    char *shown = url_redacted(s->cfg.url);
-    json_t *o = settings_json(&s->cfg, shown);
-    free(shown);
-    json_object_set_new(o, "cursor", json_integer(s->cursor));
-    json_object_set_new(o, "delivered_upto", json_integer(s->done));
-    json_object_set_new(o, "lag", json_integer(w->last_seq > s->done ? w->last_seq - s->done : 0));
-    json_object_set_new(o, "delivered", json_integer(s->delivered));
-    json_object_set_new(o, "last_delivered_at", time_json(s->last_delivered_at));
-    json_object_set_new(o, "failures", json_integer(s->failures));
-    json_object_set_new(o, "failing_since", time_json(s->failing_since));
-    json_object_set_new(o, "last_error",
-                        s->last_error[0] ? json_string(s->last_error) : json_null());
-    json_object_set_new(o, "last_error_at", time_json(s->last_error_at));
-    int64_t wait = s->failures && !s->paused ? s->next_try - mono_ms() : 0;
-    json_object_set_new(o, "next_attempt_at", wait > 0 ? time_json(wall_ms() + wait) : json_null());
-    return o;
-}
-
-json_t *webhooks_json(Webhooks *w, const char *name)
-{
-    pthread_mutex_lock(&w->lock);
-    json_t *o = NULL;
-    if (name) {
-        Sub *s = sub_find(w, name);
-        o = s ? sub_json(w, s) : NULL;
-    } else {
-        json_t *arr = json_array();
-        for (Sub *s = w->subs; s; s = s->next)
-            json_array_append_new(arr, sub_json(w, s));
-        o = json_pack("{s:o, s:I}", "subscriptions", arr, "last_seq", (json_int_t)w->last_seq);
+    l->last_seq = w->last_seq;
+    for (size_t i = 0; i < l->len; i++) {
+        Deliveries *d = &l->items[i].deliveries;
+        const Sub *s = sub_find(w, l->items[i].sub.name);
+        *d = (Deliveries){.delivered_upto = l->items[i].sub.cursor};
+        if (s) {
+            int64_t wait = s->failures && !s->paused ? s->next_try - mono_ms() : 0;
+            *d = (Deliveries){.delivered_upto = s->done,
+                              .delivered = s->delivered,
+                              .last_delivered_at = s->last_delivered_at,
+                              .failures = s->failures,
+                              .failing_since = s->failing_since,
+                              .last_error_at = s->last_error_at,
+                              .next_attempt_at = wait > 0 ? wall_ms() + wait : 0};
+            snprintf(d->last_error, sizeof d->last_error, "%s", s->last_error);
+        }
+        d->lag = w->last_seq > d->delivered_upto ? w->last_seq - d->delivered_upto : 0;
     }
     pthread_mutex_unlock(&w->lock);
-    return o;
 }
 
 /* ---- the thread ---- */

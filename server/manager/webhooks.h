@@ -21,10 +21,12 @@
 
 #include "err.h"
 #include "event.h"
+#include "manager.h"
 #include "netpolicy.h"
+#include "subscription.h"
 #include "view.h"
 
-#define WEBHOOKS_MAX 64         /* subscriptions at most */
+#define WEBHOOKS_MAX SUBS_MAX   /* subscriptions at most */
 #define WEBHOOKS_CURSOR_MS 1000 /* a cursor that moved is recorded at most this often */
 
 typedef struct WebhooksConfig {
@@ -53,22 +55,17 @@ void webhooks_stop(Webhooks *w);
 
 /* ---- the manager thread ---- */
 /* This node leads from now on: subs (stolen) is view_subscriptions' list,
- * last_seq the log's end. Replaces whatever was there. */
+ * secrets included, last_seq the log's end. Replaces whatever was there. */
 void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq);
 /* No longer leading: deliveries stop (those in flight are abandoned). */
 void webhooks_unlead(Webhooks *w);
-/* A commit's events, in seq order: subscription changes take effect, new
- * results wake the deliveries. */
+/* A commit's events, in seq order: subscription changes take effect (the
+ * events carry the secret: those the manager decides do), new results wake
+ * the deliveries. */
 void webhooks_committed(Webhooks *w, const EventList *events);
-/* A subscription's settings as recorded, secret included: {name, url,
- * secret, queues, kinds, paused, paused_reason} (a new reference), or NULL. */
-json_t *webhooks_settings(Webhooks *w, const char *name);
-size_t webhooks_count(Webhooks *w);
-
-/* ---- the API (any thread) ---- */
-/* One subscription (name) or all ({"subscriptions": [...]}) as GET shows
- * them, without the secret: settings, cursor (recorded), delivered_upto, lag,
- * last_error... (a new reference); NULL if name is unknown. */
-json_t *webhooks_json(Webhooks *w, const char *name);
+/* Fills the deliveries of each view (by its sub.name; one the thread does not
+ * hold yet has delivered up to its sub.cursor and nothing else) and
+ * l->last_seq, the log's end as the deliveries know it. */
+void webhooks_deliveries(Webhooks *w, SubscriptionViews *l);
 
 #endif

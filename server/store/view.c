@@ -161,16 +161,16 @@ static int keep_progress(const LogLine *l, int64_t term, void *ud, Err *err)
     Event e;
     if (record_decode(l, term, &e, err) != 0)
         return -1;
-    json_t *f = json_object_get(e.detail, "fraction");
     w->has_progress = true;
     w->progress = (WorkProgress){
         .seq = e.seq,
         .at = e.at,
         .attempt = e.attempt,
-        .has_fraction = json_is_number(f),
-        .fraction = json_number_value(f),
-        .message = xstrdup(json_string_value(json_object_get(e.detail, "message"))),
+        .has_fraction = e.has_fraction,
+        .fraction = e.fraction,
+        .message = e.message, /* taken */
     };
+    e.message = NULL;
     event_clear(&e);
     return 0;
 }
@@ -1029,17 +1029,6 @@ SubscriptionList *view_subscriptions(PGconn *c, Err *err)
         };
     PQclear(r);
     return l;
-}
-
-void subscription_clear(Subscription *s)
-{
-    free(s->name);
-    free(s->url);
-    free(s->secret);
-    strv_free(s->queues);
-    strv_free(s->kinds);
-    free(s->paused_reason);
-    memset(s, 0, sizeof *s);
 }
 
 void view_subscriptions_free(SubscriptionList *l)

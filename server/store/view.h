@@ -179,25 +179,15 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
                         const char *work_id, ResultList *out, bool *at_end, Err *err) WARN_UNUSED;
 
 /* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
-/* A subscription as its events left it (owned strings and lists). */
-typedef struct Subscription {
-    char *name, *url, *secret;
-    char **queues; /* strv; NULL: every queue */
-    char **kinds;  /* strv: completed, dead, cancelled */
-    bool paused;
-    char *paused_reason; /* NULL: an operator's pause, or none */
-    int64_t cursor;      /* its deliveries reached this seq */
-} Subscription;
 typedef struct SubscriptionList {
     Subscription *items; /* by name */
     size_t len;
 } SubscriptionList;
 
-/* Every subscription (view_subscriptions_free), or NULL with err. */
+/* Every subscription, secret and cursor included (Subscription: event.h),
+ * or NULL with err. Free with view_subscriptions_free. */
 SubscriptionList *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
 void view_subscriptions_free(SubscriptionList *l);
-/* Frees s's strings and lists, and zeroes it. */
-void subscription_clear(Subscription *s);
 
 /* ---- queues ----
  * Each list is one entry per queue, sorted by name (strcmp), so that a reader

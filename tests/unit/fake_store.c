@@ -36,7 +36,9 @@ static struct {
     size_t head, len;
     FakeOutcome script[QUEUE_MAX];
     size_t n_script;
-    EventList log; /* what was committed, in order */
+    EventList log; /* what was committed, in order, as the database keeps it (no secrets) */
+    Subscription subs[SUBS_MAX]; /* workd_subscriptions: secrets included */
+    size_t n_subs;
     int64_t term;
     FakeStats stats;
 } F = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1};
@@ -67,6 +69,9 @@ void fake_reset(void)
     F.lost = F.failed = F.hold = F.standby = false;
     eventlist_free(&F.log);
     eventlist_init(&F.log);
+    for (size_t i = 0; i < F.n_subs; i++)
+        subscription_clear(&F.subs[i]);
+    F.n_subs = 0;
     F.term = 0;
     memset(&F.stats, 0, sizeof F.stats);
     signal_socket();
@@ -122,6 +127,55 @@ bool fake_committed(EventType type, const char *work_id)
                 !strcmp(F.log.items[i].work_id, work_id);
     pthread_mutex_unlock(&F.lock);
     return found;
+}
+
+/* F.lock held: the row of name in workd_subscriptions, NULL if none. */
+static Subscription *sub_row(const char *name)
+{
+    for (size_t i = 0; i < F.n_subs; i++)
+        if (!strcmp(F.subs[i].name, name))
+            return &F.subs[i];
+    return NULL;
+}
+
+bool fake_subscription_is(const char *name, const char *secret, bool paused)
+{
+    pthread_mutex_lock(&F.lock);
+    const Subscription *x = sub_row(name);
+    bool is = x && x->secret && !strcmp(x->secret, secret) && x->paused == paused;
+    pthread_mutex_unlock(&F.lock);
+    return is;
+}
+
+/* F.lock held: what migration 0013's trigger (as 0016 and 0018 keep it) does
+ * with a subscription event: workd_subscriptions takes all of it, the secret
+ * as the event has it, and the log keeps the event without its secret. */
+static void fold_subscription(Event *e)
+{
+    Subscription *x = e->sub ? sub_row(e->sub->name) : NULL;
+    if (e->type == EV_SUB_CURSOR) {
+        if (x && e->sub->cursor > x->cursor)
+            x->cursor = e->sub->cursor;
+        return;
+    }
+    if (e->type != EV_SUBSCRIPTION)
+        return;
+    if (e->sub_deleted) {
+        if (x) {
+            subscription_clear(x);
+            *x = F.subs[--F.n_subs];
+        }
+        return;
+    }
+    int64_t cursor = e->sub_reset ? e->sub->cursor : x ? x->cursor : e->sub_start;
+    if (x)
+        subscription_clear(x);
+    else
+        x = &F.subs[F.n_subs++];
+    subscription_copy(x, e->sub);
+    x->cursor = cursor;
+    free(e->sub->secret);
+    e->sub->secret = NULL;
 }
 
 /* ---- the election ---- */
@@ -249,6 +303,7 @@ int journal_append_recv(PGconn *c, size_t n_events, Err *err)
                 event_copy(e, &s->events.items[i]);
                 if (e->type == EV_TERM)
                     F.term = e->new_term;
+                fold_subscription(e);
             }
             F.stats.committed++;
         }
@@ -370,7 +425,13 @@ SubscriptionList *view_subscriptions(PGconn *c, Err *err)
 {
     (void)c;
     (void)err;
-    return xcalloc(1, sizeof(SubscriptionList)); /* none */
+    SubscriptionList *l = xcalloc(1, sizeof *l);
+    pthread_mutex_lock(&F.lock);
+    l->items = xcalloc(F.n_subs + 1, sizeof *l->items);
+    for (size_t i = 0; i < F.n_subs; i++)
+        subscription_copy(&l->items[l->len++], &F.subs[i]);
+    pthread_mutex_unlock(&F.lock);
+    return l;
 }
 
 /* ---- the leader's other threads: not started ---- */
@@ -417,7 +478,9 @@ void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq)
 {
     (void)w;
     (void)last_seq;
-    free(subs->items); /* view_subscriptions above made it empty */
+    for (size_t i = 0; i < subs->len; i++)
+        subscription_clear(&subs->items[i]);
+    free(subs->items);
     free(subs);
 }
 
@@ -432,22 +495,10 @@ void webhooks_committed(Webhooks *w, const EventList *events)
     (void)events;
 }
 
-json_t *webhooks_settings(Webhooks *w, const char *name)
+void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
 {
     (void)w;
-    (void)name;
-    return NULL;
-}
-
-size_t webhooks_count(Webhooks *w)
-{
-    (void)w;
-    return 0;
-}
-
-json_t *webhooks_json(Webhooks *w, const char *name)
-{
-    (void)w;
-    (void)name;
-    return NULL;
+    l->last_seq = 0;
+    for (size_t i = 0; i < l->len; i++)
+        l->items[i].deliveries = (Deliveries){.delivered_upto = l->items[i].sub.cursor};
 }

@@ -32,5 +32,7 @@ size_t fake_appends_out(void);
 FakeStats fake_stats(void);
 /* Whether the committed log holds an event of this type for work_id. */
 bool fake_committed(EventType type, const char *work_id);
+/* Whether workd_subscriptions holds name with this secret, paused or not. */
+bool fake_subscription_is(const char *name, const char *secret, bool paused);
 
 #endif

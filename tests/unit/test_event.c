@@ -135,28 +135,51 @@ static void fill_examples(EventList *l)
     e->type = EV_PROGRESS;
     e->attempt = 2;
     e->queue = xstrdup("images");
-    e->detail = J("{\"fraction\": 0.25, \"message\": \"a quarter\", \"output\": \"line 1\\n\"}");
+    e->has_fraction = true;
+    e->fraction = 0.25;
+    e->message = xstrdup("a quarter");
+    e->output = xstrdup("line 1\n");
 
     e = eventlist_push(l);
     e->type = EV_PROGRESS; /* no fraction or message yet, no output */
     e->attempt = 1;
     e->queue = xstrdup("mail");
-    e->detail = J("{\"fraction\": null, \"message\": null}");
+    /* has_fraction false, message and output NULL */
+
+    e = eventlist_push(l);
+    e->type = EV_SUBSCRIPTION; /* an operator's, with its secret, from seq 99 */
+    e->sub = xcalloc(1, sizeof *e->sub);
+    e->sub->name = xstrdup("billing");
+    e->sub->url = xstrdup("https://example.com/hooks");
+    e->sub->secret = xstrdup("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    e->sub->queues = strv_split("mail");
+    e->sub->kinds = strv_split("completed");
+    e->sub_start = 99;
+
+    e = eventlist_push(l);
+    e->type = EV_SUBSCRIPTION; /* workd's pause, for every queue, restarting after seq 7 */
+    e->sub = xcalloc(1, sizeof *e->sub);
+    e->sub->name = xstrdup("billing");
+    e->sub->url = xstrdup("https://***@example.com/hooks");
+    e->sub->kinds = strv_split("dead,cancelled");
+    e->sub->paused = true;
+    e->sub->paused_reason = xstrdup("failing since 60000 ms ago");
+    e->sub->cursor = 7;
+    e->sub_reset = true;
+    e->sub_start = 110;
 
     e = eventlist_push(l);
     e->type = EV_SUBSCRIPTION;
-    e->detail = J("{\"name\": \"billing\", \"url\": \"https://example.com/hooks\", "
-                  "\"secret\": \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"queues\": [\"mail\"], "
-                  "\"kinds\": [\"completed\"], \"paused\": false, \"paused_reason\": null, "
-                  "\"deleted\": false, \"start\": 99}");
-
-    e = eventlist_push(l);
-    e->type = EV_SUBSCRIPTION;
-    e->detail = J("{\"name\": \"billing\", \"deleted\": true, \"start\": 120}");
+    e->sub = xcalloc(1, sizeof *e->sub);
+    e->sub->name = xstrdup("billing");
+    e->sub_deleted = true;
+    e->sub_start = 120;
 
     e = eventlist_push(l);
     e->type = EV_SUB_CURSOR;
-    e->detail = J("{\"name\": \"billing\", \"cursor\": 118}");
+    e->sub = xcalloc(1, sizeof *e->sub);
+    e->sub->name = xstrdup("billing");
+    e->sub->cursor = 118;
 
     e = eventlist_push(l);
     e->type = EV_ACCEPTED; /* a child of two parents, in a batch */
@@ -554,10 +577,23 @@ static void test_decided_events_round_trip(void **state)
           "delete refused: %s", err.msg);
     sim_emit(&s);
 
+    Subscription sub = {.name = "billing",
+                        .url = "https://example.com/hooks",
+                        .secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                        .kinds = (char *[]){"completed", "dead", NULL}};
+    const SubscriptionSet *subs = ws_subscriptions(s.ws);
+    CHECK(subs_decide_set(subs, &sub, false, s.seq, s.now, &s.out, &err) == 0,
+          "the subscription was refused: %s", err.msg);
+    sim_emit(&s);
+    subs_decide_cursor(subs, "billing", s.seq, s.now, &s.out);
+    CHECK(subs_decide_pause(subs, "billing", "failing", s.seq, s.now, &s.out),
+          "the pause should be decided");
+    sim_emit(&s);
+    CHECK(subs_decide_delete(subs, "billing", s.seq, s.now, &s.out, &err) == 0,
+          "the deletion was refused: %s", err.msg);
+    sim_emit(&s);
+
     bool seen[MAX_TYPES] = {0};
-    /* Subscription events are not decided from the work state: the manager
-     * writes the operator's request (fill_examples round-trips them). */
-    seen[EV_SUBSCRIPTION] = seen[EV_SUB_CURSOR] = true;
     for (size_t i = 0; i < s.log.len; i++) {
         char what[64];
         snprintf(what, sizeof what, "the decided event at seq %lld", (long long)s.log.items[i].seq);
@@ -642,11 +678,80 @@ static void test_missing_required_fields_are_errors(void **state)
          "'attempt'"},
         {"retried", "{\"attempt\": 1, \"payload\": 1, \"timeout_ms\": 1, \"max_attempts\": 2}",
          "'queue'"},
+        {"progress", "{\"queue\": \"q\", \"fraction\": 0.5}", "'attempt'"},
+        {"subscription", "{\"url\": \"https://a\", \"kinds\": [], \"start\": 1}", "'name'"},
+        {"subscription", "{\"name\": \"a\", \"kinds\": [], \"start\": 1}", "'url'"},
+        {"subscription", "{\"name\": \"a\", \"deleted\": true, \"start\": \"1\"}", "'start'"},
+        {"subscription_cursor", "{\"cursor\": 3}", "'name'"},
+        {"subscription_cursor", "{\"name\": \"a\"}", "'cursor'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         expect_bad_row(bad[i].type, "job-1", bad[i].data, bad[i].names);
     expect_bad_row("cancelled", NULL, "{}", "work id");
     expect_bad_row("dead", NULL, "{\"error\": \"x\"}", "work id");
+}
+
+/* The data of progress and subscription events as servers wrote them when
+ * those events carried it as a JSON object (and as the database keeps it:
+ * migration 0016 strips the secret and the URL's credentials): each decodes
+ * into the typed fields and encodes back to the same data. */
+static void test_typed_kinds_encode_as_before(void **state)
+{
+    static const struct {
+        const char *type, *data;
+    } rows[] = {
+        {"progress", "{\"attempt\": 2, \"queue\": \"images\", \"fraction\": 0.25, "
+                     "\"message\": \"a quarter\", \"output\": \"line 1\\n\"}"},
+        {"progress", "{\"attempt\": 1, \"queue\": \"mail\", \"fraction\": null, "
+                     "\"message\": null}"},
+        {"progress", "{\"attempt\": 1, \"queue\": \"mail\", \"fraction\": 1.0, "
+                     "\"message\": null, \"output\": \"\"}"},
+        /* an operator's PUT, as written (secret) and as logged (none) */
+        {"subscription",
+         "{\"name\": \"billing\", \"url\": \"https://u:p@example.com/h\", \"secret\": "
+         "\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"queues\": [\"mail\", \"sms\"], "
+         "\"kinds\": [\"completed\"], \"paused\": false, \"paused_reason\": null, "
+         "\"deleted\": false, \"start\": 99}"},
+        {"subscription", "{\"name\": \"billing\", \"url\": \"https://***@example.com/h\", "
+                         "\"queues\": null, \"kinds\": [\"dead\", \"cancelled\"], "
+                         "\"paused\": true, \"paused_reason\": null, \"deleted\": false, "
+                         "\"start\": 99, \"cursor\": 5}"},
+        {"subscription", "{\"name\": \"billing\", \"deleted\": true, \"start\": 120}"},
+        {"subscription_cursor", "{\"name\": \"billing\", \"cursor\": 118}"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        json_t *data = J(rows[i].data);
+        Event e;
+        Err err;
+        CHECK(event_decode(7, 1, T0, rows[i].type, 1,
+                           !strcmp(rows[i].type, "progress") ? "w" : NULL, data, &e, &err) == 0,
+              "row %zu (%s) no longer decodes: %s", i, rows[i].type, err.msg);
+        json_t *again = event_data_encode(&e);
+        char *want = jtext(data), *got = jtext(again);
+        CHECK(json_equal(data, again), "row %zu (%s) encodes as %s, not as it was: %s", i,
+              rows[i].type, got, want);
+        free(want);
+        free(got);
+        json_decref(again);
+        json_decref(data);
+        event_clear(&e);
+    }
+    /* workd's pause before this version had no "deleted"; it reads as not
+     * deleted and is written back with "deleted": false. */
+    json_t *data = J("{\"name\": \"b\", \"url\": \"https://h\", \"queues\": null, \"kinds\": "
+                     "[\"dead\"], \"paused\": true, \"paused_reason\": \"failing\", \"start\": 3}");
+    Event e;
+    Err err;
+    CHECK(event_decode(8, 1, T0, "subscription", 1, NULL, data, &e, &err) == 0, "%s", err.msg);
+    CHECK(!e.sub_deleted && !e.sub_reset && e.sub_start == 3 && e.sub->paused &&
+              !strcmp(e.sub->paused_reason, "failing") && !e.sub->queues && !e.sub->secret,
+          "an old pause decodes as %s", sub_text(e.sub));
+    json_object_set_new(data, "deleted", json_false());
+    json_t *again = event_data_encode(&e);
+    CHECK(json_equal(data, again), "an old pause encodes back with deleted: false only");
+    json_decref(again);
+    json_decref(data);
+    event_clear(&e);
 }
 
 static void test_unknown_type_is_an_error(void **state)
@@ -865,6 +970,7 @@ int main(void)
         cmocka_unit_test(test_decided_events_round_trip),
         cmocka_unit_test(test_decoding_ignores_unknown_fields),
         cmocka_unit_test(test_missing_required_fields_are_errors),
+        cmocka_unit_test(test_typed_kinds_encode_as_before),
         cmocka_unit_test(test_unknown_type_is_an_error),
         cmocka_unit_test(test_copy_is_deep),
         cmocka_unit_test(test_version_1_log_replays),

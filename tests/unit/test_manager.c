@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "fake_store.h"
 #include "manager.h"
 #include "util.h"
@@ -48,11 +49,21 @@ static void on_done(MgrCmd *c, void *ud)
     pthread_mutex_unlock(&s->lock);
 }
 
-static Sent *submit(Manager *m, const char *id)
+/* Sends c; its answer comes to the Sent. */
+static Sent *send_cmd(Manager *m, MgrCmd *c)
 {
     Sent *s = xcalloc(1, sizeof *s);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
+    c->done = on_done;
+    c->ud = s;
+    s->cmd = c;
+    manager_send(m, c);
+    return s;
+}
+
+static Sent *submit(Manager *m, const char *id)
+{
     MgrCmd *c = mgrcmd_new(MC_SUBMIT);
     c->items = xcalloc(1, sizeof *c->items);
     c->n_items = 1;
@@ -62,11 +73,7 @@ static Sent *submit(Manager *m, const char *id)
                                .timeout_ms = 60000,
                                .max_attempts = 3,
                                .generated = true}; /* looked up in nothing: two may be out */
-    c->done = on_done;
-    c->ud = s;
-    s->cmd = c;
-    manager_send(m, c);
-    return s;
+    return send_cmd(m, c);
 }
 
 /* Waits up to ms for s's answer; whether it came. */
@@ -289,6 +296,60 @@ static void test_what_the_database_refuses_is_found_and_isolated(void **state)
     stop(m);
 }
 
+#define SECRET "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+static Sent *put_subscription(Manager *m, const char *name)
+{
+    MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
+    c->name = xstrdup(name);
+    c->sub = xcalloc(1, sizeof *c->sub);
+    *c->sub = (Subscription){.name = xstrdup(name),
+                             .url = xstrdup("https://u:p@h.example/x"),
+                             .secret = xstrdup(SECRET),
+                             .kinds = strv_split("completed,dead")};
+    return send_cmd(m, c);
+}
+
+/* Subscriptions are the core's state: a PUT is answered from it (without the
+ * secret); a new term rebuilds them from the log, which keeps no secret, and
+ * takes the secrets from workd_subscriptions, so that workd's pause of a
+ * failing subscription still carries its secret into the table. */
+static void test_a_new_term_rebuilds_the_subscriptions(void **state)
+{
+    (void)state;
+    Manager *m = start();
+    Sent *put = put_subscription(m, "hook");
+    expect_answer(put, 200, NULL, "the PUT");
+    const SubscriptionViews *v = put->cmd->subs;
+    CHECK(v && v->len == 1 && !strcmp(v->items[0].sub.name, "hook") &&
+              !strcmp(v->items[0].sub.url, "https://u:p@h.example/x") && !v->items[0].sub.secret,
+          "the PUT is answered with the subscription, without its secret");
+    CHECK(fake_subscription_is("hook", SECRET, false), "the table holds hook and its secret");
+
+    fake_script((FakeOutcome[]){FAKE_LOST}, 1);
+    Sent *x = submit(m, "x");
+    expect_answer(x, 503, "not-leader", "x (its session was lost)");
+    CHECK(eventually(leads, m), "a new term after the step-down");
+    Sent *get = send_cmd(m, mgrcmd_new(MC_SUBSCRIPTION_GET));
+    expect_answer(get, 200, NULL, "GET /subscriptions in the new term");
+    v = get->cmd->subs;
+    CHECK(v && v->len == 1 && !strcmp(v->items[0].sub.name, "hook") &&
+              !strcmp(v->items[0].sub.kinds[1], "dead"),
+          "the new term knows the subscription (%zu)", v ? v->len : 0);
+    MgrCmd *c = mgrcmd_new(MC_SUB_PAUSE);
+    c->name = xstrdup("hook");
+    c->reason = xstrdup("failing");
+    Sent *pause = send_cmd(m, c);
+    expect_answer(pause, 204, NULL, "workd's pause");
+    CHECK(fake_subscription_is("hook", SECRET, true),
+          "the pause should be in the table with the secret the new term read back");
+    sent_free(put);
+    sent_free(x);
+    sent_free(get);
+    sent_free(pause);
+    stop(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +358,7 @@ int main(void)
         cmocka_unit_test(test_an_append_behind_a_refused_one_is_never_a_success),
         cmocka_unit_test(test_shutdown_with_appends_out_answers_every_command),
         cmocka_unit_test(test_what_the_database_refuses_is_found_and_isolated),
+        cmocka_unit_test(test_a_new_term_rebuilds_the_subscriptions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1380,6 +1380,227 @@ static void test_apply_ignores_events_that_do_not_fit(void **state)
     sim_free(&s);
 }
 
+/* ---- webhook subscriptions ---- */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Every subscription of ws, by name, one line each (sub_text); without
+ * secrets, every secret shown as (null). Caller frees. */
+static char *subs_text(const WorkState *ws, bool secrets)
+{
+    const SubscriptionSet *set = ws_subscriptions(ws);
+    size_t n = subs_count(set), j = 0;
+    char **lines = xcalloc(n + 1, sizeof *lines);
+    const Subscription *x;
+    for (size_t i = 0; (x = subs_next(set, &i));) {
+        Subscription shown = *x;
+        if (!secrets)
+            shown.secret = NULL;
+        lines[j++] = sub_text(&shown);
+    }
+    qsort(lines, n, sizeof *lines, cmp_str);
+    SBuf b;
+    sbuf_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        sbuf_printf(&b, "%s\n", lines[i]);
+        free(lines[i]);
+    }
+    free(lines);
+    return sbuf_steal(&b);
+}
+
+static void expect_subs(const char *what, const WorkState *ws, const char *want)
+{
+    char *got = subs_text(ws, true);
+    CHECK(!strcmp(got, want), "%s:\n%s\nshould be:\n%s", what, got, want);
+    free(got);
+}
+
+/* An operator's PUT of a subscription (reset: with "after"). */
+static void sub_put(Sim *s, const char *name, const char *url, const char *secret,
+                    const char *queues, const char *kinds, bool paused, int64_t after)
+{
+    Subscription set = {.name = (char *)name,
+                        .url = (char *)url,
+                        .secret = (char *)secret,
+                        .queues = queues ? strv_split(queues) : NULL,
+                        .kinds = strv_split(kinds),
+                        .paused = paused,
+                        .cursor = after < 0 ? 0 : after};
+    Err err = {0};
+    CHECK(subs_decide_set(ws_subscriptions(s->ws), &set, after >= 0, s->seq, s->now, &s->out,
+                          &err) == 0,
+          "PUT %s refused: %s", name, err.msg);
+    strv_free(set.queues);
+    strv_free(set.kinds);
+    sim_emit(s);
+}
+
+#define SECRET_A "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+#define SECRET_B "whsec_dGhpcnR5LXR3by1ieXRlcy1vZi1zZWNyZXQh"
+
+/* The subscription events fold into the state as the database folds them
+ * into workd_subscriptions: a new one starts at the log's end, a PUT keeps
+ * the cursor unless it names one, cursors only move forward, workd's pause
+ * keeps the settings, a deletion forgets it. */
+static void test_subscriptions_follow_their_events(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    submit_one(&s, (Spec){.id = "x"}); /* seq 1: a log that does not start empty */
+    const SubscriptionSet *subs = ws_subscriptions(s.ws);
+    sub_put(&s, "a", "https://a.example/h", SECRET_A, NULL, "completed,dead", false, -1);
+    sub_put(&s, "b", "https://u:p@b.example/h", SECRET_B, "mail,sms", "dead", false, 0);
+    expect_subs("after two PUTs", s.ws,
+                "a url=https://a.example/h secret=" SECRET_A " queues=(all) kinds=completed,dead "
+                "paused=0 reason=(null) cursor=1\n"
+                "b url=https://u:p@b.example/h secret=" SECRET_B " queues=mail,sms kinds=dead "
+                "paused=0 reason=(null) cursor=0\n");
+    subs_decide_cursor(subs, "a", 9, s.now, &s.out);
+    subs_decide_cursor(subs, "a", 4, s.now, &s.out); /* behind: ignored */
+    subs_decide_cursor(subs, "gone", 4, s.now, &s.out);
+    CHECK(s.out.len == 2, "a cursor for a subscription that does not exist decides nothing");
+    sim_emit(&s);
+    CHECK(subs_decide_pause(subs, "b", "failing since 60000 ms ago", s.seq, s.now, &s.out),
+          "the pause of b should be decided");
+    sim_emit(&s);
+    CHECK(!subs_decide_pause(subs, "b", "again", s.seq, s.now, &s.out) && !s.out.len,
+          "a paused subscription is not paused again");
+    sub_put(&s, "a", "https://a2.example/h", SECRET_B, "mail", "dead", true, -1);
+    expect_subs("after cursors, workd's pause of b and a PUT of a", s.ws,
+                "a url=https://a2.example/h secret=" SECRET_B " queues=mail kinds=dead "
+                "paused=1 reason=(null) cursor=9\n"
+                "b url=https://u:p@b.example/h secret=" SECRET_B " queues=mail,sms kinds=dead "
+                "paused=1 reason=failing since 60000 ms ago cursor=0\n");
+    Err err = {0};
+    CHECK(subs_decide_delete(subs, "nope", s.seq, s.now, &s.out, &err) != 0 && err.status == 404,
+          "deleting what does not exist is a 404, not %d", err.status);
+    CHECK(subs_decide_delete(subs, "b", s.seq, s.now, &s.out, &err) == 0, "%s", err.msg);
+    sim_emit(&s);
+    expect_subs("after b's deletion", s.ws,
+                "a url=https://a2.example/h secret=" SECRET_B " queues=mail kinds=dead "
+                "paused=1 reason=(null) cursor=9\n");
+    sim_free(&s);
+}
+
+/* Replaying the log rebuilds the subscriptions, and so does replaying it as
+ * the database gives it back, without the secrets (migration 0016): then
+ * everything but the secrets, which recovery reads from workd_subscriptions. */
+static void test_subscriptions_replay_from_the_log(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    const SubscriptionSet *subs = ws_subscriptions(s.ws);
+    for (int i = 0; i < 5; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "hook-%d", i);
+        sub_put(&s, name, "https://h.example/x", i % 2 ? SECRET_A : SECRET_B, i % 3 ? "mail" : NULL,
+                "completed", false, i == 2 ? 0 : -1);
+        subs_decide_cursor(subs, name, s.seq + i, s.now, &s.out);
+        sim_emit(&s);
+    }
+    CHECK(subs_decide_pause(subs, "hook-1", "failing", s.seq, s.now, &s.out), "hook-1's pause");
+    sim_emit(&s);
+    sub_put(&s, "hook-3", "https://h.example/y", SECRET_B, NULL, "dead", false, 2);
+    Err err = {0};
+    CHECK(subs_decide_delete(subs, "hook-4", s.seq, s.now, &s.out, &err) == 0, "%s", err.msg);
+    sim_emit(&s);
+    CHECK(subs_count(subs) == 4, "4 subscriptions should be left, not %zu", subs_count(subs));
+    char *live = subs_text(s.ws, true);
+
+    WorkState *replayed = sim_replay(&s);
+    char *got = subs_text(replayed, true);
+    CHECK(!strcmp(live, got), "replayed from the log:\n%s\nlive:\n%s", got, live);
+    free(got);
+    ws_free(replayed);
+
+    replayed = ws_new(&CFG);
+    for (size_t i = 0; i < s.log.len; i++) {
+        json_t *data = event_data_encode(&s.log.items[i]);
+        json_object_del(data, "secret"); /* as the database keeps the log */
+        Event e;
+        CHECK(event_decode(s.log.items[i].seq, 1, T0, event_type_name(s.log.items[i].type), 1,
+                           s.log.items[i].work_id, data, &e, &err) == 0,
+              "seq %zu: %s", i + 1, err.msg);
+        CHECK(!e.sub || !e.sub->secret, "the log as stored holds no secret");
+        ws_apply(replayed, &e);
+        event_clear(&e);
+        json_decref(data);
+    }
+    char *want = subs_text(s.ws, false);
+    got = subs_text(replayed, false);
+    CHECK(!strcmp(want, got), "replayed from the stored log (no secrets):\n%s\nlive:\n%s", got,
+          want);
+    free(got);
+    free(want);
+    const Subscription *x;
+    for (size_t i = 0; (x = subs_next(ws_subscriptions(replayed), &i));)
+        CHECK(!x->secret, "a replay cannot know %s's secret", x->name);
+    /* What recovery does: the secrets from workd_subscriptions. */
+    for (size_t i = 0; (x = subs_next(subs, &i));)
+        ws_subscription_restore(replayed, x);
+    got = subs_text(replayed, true);
+    CHECK(!strcmp(live, got), "with the table's secrets:\n%s\nlive:\n%s", got, live);
+    free(got);
+    free(live);
+    ws_free(replayed);
+    sim_free(&s);
+}
+
+/* workd's pause must carry the secret (the database takes the one of the
+ * last event): without one, nothing is decided. */
+static void test_a_pause_needs_the_secret(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    sub_put(&s, "a", "https://a.example/h", SECRET_A, NULL, "completed", false, -1);
+    Event *e = eventlist_push(&s.out); /* as the log gives it back: no secret */
+    e->type = EV_SUBSCRIPTION;
+    e->sub = xcalloc(1, sizeof *e->sub);
+    e->sub->name = xstrdup("b");
+    e->sub->url = xstrdup("https://b.example/h");
+    e->sub->kinds = strv_split("dead");
+    sim_emit(&s);
+    const SubscriptionSet *subs = ws_subscriptions(s.ws);
+    CHECK(!subs_decide_pause(subs, "b", "failing", s.seq, s.now, &s.out) && !s.out.len,
+          "a subscription whose secret is not known is not paused");
+    CHECK(subs_decide_pause(subs, "a", "failing", s.seq, s.now, &s.out) && s.out.len == 1 &&
+              s.out.items[0].sub->secret && !strcmp(s.out.items[0].sub->secret, SECRET_A),
+          "a's pause should carry its secret");
+    sim_emit(&s);
+    sim_free(&s);
+}
+
+/* SUBS_MAX subscriptions at most: a new one past it is refused, a change
+ * of one that exists is not. */
+static void test_subscriptions_are_bounded(void **state)
+{
+    Sim s;
+    sim_init(&s, &CFG, T0);
+    char name[16];
+    for (int i = 0; i < SUBS_MAX; i++) {
+        snprintf(name, sizeof name, "h%d", i);
+        sub_put(&s, name, "https://h.example/x", SECRET_A, NULL, "dead", false, -1);
+    }
+    Subscription set = {.name = "one-more",
+                        .url = "https://h",
+                        .secret = SECRET_A,
+                        .kinds = (char *[]){"dead", NULL}};
+    Err err = {0};
+    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, s.seq, s.now, &s.out, &err) != 0 &&
+              err.status == 409 && !strcmp(err.type, "too-many-subscriptions") && !s.out.len,
+          "subscription %d should be refused (409 too-many-subscriptions), not %d %s", SUBS_MAX + 1,
+          err.status, err.type);
+    set.name = "h0";
+    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, s.seq, s.now, &s.out, &err) == 0,
+          "a change of one that exists is taken: %s", err.msg);
+    sim_emit(&s);
+    sim_free(&s);
+}
+
 static void test_worker_registry(void **state)
 {
     Sim s;
@@ -2405,6 +2626,10 @@ int main(void)
         cmocka_unit_test(test_recovered_running_work_keeps_its_lease),
         cmocka_unit_test(test_attempts_a_worker_does_not_list_fail),
         cmocka_unit_test(test_apply_ignores_events_that_do_not_fit),
+        cmocka_unit_test(test_subscriptions_follow_their_events),
+        cmocka_unit_test(test_subscriptions_replay_from_the_log),
+        cmocka_unit_test(test_a_pause_needs_the_secret),
+        cmocka_unit_test(test_subscriptions_are_bounded),
         cmocka_unit_test(test_worker_registry),
         cmocka_unit_test(test_random_sequences_keep_the_invariants),
     };

@@ -224,6 +224,28 @@ static inline bool json_eq_null(json_t *a, json_t *b)
 
 /* NULL when a and b are the same event field by field, else the fields that
  * differ, as "field: a != b;" (caller frees). */
+/* A subscription on one line, every field of it, for comparing and for
+ * messages (NULL: "(none)"); the caller frees. */
+static inline char *sub_text(const Subscription *s)
+{
+    if (!s)
+        return xstrdup("(none)");
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_printf(&b, "%s url=%s secret=%s queues=", s->name ? s->name : "(null)",
+                s->url ? s->url : "(null)", s->secret ? s->secret : "(null)");
+    if (!s->queues)
+        sbuf_puts(&b, "(all)");
+    for (size_t i = 0; s->queues && s->queues[i]; i++)
+        sbuf_printf(&b, "%s%s", i ? "," : "", s->queues[i]);
+    sbuf_puts(&b, " kinds=");
+    for (size_t i = 0; s->kinds && s->kinds[i]; i++)
+        sbuf_printf(&b, "%s%s", i ? "," : "", s->kinds[i]);
+    sbuf_printf(&b, " paused=%d reason=%s cursor=%lld", s->paused,
+                s->paused_reason ? s->paused_reason : "(null)", (long long)s->cursor);
+    return sbuf_steal(&b);
+}
+
 static inline char *event_diff(const Event *a, const Event *b)
 {
     SBuf m;
@@ -279,7 +301,21 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(limits.max_running_per_key);
     EVD_INT(limits.rate_limit);
     EVD_INT(limits.rate_period_ms);
-    EVD_JSON(detail);
+    EVD_INT(has_fraction);
+    if (a->fraction != b->fraction)
+        sbuf_printf(&m, " fraction: %g != %g;", a->fraction, b->fraction);
+    EVD_STR(message);
+    EVD_STR(output);
+    EVD_INT(sub_deleted);
+    EVD_INT(sub_reset);
+    EVD_INT(sub_start);
+    {
+        char *x = sub_text(a->sub), *y = sub_text(b->sub);
+        if (strcmp(x, y))
+            sbuf_printf(&m, " sub: %s != %s;", x, y);
+        free(x);
+        free(y);
+    }
     EVD_INT(run_anyway);
     EVD_INT(waiting);
     EVD_STR(batch);

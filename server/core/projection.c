@@ -36,13 +36,47 @@ static void set_str(char **dst, const char *src)
     *dst = xstrdup(src);
 }
 
-void projrow_fold(ProjRow *r, const Event *e)
+/* An accepted event: the whole row. */
+static void fold_accepted(ProjRow *r, const Event *e)
+{
+    r->is_new = true;
+    set_str(&r->queue, e->queue);
+    set_str(&r->key, e->key);
+    r->priority = e->priority;
+    json_decref(r->payload);
+    r->payload = json_incref(e->payload);
+    r->status = e->waiting ? "waiting" : "pending";
+    json_decref(r->after);
+    r->after = NULL;
+    if (e->after) {
+        r->after = json_array();
+        for (size_t i = 0; e->after[i]; i++)
+            json_array_append_new(r->after, json_string(e->after[i]));
+        r->after_policy = e->run_anyway ? "run" : "cancel";
+    }
+    set_str(&r->batch, e->batch);
+    set_str(&r->traceparent, e->traceparent);
+    set_str(&r->tracestate, e->tracestate);
+    r->max_attempts = e->max_attempts;
+    r->timeout_ms = e->timeout_ms;
+    r->run_at = e->run_at;
+    r->created_at = e->at;
+    r->accepted_seq = e->seq;
+}
+
+/* The event's seq, in the row's history. */
+static void add_history(ProjRow *r, int64_t seq)
 {
     if (r->n_hist == r->cap_hist) {
         r->cap_hist = r->cap_hist ? 2 * r->cap_hist : 4;
         r->hist = xrealloc(r->hist, r->cap_hist * sizeof *r->hist);
     }
-    r->hist[r->n_hist++] = e->seq;
+    r->hist[r->n_hist++] = seq;
+}
+
+void projrow_fold(ProjRow *r, const Event *e)
+{
+    add_history(r, e->seq);
     if (e->type == EV_PROGRESS) { /* changes nothing else but the row's latest progress */
         r->progress_seq = e->seq;
         r->changed |= PC_PROGRESS;
@@ -51,29 +85,7 @@ void projrow_fold(ProjRow *r, const Event *e)
     r->updated_seq = e->seq;
     switch (e->type) {
     case EV_ACCEPTED:
-        r->is_new = true;
-        set_str(&r->queue, e->queue);
-        set_str(&r->key, e->key);
-        r->priority = e->priority;
-        json_decref(r->payload);
-        r->payload = json_incref(e->payload);
-        r->status = e->waiting ? "waiting" : "pending";
-        json_decref(r->after);
-        r->after = NULL;
-        if (e->after) {
-            r->after = json_array();
-            for (size_t i = 0; e->after[i]; i++)
-                json_array_append_new(r->after, json_string(e->after[i]));
-            r->after_policy = e->run_anyway ? "run" : "cancel";
-        }
-        set_str(&r->batch, e->batch);
-        set_str(&r->traceparent, e->traceparent);
-        set_str(&r->tracestate, e->tracestate);
-        r->max_attempts = e->max_attempts;
-        r->timeout_ms = e->timeout_ms;
-        r->run_at = e->run_at;
-        r->created_at = e->at;
-        r->accepted_seq = e->seq;
+        fold_accepted(r, e);
         return;
     case EV_STARTED:
         r->status = "running";

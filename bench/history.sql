@@ -91,6 +91,7 @@ VACUUM (ANALYZE) workd_log;
 VACUUM (ANALYZE) workd_open;
 VACUUM (ANALYZE) workd_done;
 CHECKPOINT;
-SELECT (SELECT sum(last_seq - first_seq + 1) FROM workd_log) AS events,
+SELECT (SELECT sum(length(events) - length(replace(events, E'\n', '')) + 1) FROM workd_log)
+         AS events,
        (SELECT count(*) FROM workd_open WHERE status IN ('pending', 'running')) AS open,
        (SELECT count(*) FROM workd_done WHERE status = 'completed') AS finished;

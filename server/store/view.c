@@ -91,33 +91,38 @@ static int visit_wanted(const LogLine *l, int64_t term, void *ud, Err *err)
 }
 
 /* The events of these seqs (sorted), oldest first, to fn: each record that
- * holds one is read once, through the index on last_seq. A seq whose record
- * is gone with its part is skipped. */
+ * holds one is read once, through the index on last_seq, at most SEQS_READ
+ * seqs' records a read, so that a long history (an attempt's thousands of
+ * progress reports) is read a page at a time, and no further than fn wants.
+ * A seq whose record is gone with its part is skipped. */
 static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *err)
 {
-    if (!want->n)
-        return 0;
-    char *arr = seqs_array(want->v, want->n);
-    const char *params[] = {arr};
-    /* Planned once per session: planning over every part costs more than
-     * the lookups. */
-    PGresult *r = db_exec_cached(c, "workd_log_at",
-                                 "SELECT DISTINCT ON (l.last_seq) l.term, l.events"
-                                 "  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
-                                 "       (SELECT last_seq, first_seq, term, events FROM workd_log"
-                                 "         WHERE last_seq >= s.seq ORDER BY last_seq LIMIT 1) l"
-                                 " WHERE l.first_seq <= s.seq"
-                                 " ORDER BY l.last_seq",
-                                 1, params, "reading the log", err);
-    free(arr);
-    if (!r)
-        return -1;
-    SeqsVisit v = {want, fn, ud};
+    enum { SEQS_READ = 64 };
     int rc = 1;
-    for (int i = 0; i < PQntuples(r) && rc == 1; i++)
-        rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
-                         visit_wanted, &v, err);
-    PQclear(r);
+    for (size_t from = 0; from < want->n && rc == 1; from += SEQS_READ) {
+        Seqs part = {want->v + from, want->n - from < SEQS_READ ? want->n - from : SEQS_READ};
+        char *arr = seqs_array(part.v, part.n);
+        const char *params[] = {arr};
+        /* Planned once per session: planning over every part costs more
+         * than the lookups. */
+        PGresult *r = db_exec_cached(c, "workd_log_at",
+                                     "SELECT DISTINCT ON (l.last_seq) l.term, l.events"
+                                     "  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
+                                     "       (SELECT last_seq, first_seq, term, events"
+                                     "          FROM workd_log WHERE last_seq >= s.seq"
+                                     "         ORDER BY last_seq LIMIT 1) l"
+                                     " WHERE l.first_seq <= s.seq"
+                                     " ORDER BY l.last_seq",
+                                     1, params, "reading the log", err);
+        free(arr);
+        if (!r)
+            return -1;
+        SeqsVisit v = {&part, fn, ud};
+        for (int i = 0; i < PQntuples(r) && rc == 1; i++)
+            rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
+                             visit_wanted, &v, err);
+        PQclear(r);
+    }
     return rc < 0 ? -1 : 0;
 }
 

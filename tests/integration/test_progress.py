@@ -128,6 +128,47 @@ def test_reconnect_resumes_after_last_event_id(cluster):
     assert both[-2]["data"]["fraction"] == 19 / 20, both[-2]
 
 
+def test_a_long_history_reads_whole_in_pages_and_from_its_start(cluster):
+    """A work item's events are found through its row's history (the log is
+    records of many events): 200 progress reports, read back a page at a time
+    from GET /work/{id}/events and from the start of its stream, every one
+    once, in order, after its work finished and while another job's events
+    share its records."""
+    srv = start_server(cluster, ["--progress-rate", "1000", "--progress-rate-worker", "1000",
+                                 "--progress-rate-total", "2000"])
+    submit(srv.url, {"id": "long", "payload": 1})
+    submit(srv.url, {"id": "beside", "payload": 2})
+    heartbeat(srv.url, "wk", capacity=2)
+    jobs = {j["id"]: j for j in pull(srv.url, "wk", max_jobs=2)}
+    for i in range(200):
+        progress(srv.url, jobs["long"], output=f"{i};")
+        if i % 10 == 0:
+            progress(srv.url, jobs["beside"], output="x")
+    for j in jobs.values():
+        expect(http("POST", f"{srv.url}/work/{j['id']}/attempts/{j['attempt']}/complete",
+                    {"worker_id": "wk", "instance": "i1", "result": "ok"}, JSON), 200, "complete")
+    wait_status(srv.url, "long", "completed")
+    got, after = [], 0
+    while True:
+        page = expect(http("GET", f"{srv.url}/work/long/events?limit=37&after={after}"), 200,
+                      "a page of events").json()
+        got += page["events"]
+        if not page["next_after"]:
+            break
+        after = page["next_after"]
+    types = [e["type"] for e in got]
+    assert types == ["accepted", "started"] + ["progress"] * 200 + ["completed"], types
+    assert "".join(e["data"]["output"] for e in got if e["type"] == "progress") == \
+        "".join(f"{i};" for i in range(200))
+    seqs = [e["seq"] for e in got]
+    assert seqs == sorted(set(seqs)), "the events of one work must come once each, in order"
+    with SSEClient(srv.url + "/work/long/stream") as stream:
+        stream.wait_for(lambda e: e["event"] == "completed", 20)
+        outs = [e["data"]["output"] for e in stream.events if e["event"] == "progress"]
+    assert outs == [f"{i};" for i in range(200)], outs[:5]
+    assert get_work(srv.url, "long")["progress"]["seq"] == seqs[-2]
+
+
 def test_work_stream_ends_after_the_work_ends(cluster):
     """README's `curl -N .../work/ID/stream`: the work's history, then its end,
     then the stream ends; live, from the table, and for cancelled work."""

@@ -174,15 +174,6 @@ static bool event_needs_work(EventType t)
            t != EV_SUB_CURSOR;
 }
 
-json_t *time_json(int64_t ms)
-{
-    char buf[40];
-    if (!ms)
-        return json_null();
-    time_format(ms, buf, sizeof buf);
-    return json_string(buf);
-}
-
 static void set_time(json_t *o, const char *key, int64_t ms)
 {
     json_object_set_new(o, key, ms ? json_integer(ms) : json_null());
@@ -1037,18 +1028,3 @@ void eventlist_free(EventList *l)
     eventlist_init(l);
 }
 
-/* The flow control a queue has, as the API shows it. */
-json_t *queue_limits_json(const char *queue, const QueueLimits *l)
-{
-    json_t *w = json_object();
-    for (size_t i = 0; i < l->n_weights; i++)
-        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
-    return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
-        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
-        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
-        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
-                                  (double)l->rate_period_ms / 1000.0)
-                      : json_null(),
-        "key_weights", w);
-}

@@ -205,9 +205,6 @@ bool event_is_final(EventType t);
 /* True for the events published on /results: EVENTS_PUBLISHED and progress. */
 bool event_is_published(EventType t);
 
-/* A time (ms since the epoch) as the API shows it: an RFC 3339 string, or
- * null for 0 (a new reference). */
-json_t *time_json(int64_t ms);
 
 /* ---- encoding ---- */
 /* The "data" column of e (a new reference). */
@@ -265,8 +262,5 @@ Event *eventlist_push(EventList *l);
 void eventlist_clear(EventList *l); /* frees the events, keeps capacity */
 void eventlist_free(EventList *l);
 
-/* The flow control a queue has, as the API shows it: {"queue", "paused",
- * "max_running", "max_running_per_key", "rate"} (a new reference). */
-json_t *queue_limits_json(const char *queue, const QueueLimits *l);
 
 #endif

@@ -134,7 +134,7 @@ static json_t *cluster_json(const ClusterView *v)
         "{s:f, s:I, s:I, s:I, s:I, s:o, s:o, s:I}", "retain_s", (double)v->retain_ms / 1000.0,
         "parts", (json_int_t)v->parts, "events_bytes", (json_int_t)v->events_bytes, "done_bytes",
         (json_int_t)v->done_bytes, "open_bytes", (json_int_t)v->open_bytes, "oldest_part_at",
-        time_json(v->oldest_part_ms), "retention_last_run_at", time_json(v->last_run_ms),
+        render_time(v->oldest_part_ms), "retention_last_run_at", render_time(v->last_run_ms),
         "parts_dropped", (json_int_t)v->parts_dropped);
     return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", v->leader, "term",
                      (json_int_t)v->term, "workers", workers, "open", open, "open_total",
@@ -283,7 +283,7 @@ static void reply_cluster(Req *r, const MgrCmd *c)
 
 static void reply_queue_set(Req *r, const MgrCmd *c)
 {
-    json_t *o = queue_limits_json(c->queue, &c->limits);
+    json_t *o = render_queue_limits(c->queue, &c->limits);
     if (c->queue_new) /* most often a misspelt name: say so */
         json_object_set_new(o, "warning",
                             json_pack("s++", "the queue '", c->queue,

@@ -6,6 +6,30 @@
 
 #include "util.h"
 
+json_t *render_time(int64_t ms)
+{
+    char buf[40];
+    if (!ms)
+        return json_null();
+    time_format(ms, buf, sizeof buf);
+    return json_string(buf);
+}
+
+json_t *render_queue_limits(const char *queue, const QueueLimits *l)
+{
+    json_t *w = json_object();
+    for (size_t i = 0; i < l->n_weights; i++)
+        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
+    return json_pack(
+        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
+        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
+        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
+        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
+                                  (double)l->rate_period_ms / 1000.0)
+                      : json_null(),
+        "key_weights", w);
+}
+
 /* A time (ms) as RFC 3339, or null when not set. */
 static json_t *at_json(int64_t ms)
 {
@@ -342,13 +366,13 @@ json_t *render_subscription(const SubscriptionView *v, bool deleted)
     json_object_set_new(o, "delivered_upto", json_integer(d->delivered_upto));
     json_object_set_new(o, "lag", json_integer(d->lag));
     json_object_set_new(o, "delivered", json_integer(d->delivered));
-    json_object_set_new(o, "last_delivered_at", time_json(d->last_delivered_at));
+    json_object_set_new(o, "last_delivered_at", render_time(d->last_delivered_at));
     json_object_set_new(o, "failures", json_integer(d->failures));
-    json_object_set_new(o, "failing_since", time_json(d->failing_since));
+    json_object_set_new(o, "failing_since", render_time(d->failing_since));
     json_object_set_new(o, "last_error",
                         d->last_error[0] ? json_string(d->last_error) : json_null());
-    json_object_set_new(o, "last_error_at", time_json(d->last_error_at));
-    json_object_set_new(o, "next_attempt_at", time_json(d->next_attempt_at));
+    json_object_set_new(o, "last_error_at", render_time(d->last_error_at));
+    json_object_set_new(o, "next_attempt_at", render_time(d->next_attempt_at));
     if (deleted)
         json_object_set_new(o, "deleted", json_true());
     return o;

@@ -15,6 +15,13 @@
 #include "view.h"
 
 /* ---- work ---- */
+/* A time (ms since the epoch) as the API shows it: an RFC 3339 string, or
+ * null for 0 (a new reference). */
+json_t *render_time(int64_t ms);
+/* The flow control a queue has, as the API shows it: {"queue", "paused",
+ * "max_running", "max_running_per_key", "rate", "key_weights"} (a new
+ * reference). */
+json_t *render_queue_limits(const char *queue, const QueueLimits *l);
 /* GET /work/{id}: the Work schema of openapi.yaml. */
 json_t *render_work(const WorkView *w);
 /* GET /work/{id}/events: {id, events, next_after}. */

@@ -1027,4 +1027,3 @@ void eventlist_free(EventList *l)
     free(l->items);
     eventlist_init(l);
 }
-

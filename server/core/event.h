@@ -205,7 +205,6 @@ bool event_is_final(EventType t);
 /* True for the events published on /results: EVENTS_PUBLISHED and progress. */
 bool event_is_published(EventType t);
 
-
 /* ---- encoding ---- */
 /* The "data" column of e (a new reference). */
 json_t *event_data_encode(const Event *e);
@@ -261,6 +260,5 @@ void eventlist_init(EventList *l);
 Event *eventlist_push(EventList *l);
 void eventlist_clear(EventList *l); /* frees the events, keeps capacity */
 void eventlist_free(EventList *l);
-
 
 #endif

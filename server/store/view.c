@@ -460,7 +460,9 @@ WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit
     o->id = xstrdup(id);
     o->items = xcalloc(seqs.n + 1, sizeof *o->items);
     int rc = log_read_seqs(c, &seqs, keep_work_event, o, err);
-    o->next_after = more && o->len ? o->items[o->len - 1].seq : 0;
+    /* The page's last seq, read or not: the records of a long-open work's
+     * first events may be gone with their part, and the history goes on. */
+    o->next_after = more ? seqs.v[seqs.n - 1] : 0;
     free(seqs.v);
     if (rc != 0) {
         view_work_events_free(o);

@@ -182,6 +182,39 @@ def test_retention_drops_whole_parts(cluster):
         assert name in metrics, f"/metrics lacks {name}"
 
 
+def test_a_history_that_outlived_its_first_parts_pages_on(cluster):
+    """Dead work waits for an operator however long, but its first events
+    leave with their part: its events, read a page at a time, go on past the
+    seqs whose records are gone instead of ending at them."""
+    s = cluster.start_server("s1", extra_args=["--retain", "3s", "--backoff-base", "0"])
+    wait_leader(s.url)
+    submit(s.url, {"id": "doomed", "payload": 0, "max_attempts": 1})
+    job = pull(s.url, "w1")[0]
+    report(s.url, "w1", [{"id": job["id"], "attempt": job["attempt"], "outcome": "failed",
+                          "error": "no"}])
+    assert get_work(s.url, "doomed")["status"] == "dead"
+    n = 0
+
+    def first_events_gone():
+        nonlocal n
+        submit(s.url, {"id": f"t{n}", "payload": n})  # the leader moves on to new parts
+        n += 1
+        return cluster.psql("SELECT count(*) FROM workd_events WHERE work_id = 'doomed'") == "0"
+    wait_until(first_events_gone, 30, what="the dead work's first events dropped with their part")
+    assert http("POST", s.url + "/work/doomed/retry").status == 200
+    got, after = [], 0
+    for _ in range(20):
+        page = expect(http("GET", f"{s.url}/work/doomed/events?limit=1&after={after}"), 200,
+                      "a page of the dead work's events").json()
+        got += page["events"]
+        if not page["next_after"]:
+            break
+        assert page["next_after"] > after, page
+        after = page["next_after"]
+    assert [e["type"] for e in got] == ["retried"], \
+        f"the pages ended before the events that are still kept: {got}"
+
+
 def test_notices_go_through_the_log(cluster):
     """Migrations and parts made ahead of the clock run DDL that PostgreSQL
     answers with NOTICEs ("trigger ... does not exist, skipping"): each one is

@@ -7,8 +7,10 @@
 -- (first_seq..last_seq, of one term) and cut at about 7 kB so that it stays
 -- on its heap page, uncompressed and out of TOAST. One index, on last_seq,
 -- finds the record holding any seq and tails the log. A work item's own
--- events are found through its row: history, the seqs of its events, and
--- progress_seq, its latest progress.
+-- events are found through its row's history (the seqs of its events, which
+-- grows by a few per job) and, for its progress reports, which may be
+-- thousands, through workd_progress (one small row per report, indexed by
+-- work id and seq, partitioned by part like the log).
 --
 -- A line is {"seq":N,"at":MS,"type":"T","v":V,"work_id":"ID"|null,"data":{...}}
 -- with exactly that prefix (workd_log_line writes it, as the server does), so
@@ -50,13 +52,21 @@ LANGUAGE sql IMMUTABLE AS $$
         || ',"data":' || data::text || '}'
 $$;
 
+-- A work item's progress reports (their lines are in the log).
+CREATE TABLE workd_progress (
+    work_id text    NOT NULL,
+    seq     bigint  NOT NULL,
+    part    integer NOT NULL
+) PARTITION BY RANGE (part);
+CREATE INDEX workd_progress_work ON workd_progress (work_id, seq);
+
 -- ---- the parts ----
 CREATE OR REPLACE FUNCTION workd_part_add(p integer, s timestamptz, e timestamptz) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['workd_log', 'workd_done'] LOOP
+    FOREACH t IN ARRAY ARRAY['workd_log', 'workd_done', 'workd_progress'] LOOP
         EXECUTE format('CREATE TABLE %I (LIKE %I INCLUDING DEFAULTS INCLUDING COMPRESSION,'
                        ' CHECK (part = %s))', t || '_p' || p, t, p);
         PERFORM workd_part_protect(t || '_p' || p);
@@ -80,6 +90,11 @@ BEGIN
         PERFORM workd_part_protect('workd_log_p' || p);
         EXECUTE format('ALTER TABLE workd_log ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
                        'workd_log_p' || p, p, p + 1);
+        EXECUTE format('CREATE TABLE %I (LIKE workd_progress INCLUDING DEFAULTS, CHECK (part = %s))',
+                       'workd_progress_p' || p, p);
+        PERFORM workd_part_protect('workd_progress_p' || p);
+        EXECUTE format('ALTER TABLE workd_progress ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)',
+                       'workd_progress_p' || p, p, p + 1);
     END LOOP;
 END
 $$;
@@ -106,14 +121,14 @@ SELECT min(seq), max(seq), term, max(at), false, string_agg(line, E'\n' ORDER BY
  GROUP BY part, term, seq / 64;
 
 -- ---- a work item's events, through its row ----
-ALTER TABLE workd_open ADD COLUMN history bigint[], ADD COLUMN progress_seq bigint;
-ALTER TABLE workd_done ADD COLUMN history bigint[], ADD COLUMN progress_seq bigint;
+INSERT INTO workd_progress (work_id, seq, part)
+SELECT work_id, seq, part FROM workd_events WHERE type = 'progress';
+ALTER TABLE workd_open ADD COLUMN history bigint[];
+ALTER TABLE workd_done ADD COLUMN history bigint[];
 CREATE TEMPORARY TABLE workd_history ON COMMIT DROP AS
-SELECT work_id, array_agg(seq ORDER BY seq) AS history,
-       max(seq) FILTER (WHERE type = 'progress') AS progress_seq
-  FROM workd_events WHERE work_id IS NOT NULL GROUP BY work_id;
-UPDATE workd_open o SET history = h.history, progress_seq = h.progress_seq
-  FROM workd_history h WHERE h.work_id = o.id;
+SELECT work_id, array_agg(seq ORDER BY seq) AS history
+  FROM workd_events WHERE work_id IS NOT NULL AND type <> 'progress' GROUP BY work_id;
+UPDATE workd_open o SET history = h.history FROM workd_history h WHERE h.work_id = o.id;
 -- Finished rows refuse every UPDATE: the refusal steps aside for this
 -- statement only, in this transaction, which no other session sees.
 CREATE OR REPLACE FUNCTION workd_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -121,8 +136,7 @@ BEGIN
     RETURN CASE WHEN TG_LEVEL = 'ROW' THEN NEW END;
 END
 $$;
-UPDATE workd_done w SET history = h.history, progress_seq = h.progress_seq
-  FROM workd_history h WHERE h.work_id = w.id;
+UPDATE workd_done w SET history = h.history FROM workd_history h WHERE h.work_id = w.id;
 CREATE OR REPLACE FUNCTION workd_events_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION '% is append-only: % is not allowed', TG_TABLE_NAME, TG_OP
@@ -261,6 +275,10 @@ SELECT (x.e->>'seq')::bigint AS seq, l.term, workd_ts((x.e->>'at')::bigint) AS a
 CREATE TRIGGER workd_log_no_rewrite BEFORE UPDATE OR DELETE ON workd_log
     FOR EACH ROW EXECUTE FUNCTION workd_events_append_only();
 CREATE TRIGGER workd_log_no_rewrite_stmt BEFORE UPDATE OR DELETE OR TRUNCATE ON workd_log
+    FOR EACH STATEMENT EXECUTE FUNCTION workd_events_append_only();
+CREATE TRIGGER workd_progress_no_rewrite BEFORE UPDATE OR DELETE ON workd_progress
+    FOR EACH ROW EXECUTE FUNCTION workd_events_append_only();
+CREATE TRIGGER workd_progress_no_rewrite_stmt BEFORE UPDATE OR DELETE OR TRUNCATE ON workd_progress
     FOR EACH STATEMENT EXECUTE FUNCTION workd_events_append_only();
 CREATE TRIGGER workd_log_control BEFORE INSERT ON workd_log
     FOR EACH ROW WHEN (NEW.control) EXECUTE FUNCTION workd_log_control();

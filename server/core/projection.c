@@ -76,12 +76,9 @@ static void add_history(ProjRow *r, int64_t seq)
 
 void projrow_fold(ProjRow *r, const Event *e)
 {
-    add_history(r, e->seq);
-    if (e->type == EV_PROGRESS) { /* changes nothing else but the row's latest progress */
-        r->progress_seq = e->seq;
-        r->changed |= PC_PROGRESS;
+    if (e->type == EV_PROGRESS) /* changes no row: workd_progress finds it */
         return;
-    }
+    add_history(r, e->seq);
     r->updated_seq = e->seq;
     switch (e->type) {
     case EV_ACCEPTED:

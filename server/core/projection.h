@@ -27,7 +27,6 @@ enum {
     PCB_RESULT,
     PCB_LAST_ERROR,
     PCB_ACCEPTED_SEQ,
-    PCB_PROGRESS,
     PCB_COUNT
 };
 enum {
@@ -42,7 +41,6 @@ enum {
     PC_RESULT = 1 << PCB_RESULT,
     PC_LAST_ERROR = 1 << PCB_LAST_ERROR,
     PC_ACCEPTED_SEQ = 1 << PCB_ACCEPTED_SEQ,
-    PC_PROGRESS = 1 << PCB_PROGRESS,
     PC_ALL = (1 << PCB_COUNT) - 1,
 };
 
@@ -69,10 +67,10 @@ typedef struct ProjRow {
     /* the producer's trace context; NULL: none */
     char *traceparent, *tracestate;
     /* the seqs of the folded events: added to the row's history, through
-     * which its events are read (view_work_events) */
+     * which its events are read (view_work_events); progress reports are
+     * not folded (workd_progress finds them) */
     int64_t *hist;
     size_t n_hist, cap_hist;
-    int64_t progress_seq; /* the latest progress folded (PC_PROGRESS); 0: none */
 } ProjRow;
 
 /* An empty row for work id (nothing known, nothing changed). */

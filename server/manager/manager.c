@@ -361,7 +361,7 @@ static void emit_one(Manager *m, Event *e, int64_t now, EventList *more)
     if (e->work_id && (e->type == EV_STARTED || e->type == EV_FAILED || e->type == EV_TIMED_OUT ||
                        event_is_final(e->type)))
         progress_forget(m->progress, e->work_id); /* the attempt ended */
-    if (e->work_id) {
+    if (e->work_id && e->type != EV_PROGRESS) {   /* progress changes no row */
         ProjRow *row = hmap_get(&m->proj, e->work_id);
         if (!row) {
             row = xmalloc(sizeof *row);

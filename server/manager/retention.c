@@ -129,7 +129,8 @@ WARN_UNUSED static int drop_expired(Retention *r, const PartList *pl, int64_t no
         PQclear(res);
         if (last > now - r->cfg.retain_ms)
             return 0;
-        if (drop_table(r, "workd_done", part) != 0 || drop_table(r, "workd_log", part) != 0)
+        if (drop_table(r, "workd_done", part) != 0 || drop_table(r, "workd_log", part) != 0 ||
+            drop_table(r, "workd_progress", part) != 0)
             return -1;
         char pv[16];
         snprintf(pv, sizeof pv, "%d", part);
@@ -168,13 +169,16 @@ static int trim_activity(Retention *r, int64_t now)
 static void measure(Retention *r, const PartList *pl)
 {
     Err err = {0};
-    PGresult *res = db_exec(r->conn,
-                            "SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
-                            "          FROM pg_partition_tree('workd_log')),"
-                            "       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
-                            "          FROM pg_partition_tree('workd_done')),"
-                            "       pg_total_relation_size('workd_open')",
-                            0, NULL, "measuring the tables", &err);
+    PGresult *res =
+        db_exec(r->conn,
+                "SELECT (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
+                "          FROM (SELECT relid FROM pg_partition_tree('workd_log')"
+                "                UNION ALL"
+                "                SELECT relid FROM pg_partition_tree('workd_progress')) t),"
+                "       (SELECT coalesce(sum(pg_total_relation_size(relid)), 0)"
+                "          FROM pg_partition_tree('workd_done')),"
+                "       pg_total_relation_size('workd_open')",
+                0, NULL, "measuring the tables", &err);
     if (!res)
         return;
     atomic_store(&r->stats.events_bytes, db_int(res, 0, 0));

@@ -63,8 +63,7 @@ typedef enum { K_TEXT, K_INT, K_BIGINT, K_TIME, K_JSON, K_SEQS, K_BOOL } ColKind
     X(F_AFTER_POLICY, "after_policy", K_TEXT, 0)                                                   \
     X(F_BATCH, "batch", K_TEXT, 0)                                                                 \
     X(F_TRACE, "trace", K_JSON, 0)                                                                 \
-    X(F_HISTORY, "history", K_SEQS, 0)                                                             \
-    X(F_PROGRESS, "progress_seq", K_BIGINT, PC_PROGRESS)
+    X(F_HISTORY, "history", K_SEQS, 0)
 
 #define FIELD_ENUM(f, name, kind, pc) f,
 typedef enum { FIELD_TABLE(FIELD_ENUM) F_COUNT } Field;
@@ -92,16 +91,15 @@ static const Field open_new_cols[] = {
     F_ID,         F_QUEUE,        F_KEY,     F_PRIORITY, F_PAYLOAD,    F_STATUS,
     F_ATTEMPTS,   F_MAX_ATTEMPTS, F_TIMEOUT, F_RUN_AT,   F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,  F_DEADLINE, F_LAST_ERROR, F_UPDATED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE,    F_HISTORY,    F_PROGRESS};
-static const Field open_up_cols[] = {F_ID,           F_MASK,     F_STATUS,     F_ATTEMPTS,
-                                     F_MAX_ATTEMPTS, F_RUN_AT,   F_STARTED_AT, F_FINISHED_AT,
-                                     F_WORKER,       F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ,
-                                     F_UPDATED_SEQ,  F_HISTORY,  F_PROGRESS};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,   F_TRACE,    F_HISTORY};
+static const Field open_up_cols[] = {
+    F_ID,          F_MASK,   F_STATUS,   F_ATTEMPTS,   F_MAX_ATTEMPTS, F_RUN_AT,      F_STARTED_AT,
+    F_FINISHED_AT, F_WORKER, F_DEADLINE, F_LAST_ERROR, F_ACCEPTED_SEQ, F_UPDATED_SEQ, F_HISTORY};
 static const Field done_cols[] = {
     F_ID,         F_MASK,         F_QUEUE,        F_KEY,     F_PRIORITY,   F_PAYLOAD,
     F_STATUS,     F_ATTEMPTS,     F_MAX_ATTEMPTS, F_TIMEOUT, F_CREATED_AT, F_ACCEPTED_SEQ,
     F_STARTED_AT, F_FINISHED_AT,  F_WORKER,       F_RESULT,  F_LAST_ERROR, F_FINISHED_SEQ,
-    F_AFTER,      F_AFTER_POLICY, F_BATCH,        F_TRACE,   F_HISTORY,    F_PROGRESS};
+    F_AFTER,      F_AFTER_POLICY, F_BATCH,        F_TRACE,   F_HISTORY};
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The columns of a log record (record.h): a commit's events, as one or
@@ -131,8 +129,10 @@ enum {
     P_PREV_PART, /* its part */
     P_INBOX,
     P_ACT_QUEUES,
-    P_ACT_FIRST, /* A_COUNT of them */
-    P_SCALARS = P_ACT_FIRST + A_COUNT - 1
+    P_ACT_FIRST,                         /* A_COUNT of them */
+    P_PROG_WORK = P_ACT_FIRST + A_COUNT, /* the progress reports: their work ids */
+    P_PROG_SEQ,                          /* and seqs */
+    P_SCALARS = P_PROG_SEQ
 };
 
 static const char *array_type(ColKind k)
@@ -216,11 +216,12 @@ enum {
 /* The parts of the append statement: each a CTE, written only when the
  * commit has rows for it (see append_shape). */
 typedef enum {
-    AP_BASE, /* the fence, the log records, the part's first seq: every commit */
-    AP_NEW,  /* open rows accepted in this commit */
-    AP_UP,   /* open rows changed */
-    AP_DONE, /* finished rows: out of workd_open, into workd_done, counted */
-    AP_ACT,  /* the dashboard's activity counts */
+    AP_BASE,     /* the fence, the log records, the part's first seq: every commit */
+    AP_NEW,      /* open rows accepted in this commit */
+    AP_UP,       /* open rows changed */
+    AP_DONE,     /* finished rows: out of workd_open, into workd_done, counted */
+    AP_ACT,      /* the dashboard's activity counts */
+    AP_PROGRESS, /* progress reports, found by work id in workd_progress */
     AP_INBOX,
     AP_END, /* the closing SELECT: every commit */
     AP_COUNT
@@ -384,6 +385,11 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
     sql_open_update(&part[AP_UP], &param);
     sql_done(&part[AP_DONE], &param);
     sql_activity(&part[AP_ACT]);
+    sbuf_printf(&part[AP_PROGRESS],
+                "pr AS (INSERT INTO workd_progress (work_id, seq, part)\n"
+                "  SELECT unnest($%d::text[]), unnest($%d::bigint[]), $%d::int"
+                " WHERE (SELECT ok FROM lk)),\n",
+                P_PROG_WORK, P_PROG_SEQ, P_PART);
     sbuf_printf(
         &part[AP_INBOX],
         "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk)),\n",
@@ -628,15 +634,12 @@ static void put_field(Col *c, const ProjRow *r, Field f)
     case F_LAST_ERROR:
         col_text(c, r->last_error);
         return;
-    case F_UPDATED_SEQ: /* 0: only progress was folded, the old row's stays */
+    case F_UPDATED_SEQ:
     case F_FINISHED_SEQ:
-        col_time(c, r->updated_seq);
+        col_int(c, r->updated_seq);
         return;
     case F_HISTORY:
         col_seqs(c, r->hist, r->n_hist);
-        return;
-    case F_PROGRESS:
-        col_time(c, r->progress_seq);
         return;
     case F_AFTER:
         col_json(c, r->after);
@@ -672,10 +675,10 @@ static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
  * in pipeline mode, where a statement cannot be prepared synchronously. */
 static _Thread_local struct {
     PGconn *conn;
-    bool used[64][N_PARAMS + 1]; /* the parameters shape reads ($1 is [1]) */
+    bool used[1u << AP_END][N_PARAMS + 1]; /* the parameters shape reads ($1 is [1]) */
 } shapes;
 
-_Static_assert(AP_INBOX < 6, "shapes (bits 1 to AP_INBOX) below 64");
+_Static_assert(AP_END <= 8, "shapes (bits 1 to AP_END - 1) fit an unsigned char");
 
 /* Every shape: AP_BASE and AP_END always, any set of the parts between. */
 #define SHAPE_BITS (((1u << AP_END) - 1) & ~1u)
@@ -813,6 +816,20 @@ static void activity_cols(const EventList *events, Col *cols)
     free(acts);
 }
 
+/* The commit's progress reports: cols[0] their work ids, cols[1] their seqs. */
+static void progress_cols(const EventList *events, Col *cols)
+{
+    col_begin(&cols[0], K_TEXT);
+    col_begin(&cols[1], K_BIGINT);
+    for (size_t i = 0; i < events->len; i++) {
+        const Event *e = &events->items[i];
+        if (e->type != EV_PROGRESS || !e->work_id)
+            continue;
+        col_text(&cols[0], e->work_id);
+        col_int(&cols[1], e->seq);
+    }
+}
+
 /* The commit's events as log records (record.h): lines cut into records of
  * about RECORD_BYTES. */
 static void put_records(Col *rec, const EventList *events)
@@ -889,11 +906,16 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
     params[P_PREV_PART - 1] = after ? prev_part : NULL;
     char *inbox_ns = seqs_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
-    Col act[1 + A_COUNT];
+    Col act[1 + A_COUNT], prog[2];
     activity_cols(events, act);
+    progress_cols(events, prog);
     Col *binary[N_PARAMS] = {0}; /* the array parameters, by index */
     for (int k = 0; k <= A_COUNT; k++)
         binary[P_ACT_QUEUES - 1 + k] = &act[k];
+    binary[P_PROG_WORK - 1] = &prog[0];
+    binary[P_PROG_SEQ - 1] = &prog[1];
+    if (prog[0].n)
+        shape |= 1u << AP_PROGRESS;
     for (int i = 0; i < N_ARRAYS; i++)
         binary[P_SCALARS + i] = &cols[i];
     if (act[0].n)
@@ -917,6 +939,8 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
     free(inbox_ns);
     for (int k = 0; k <= A_COUNT; k++)
         sbuf_free(&act[k].b);
+    sbuf_free(&prog[0].b);
+    sbuf_free(&prog[1].b);
     return rc;
 }
 

@@ -91,63 +91,63 @@ static int visit_wanted(const LogLine *l, int64_t term, void *ud, Err *err)
 }
 
 /* The events of these seqs (sorted), oldest first, to fn: each record that
- * holds one is read once, through the index on last_seq, at most SEQS_READ
- * seqs' records a read, so that a long history (an attempt's thousands of
- * progress reports) is read a page at a time, and no further than fn wants.
- * A seq whose record is gone with its part is skipped. */
+ * holds one is read once, through the index on last_seq, SEQS_READ seqs and
+ * about READ_BYTES of records a read, so that a long history is read a page
+ * at a time (and no further than fn wants) and a large record or two do not
+ * bring a read's worth of them into memory at once. A seq whose record is
+ * gone with its part is skipped. */
 static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *err)
 {
-    enum { SEQS_READ = 64 };
+    enum { SEQS_READ = 64, READ_BYTES = 1 << 20 };
     int rc = 1;
-    for (size_t from = 0; from < want->n && rc == 1; from += SEQS_READ) {
+    size_t from = 0;
+    while (from < want->n && rc == 1) {
         Seqs part = {want->v + from, want->n - from < SEQS_READ ? want->n - from : SEQS_READ};
-        char *arr = seqs_array(part.v, part.n);
-        const char *params[] = {arr};
+        char *arr = seqs_array(part.v, part.n), bytes[24];
+        snprintf(bytes, sizeof bytes, "%d", READ_BYTES);
+        const char *params[] = {arr, bytes};
         /* Planned once per session: planning over every part costs more
-         * than the lookups. */
-        PGresult *r = db_exec_cached(c, "workd_log_at",
-                                     "SELECT DISTINCT ON (l.last_seq) l.term, l.events"
-                                     "  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
-                                     "       (SELECT last_seq, first_seq, term, events"
-                                     "          FROM workd_log WHERE last_seq >= s.seq"
-                                     "         ORDER BY last_seq LIMIT 1) l"
-                                     " WHERE l.first_seq <= s.seq"
-                                     " ORDER BY l.last_seq",
-                                     1, params, "reading the log", err);
+         * than the lookups. Sizes come from the values' headers. */
+        PGresult *r = db_exec_cached(
+            c, "workd_log_at",
+            "SELECT term, events, last_seq"
+            "  FROM (SELECT k.*, sum(octet_length(k.events)) OVER (ORDER BY k.last_seq)"
+            "                 - octet_length(k.events) AS before"
+            "          FROM (SELECT DISTINCT ON (l.last_seq) l.term, l.events, l.last_seq"
+            "                  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
+            "                       (SELECT last_seq, first_seq, term, events FROM workd_log"
+            "                         WHERE last_seq >= s.seq ORDER BY last_seq LIMIT 1) l"
+            "                 WHERE l.first_seq <= s.seq ORDER BY l.last_seq) k) w"
+            " WHERE before < $2::bigint ORDER BY last_seq",
+            2, params, "reading the log", err);
         free(arr);
         if (!r)
             return -1;
         SeqsVisit v = {&part, fn, ud};
-        for (int i = 0; i < PQntuples(r) && rc == 1; i++)
+        int n = PQntuples(r);
+        int64_t last = 0;
+        for (int i = 0; i < n && rc == 1; i++) {
             rc = record_each(db_int(r, i, 0), PQgetvalue(r, i, 1), (size_t)PQgetlength(r, i, 1),
                              visit_wanted, &v, err);
+            last = db_int(r, i, 2);
+        }
         PQclear(r);
+        if (n == 0) /* every record of these seqs is gone */
+            from += part.n;
+        while (n > 0 && from < want->n && want->v[from] <= last)
+            from++;
     }
     return rc < 0 ? -1 : 0;
 }
 
-/* The seqs of a work item's events (its row's history), those after `after`
- * only; *found false if no row has the id. */
-WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, Seqs *out, bool *found,
-                                 Err *err)
+/* Appends the elements of an array literal ("{1,2,3}") greater than after. */
+static void seqs_parse(const char *text, int64_t after, Seqs *out)
 {
-    memset(out, 0, sizeof *out);
-    const char *params[] = {id};
-    PGresult *r = db_exec(c,
-                          "SELECT history::text FROM workd_open WHERE id = $1"
-                          " UNION ALL "
-                          "SELECT history::text FROM workd_done WHERE id = $1"
-                          " LIMIT 1",
-                          1, params, "reading a work item's history", err);
-    if (!r)
-        return -1;
-    *found = PQntuples(r) > 0;
-    const char *h = *found && !PQgetisnull(r, 0, 0) ? PQgetvalue(r, 0, 0) : "{}";
-    size_t cap = 2;
-    for (const char *p = h; *p; p++)
+    size_t cap = out->n + 2;
+    for (const char *p = text; *p; p++)
         cap += *p == ',';
-    out->v = xcalloc(cap, sizeof *out->v);
-    for (const char *p = h; *p;) {
+    out->v = xrealloc(out->v, cap * sizeof *out->v);
+    for (const char *p = text; *p;) {
         char *stop;
         long long v = strtoll(p + 1, &stop, 10);
         if (stop == p + 1)
@@ -156,7 +156,48 @@ WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, Seqs 
             out->v[out->n++] = v;
         p = stop;
     }
+}
+
+/* The seqs of a work item's events after `after`, in order: its row's
+ * history, and its progress reports, at most max of them (a page's worth):
+ * when there are more, *cut is set and the list ends at the last report
+ * read. *found is false if no row has the id. */
+WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, int max, Seqs *out,
+                                 bool *found, bool *cut, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    char a[24], m[16];
+    snprintf(a, sizeof a, "%lld", (long long)after);
+    snprintf(m, sizeof m, "%d", max);
+    const char *params[] = {id, a, m};
+    PGresult *r = db_exec(c,
+                          "SELECT h.history::text,"
+                          "       (SELECT array_agg(p.seq ORDER BY p.seq)::text"
+                          "          FROM (SELECT seq FROM workd_progress WHERE work_id = $1"
+                          "                   AND seq > $2::bigint ORDER BY seq LIMIT $3::int) p)"
+                          "  FROM (SELECT history FROM workd_open WHERE id = $1"
+                          "        UNION ALL"
+                          "        SELECT history FROM workd_done WHERE id = $1 LIMIT 1) h",
+                          3, params, "reading a work item's history", err);
+    if (!r)
+        return -1;
+    *found = PQntuples(r) > 0;
+    Seqs hist = {0}, prog = {0};
+    if (*found) {
+        seqs_parse(PQgetisnull(r, 0, 0) ? "{}" : PQgetvalue(r, 0, 0), after, &hist);
+        seqs_parse(PQgetisnull(r, 0, 1) ? "{}" : PQgetvalue(r, 0, 1), after, &prog);
+    }
     PQclear(r);
+    *cut = prog.n >= (size_t)max;
+    int64_t end = *cut ? prog.v[prog.n - 1] : INT64_MAX;
+    /* Both in order: merged, up to the last report read when there are more. */
+    out->v = xcalloc(hist.n + prog.n + 1, sizeof *out->v);
+    size_t i = 0, j = 0;
+    while ((i < hist.n && hist.v[i] <= end) || j < prog.n)
+        out->v[out->n++] =
+            j == prog.n || (i < hist.n && hist.v[i] < prog.v[j]) ? hist.v[i++] : prog.v[j++];
+    free(hist.v);
+    free(prog.v);
     return 0;
 }
 
@@ -180,9 +221,16 @@ static int keep_progress(const LogLine *l, int64_t term, void *ud, Err *err)
     return 0;
 }
 
-/* The work's latest progress: the event its row names. */
-WARN_UNUSED static int read_progress(PGconn *c, int64_t seq, WorkView *w, Err *err)
+/* The work's latest progress report. */
+WARN_UNUSED static int read_progress(PGconn *c, const char *id, WorkView *w, Err *err)
 {
+    const char *params[] = {id};
+    PGresult *r = db_exec(c, "SELECT max(seq) FROM workd_progress WHERE work_id = $1", 1, params,
+                          "reading progress", err);
+    if (!r)
+        return -1;
+    int64_t seq = PQgetisnull(r, 0, 0) ? 0 : db_int(r, 0, 0);
+    PQclear(r);
     Seqs one = {&seq, seq ? 1 : 0};
     return log_read_seqs(c, &one, keep_progress, w, err);
 }
@@ -221,14 +269,14 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
         "       updated_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate', progress_seq"
+        "       trace->>'tracestate'"
         "  FROM workd_open WHERE id = $1"
         " UNION ALL "
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
         "       finished_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate', progress_seq"
+        "       trace->>'tracestate'"
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
@@ -269,9 +317,8 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         .traceparent = str_or_null(r, 0, 21),
         .tracestate = PQgetisnull(r, 0, 21) ? NULL : str_or_null(r, 0, 22),
     };
-    int64_t progress_seq = PQgetisnull(r, 0, 23) ? 0 : db_int(r, 0, 23);
     PQclear(r);
-    if (read_progress(c, progress_seq, w, err) != 0 || read_children(c, id, w, err) != 0) {
+    if (read_progress(c, id, w, err) != 0 || read_children(c, id, w, err) != 0) {
         view_work_free(w);
         return NULL;
     }
@@ -445,15 +492,15 @@ static int keep_work_event(const LogLine *l, int64_t term, void *ud, Err *err)
 WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
 {
     Seqs seqs;
-    bool found;
-    if (work_seqs(c, id, after, &seqs, &found, err) != 0)
+    bool found, cut;
+    if (work_seqs(c, id, after, limit + 1, &seqs, &found, &cut, err) != 0)
         return NULL;
     if (!found && after == 0) {
         free(seqs.v);
         err_set(err, 404, "not-found", "no work with id '%s'", id);
         return NULL;
     }
-    bool more = seqs.n > (size_t)limit;
+    bool more = seqs.n > (size_t)limit || (cut && seqs.n);
     if (more)
         seqs.n = (size_t)limit;
     WorkEvents *o = xcalloc(1, sizeof *o);
@@ -588,6 +635,10 @@ WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Er
     enum { RECORDS = 16 };
     int64_t from = pg->after;
     for (;;) {
+        if (pg->bytes >= pg->max_bytes) { /* the next result would not fit: the page is full */
+            *at_end = false;
+            return 0;
+        }
         char a[24], l[16], b[24];
         snprintf(a, sizeof a, "%lld", (long long)from);
         snprintf(l, sizeof l, "%d", RECORDS);
@@ -601,7 +652,7 @@ WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Er
             "                 - octet_length(r.events) AS before"
             "          FROM (SELECT term, events, last_seq FROM workd_log"
             "                 WHERE last_seq > $1::bigint ORDER BY last_seq LIMIT $2::int) r) w"
-            " WHERE before < greatest($3::bigint, 1) ORDER BY last_seq",
+            " WHERE before < $3::bigint ORDER BY last_seq",
             3, params, "reading the log", err);
         if (!r)
             return -1;
@@ -632,16 +683,16 @@ int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, 
             return -1;
         return (int)(out->len - before);
     }
-    /* One work item's: through its row's history. */
+    /* One work item's: through its row's history and its progress. */
     Seqs seqs;
-    bool found;
-    if (work_seqs(c, work_id, after, &seqs, &found, err) != 0)
+    bool found, cut;
+    if (work_seqs(c, work_id, after, limit + 1, &seqs, &found, &cut, err) != 0)
         return -1;
     int rc = log_read_seqs(c, &seqs, keep_result, &pg, err);
     free(seqs.v);
     if (rc != 0)
         return -1;
-    *at_end = !pg.full;
+    *at_end = !pg.full && !cut;
     return (int)(out->len - before);
 }
 

@@ -129,11 +129,12 @@ def test_reconnect_resumes_after_last_event_id(cluster):
 
 
 def test_a_long_history_reads_whole_in_pages_and_from_its_start(cluster):
-    """A work item's events are found through its row's history (the log is
-    records of many events): 200 progress reports, read back a page at a time
-    from GET /work/{id}/events and from the start of its stream, every one
-    once, in order, after its work finished and while another job's events
-    share its records."""
+    """A work item's events are found through its row's history and its
+    progress reports through workd_progress (the log is records of many
+    events): 200 reports, read back a page at a time from GET
+    /work/{id}/events and from the start of its stream, every one once, in
+    order, after its work finished and while another job's events share its
+    records."""
     srv = start_server(cluster, ["--progress-rate", "1000", "--progress-rate-worker", "1000",
                                  "--progress-rate-total", "2000"])
     submit(srv.url, {"id": "long", "payload": 1})
@@ -167,6 +168,10 @@ def test_a_long_history_reads_whole_in_pages_and_from_its_start(cluster):
         outs = [e["data"]["output"] for e in stream.events if e["event"] == "progress"]
     assert outs == [f"{i};" for i in range(200)], outs[:5]
     assert get_work(srv.url, "long")["progress"]["seq"] == seqs[-2]
+    # Its row did not grow with its reports (each would rewrite a growing
+    # row): they are found through workd_progress, a small row each.
+    assert cluster.psql("SELECT cardinality(history) FROM workd_done WHERE id = 'long'") == "3"
+    assert cluster.psql("SELECT count(*) FROM workd_progress WHERE work_id = 'long'") == "200"
 
 
 def test_work_stream_ends_after_the_work_ends(cluster):

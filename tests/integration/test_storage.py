@@ -51,8 +51,9 @@ def test_concurrent_migrations_apply_once(cluster):
 
 
 def test_history_is_append_only(cluster):
-    """Within the retention window no single event and no finished work row can
-    be changed or deleted, through the parent tables or any part."""
+    """Within the retention window no record of the log, no finished work row
+    and no progress report's row can be changed or deleted, through the parent
+    tables or any part."""
     s = cluster.start_server("s1")
     wait_leader(s.url)
     submit(s.url, {"payload": 1, "id": "x"})
@@ -64,12 +65,13 @@ def test_history_is_append_only(cluster):
                what="parts made ahead")
     parts = cluster.psql("SELECT string_agg(part::text, ' ') FROM workd_parts").split()
     assert parts, "no parts"
-    for table in ["workd_log", "workd_done"] + [f"workd_log_p{p}" for p in parts] + \
-            [f"workd_done_p{p}" for p in parts]:
-        refused_as_history(cluster, f"UPDATE {table} SET status = status" if "done" in table
-                 else f"UPDATE {table} SET events = ''")
-        refused_as_history(cluster, f"DELETE FROM {table}")
-        refused_as_history(cluster, f"TRUNCATE {table}")
+    change = {"workd_log": "events = ''", "workd_done": "status = status",
+              "workd_progress": "seq = seq"}
+    for table, what in change.items():
+        for t in [table] + [f"{table}_p{p}" for p in parts]:
+            refused_as_history(cluster, f"UPDATE {t} SET {what}")
+            refused_as_history(cluster, f"DELETE FROM {t}")
+            refused_as_history(cluster, f"TRUNCATE {t}")
     assert cluster.psql("SELECT count(*) FROM workd_events WHERE work_id IN ('x', 'y')") == "3"
     assert cluster.psql("SELECT status FROM workd_done WHERE id = 'y'") == "cancelled"
 

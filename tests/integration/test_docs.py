@@ -272,8 +272,9 @@ def run_block(name, line, note, text):
         # a port chosen before could be (a fixture's node then cannot listen).
         ports = [free_port(), free_port()]
         urls = [f"http://127.0.0.1:{p}" for p in ports]
-        text = text.replace("8080", str(ports[0])).replace("8081", str(ports[1]))
-        text = text.replace("8082", str(free_port()))
+        # In one pass: a free port may itself hold "8081" or "8082" (48082).
+        chosen = {"8080": str(ports[0]), "8081": str(ports[1]), "8082": str(free_port())}
+        text = re.sub(r"808[012]", lambda m: chosen[m.group(0)], text)
         if words[0] == "cluster":
             for i, port in enumerate(ports):
                 fixture.append(subprocess.Popen(

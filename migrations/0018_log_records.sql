@@ -24,6 +24,10 @@
 -- workd_events stays, as a view that reads the records back one event per
 -- row, for people and scripts that read the log in SQL.
 
+-- A server of the old version still running must not append while the
+-- events are moved: it waits here, then finds no table to append to.
+LOCK TABLE workd_events, workd_open, workd_done, workd_inbox IN ACCESS EXCLUSIVE MODE;
+
 CREATE TABLE workd_log (
     first_seq bigint      NOT NULL,
     last_seq  bigint      NOT NULL,

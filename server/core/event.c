@@ -710,10 +710,8 @@ static int decode_progress(json_t *data, const char *type, Event *out, Err *err)
     return 0;
 }
 
-/* A JSON array's strings as a strv (NULL when it is not an array). */
-static char **get_strv(json_t *d, const char *key)
+char **event_strv(json_t *a)
 {
-    json_t *a = json_object_get(d, key);
     if (!json_is_array(a))
         return NULL;
     char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
@@ -725,6 +723,12 @@ static char **get_strv(json_t *d, const char *key)
             v[n++] = xstrdup(json_string_value(x));
     }
     return v;
+}
+
+/* The strings of d's array `key` (NULL when it is not an array). */
+static char **get_strv(json_t *d, const char *key)
+{
+    return event_strv(json_object_get(d, key));
 }
 
 /* The name every subscription event carries, into a new out->sub. */

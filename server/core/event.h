@@ -205,6 +205,10 @@ bool event_is_final(EventType t);
 /* True for the events published on /results: EVENTS_PUBLISHED and progress. */
 bool event_is_published(EventType t);
 
+/* A JSON array's strings as a strv (strv_free; NULL when a is not an
+ * array; other elements are skipped). */
+char **event_strv(json_t *a);
+
 /* ---- encoding ---- */
 /* The "data" column of e (a new reference). */
 json_t *event_data_encode(const Event *e);

@@ -434,6 +434,20 @@ void submit_batch_clear(SubmitBatch *b)
     memset(b, 0, sizeof *b);
 }
 
+/* What a schedule or a batch's callback submits, taken from a parsed item
+ * (its strings and payload move; it is left without them). */
+static void template_take(SubmitItem *it, WorkTemplate *t)
+{
+    t->queue = it->queue;
+    t->key = it->key;
+    t->priority = it->priority;
+    t->payload = it->payload;
+    t->timeout_ms = it->timeout_ms;
+    t->max_attempts = it->max_attempts;
+    it->queue = it->key = NULL;
+    it->payload = NULL;
+}
+
 /* A batch's callback: a work item without id, run_at, after or batch. */
 WARN_UNUSED static int parse_callback(json_t *o, int64_t now, const ParseLimits *lim,
                                       WorkTemplate **out, Err *err)
@@ -451,16 +465,8 @@ WARN_UNUSED static int parse_callback(json_t *o, int64_t now, const ParseLimits 
     SubmitItem it = {0};
     int rc = parse_item(o, "the batch's callback", NULL, now, lim, &it, err);
     if (rc == 0) {
-        WorkTemplate *t = xcalloc(1, sizeof *t);
-        t->queue = it.queue;
-        t->key = it.key;
-        t->priority = it.priority;
-        t->payload = it.payload;
-        t->timeout_ms = it.timeout_ms;
-        t->max_attempts = it.max_attempts;
-        it.queue = it.key = NULL;
-        it.payload = NULL;
-        *out = t;
+        *out = xcalloc(1, sizeof **out);
+        template_take(&it, *out);
     }
     submit_items_free_one(&it);
     return rc;
@@ -1044,14 +1050,7 @@ WARN_UNUSED static int schedule_work(json_t *work, const ParseLimits *lim, WorkT
         submit_items_free_one(&it);
         return -1;
     }
-    t->queue = it.queue;
-    t->key = it.key;
-    t->priority = it.priority;
-    t->payload = it.payload;
-    t->timeout_ms = it.timeout_ms;
-    t->max_attempts = it.max_attempts;
-    it.queue = it.key = NULL;
-    it.payload = NULL;
+    template_take(&it, t);
     submit_items_free_one(&it);
     return 0;
 }

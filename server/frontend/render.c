@@ -15,21 +15,6 @@ json_t *render_time(int64_t ms)
     return json_string(buf);
 }
 
-json_t *render_queue_limits(const char *queue, const QueueLimits *l)
-{
-    json_t *w = json_object();
-    for (size_t i = 0; i < l->n_weights; i++)
-        json_object_set_new(w, l->weights[i].key, json_integer(l->weights[i].weight));
-    return json_pack(
-        "{s:s, s:b, s:o, s:o, s:o, s:o}", "queue", queue, "paused", l->paused, "max_running",
-        l->max_running ? json_integer(l->max_running) : json_null(), "max_running_per_key",
-        l->max_running_per_key ? json_integer(l->max_running_per_key) : json_null(), "rate",
-        l->rate_limit ? json_pack("{s:i, s:f}", "limit", l->rate_limit, "per",
-                                  (double)l->rate_period_ms / 1000.0)
-                      : json_null(),
-        "key_weights", w);
-}
-
 /* A time (ms) as RFC 3339, or null when not set. */
 static json_t *at_json(int64_t ms)
 {
@@ -145,6 +130,13 @@ static json_t *limits_json(const QueueLimits *l)
                                   (double)l->rate_period_ms / 1000.0)
                       : json_null(),
         "key_weights", w);
+}
+
+json_t *render_queue_limits(const char *queue, const QueueLimits *l)
+{
+    json_t *o = limits_json(l);
+    json_object_set_new(o, "queue", json_string(queue));
+    return o;
 }
 
 static json_t *ints_json(const int *v, size_t n)

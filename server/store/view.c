@@ -27,15 +27,10 @@ static int64_t time_or_none(const PGresult *r, int row, int col)
 static char **strv_of_json(const PGresult *r, int row, int col)
 {
     json_t *a = rows_json(r, row, col);
-    char **v = xcalloc(json_array_size(a) + 1, sizeof *v);
-    size_t i, n = 0;
-    json_t *x;
-    json_array_foreach(a, i, x)
-    {
-        if (json_is_string(x))
-            v[n++] = xstrdup(json_string_value(x));
-    }
+    char **v = event_strv(a);
     json_decref(a);
+    if (!v)
+        v = xcalloc(1, sizeof *v);
     return v;
 }
 

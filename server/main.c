@@ -274,7 +274,7 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    int rc = c && view_last_seq(c, last_seq, &err) == 0 ? 0 : -1;
+    int rc = c && view_last_seq(c, 0, last_seq, &err) == 0 ? 0 : -1;
     PQfinish(c);
     if (rc != 0)
         log_error("cannot read the event log: %s", err.msg);

@@ -117,6 +117,7 @@ typedef struct KnownWork {
     const char *batch;      /* the batch it was a member of (NULL: none) */
     /* the producer's trace context (may be NULL) */
     const char *traceparent, *tracestate;
+    int shard; /* the shard whose log holds it */
 } KnownWork;
 
 typedef struct SubmitItem {

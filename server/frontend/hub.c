@@ -514,7 +514,7 @@ static void catch_up(PGconn *conn, void *arg)
     bool at_end = false;
     /* work_id and progress are the subscriber's own, never changed after it
      * was made: read without the lock. */
-    int n = conn ? view_finished_after(conn, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
+    int n = conn ? view_finished_after(conn, 0, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
                                        s->work_id, &rows, &at_end, &err)
                  : -1;
     pthread_mutex_lock(&h->lock);

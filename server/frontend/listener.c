@@ -47,7 +47,7 @@ WARN_UNUSED static int refresh_leader(Listener *l)
     Err err = {0};
     char url[256];
     int64_t term;
-    if (view_leader(l->conn, &term, url, sizeof url, &err) != 0) {
+    if (view_leader(l->conn, 0, &term, url, sizeof url, &err) != 0) {
         drop(l, err.msg);
         return -1;
     }
@@ -66,8 +66,8 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
         ResultList rows = {0};
         Err err = {0};
         bool at_end = false;
-        int n = view_finished_after(l->conn, hub_scanned_upto(l->cfg.hub), PAGE, l->cfg.page_bytes,
-                                    true, NULL, &rows, &at_end, &err);
+        int n = view_finished_after(l->conn, 0, hub_scanned_upto(l->cfg.hub), PAGE,
+                                    l->cfg.page_bytes, true, NULL, &rows, &at_end, &err);
         if (n < 0) {
             view_results_clear(&rows);
             drop(l, err.msg);
@@ -112,7 +112,7 @@ WARN_UNUSED static int connect_listen(Listener *l)
         log_info("listener reached the database again");
     l->down_logged = false;
     int64_t last = 0;
-    if (view_last_seq(l->conn, &last, &err) != 0) {
+    if (view_last_seq(l->conn, 0, &last, &err) != 0) {
         drop(l, err.msg);
         return -1;
     }

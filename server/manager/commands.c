@@ -469,7 +469,8 @@ static SubscriptionView *add_view(MgrCmd *c, const Subscription *x)
 static void fill_deliveries(Manager *m, MgrCmd *c)
 {
     if (c->subs)
-        webhooks_deliveries(m->webhooks, c->subs);
+        if (m->webhooks)
+            webhooks_deliveries(m->webhooks, c->subs);
 }
 
 static int view_by_name(const void *a, const void *b)
@@ -714,7 +715,7 @@ int take_inbox(Manager *m, MgrCmd **mail)
     Err err = {0};
     if (settle(m) != 0)
         return -1;
-    if (journal_inbox_read(m->conn, INBOX_PAGE, &items, &n, &err) != 0) {
+    if (journal_inbox_read(m->conn, m->cfg.shard, INBOX_PAGE, &items, &n, &err) != 0) {
         free(items);
         step_down(m, err.msg);
         return -1;
@@ -913,7 +914,8 @@ static int lookup_dead(Manager *m, MgrCmd *c, IdList *ids)
     c->bulk = xcalloc(1, sizeof *c->bulk);
     if (settle(m) != 0)
         return -1;
-    if (journal_dead_matching(m->conn, c->queue, c->key, c->max, c->bulk, &err) != 0) {
+    if (journal_dead_matching(m->conn, m->cfg.shard, c->queue, c->key, c->max, c->bulk, &err) !=
+        0) {
         step_down(m, err.msg);
         return -1;
     }

@@ -15,7 +15,9 @@ WARN_UNUSED static int ensure_session(Election *e, PGconn **conn)
         return 0;
     PQfinish(*conn);
     Err err = {0};
-    *conn = db_connect(e->database_url, "manager", &err);
+    if (!e->app[0])
+        snprintf(e->app, sizeof e->app, e->shard ? "manager-s%d" : "manager", e->shard);
+    *conn = db_connect(e->database_url, e->app, &err);
     if (!*conn) {
         if (!e->down_logged)
             log_warn("manager cannot reach the database, retrying: %s", err.msg);
@@ -35,7 +37,7 @@ ElectionResult election_try(Election *e, PGconn **conn)
     Err err = {0};
     char cls[16], obj[16];
     snprintf(cls, sizeof cls, "%d", DB_LOCK_CLASS);
-    snprintf(obj, sizeof obj, "%d", DB_LOCK_LEADER);
+    snprintf(obj, sizeof obj, "%d", db_shard_lock(e->shard));
     const char *params[] = {cls, obj};
     PGresult *r = db_exec(*conn, "SELECT pg_try_advisory_lock($1::int, $2::int)", 2, params,
                           "trying the leader lock", &err);

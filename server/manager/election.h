@@ -21,6 +21,8 @@ typedef enum {
  * unreachable was logged (logged once, and once when it is back). */
 typedef struct Election {
     const char *database_url; /* borrowed */
+    int shard;                /* whose leader lock (db_shard_lock) */
+    char app[24];             /* the session's application_name suffix: manager, manager-s<k> */
     bool down_logged;
 } Election;
 

@@ -319,7 +319,8 @@ void step_down(Manager *m, const char *why)
     finished_reset(m);
     m->n_inbox_ack = 0;
     if (m->ws)
-        webhooks_unlead(m->webhooks);
+        if (m->webhooks)
+            webhooks_unlead(m->webhooks);
     progress_free(m->progress);
     m->progress = progress_new(&m->cfg.progress);
     ws_free(m->ws);
@@ -491,7 +492,8 @@ WARN_UNUSED static int land_flight(Manager *m)
     long long us = (b.tv_sec - f->sent.tv_sec) * 1000000LL + (b.tv_nsec - f->sent.tv_nsec) / 1000;
     if (m->cfg.on_commit)
         m->cfg.on_commit(COMMIT_DONE, &f->batch, m->cfg.on_commit_ud);
-    webhooks_committed(m->webhooks, &f->batch);
+    if (m->webhooks)
+        webhooks_committed(m->webhooks, &f->batch);
     suspects_cleared(m, f);
     int64_t now = wall_ms();
     for (size_t i = 0; i < f->batch.len; i++)
@@ -541,7 +543,8 @@ WARN_UNUSED static int commit_batch(Manager *m)
         if (m->n_inbox_ack) { /* only inbox entries of ids that existed */
             if (settle(m) != 0)
                 return -1;
-            int rc = journal_inbox_forget(m->conn, m->inbox_ack, m->n_inbox_ack, &err);
+            int rc =
+                journal_inbox_forget(m->conn, m->cfg.shard, m->inbox_ack, m->n_inbox_ack, &err);
             m->n_inbox_ack = 0;
             if (rc != 0) {
                 step_down(m, err.msg);
@@ -577,8 +580,9 @@ WARN_UNUSED static int commit_batch(Manager *m)
     memset(f, 0, sizeof *f);
     f->part = m->part;
     clock_gettime(CLOCK_MONOTONIC, &f->sent);
-    int rc = journal_append_send(m->conn, m->part, &m->batch, rows, nrows, m->inbox_ack,
-                                 m->n_inbox_ack, m->n_flights > 1 ? &after : NULL, &err);
+    int rc =
+        journal_append_send(m->conn, m->cfg.shard, m->part, &m->batch, rows, nrows, m->inbox_ack,
+                            m->n_inbox_ack, m->n_flights > 1 ? &after : NULL, &err);
     m->n_inbox_ack = 0;
     free(rows);
     proj_reset(m);
@@ -606,7 +610,8 @@ static void campaign(Manager *m)
     m->ws = ws_new(&m->cfg.ws);
     int64_t last_term = 0;
     m->parts_read_ms = 0;
-    if (journal_recover(m->conn, m->ws, wall_ms(), &m->last_seq, &last_term, &m->part, &err) != 0 ||
+    if (journal_recover(m->conn, m->cfg.shard, m->cfg.shards, m->ws, wall_ms(), &m->last_seq,
+                        &last_term, &m->part, &err) != 0 ||
         journal_parts(m->conn, m->parts, &err) != 0) {
         log_error("won the lock but could not recover: %s", err.msg);
         step_down(m, "recovery failed");
@@ -635,20 +640,25 @@ static void campaign(Manager *m)
     if (commit_batch(m) != 0 || settle(m) != 0) /* the term is in the log before anything */
         return;
     ws_adopt_running_workers(m->ws, now);
-    SubscriptionList *subs = view_subscriptions(m->conn, &err);
-    if (!subs) {
-        log_error("won the lock but could not read the webhook subscriptions: %s", err.msg);
-        step_down(m, "recovery failed");
-        return;
+    if (m->webhooks) { /* shard 0: the subscriptions' home */
+        SubscriptionList *subs = view_subscriptions(m->conn, &err);
+        if (!subs) {
+            log_error("won the lock but could not read the webhook subscriptions: %s", err.msg);
+            step_down(m, "recovery failed");
+            return;
+        }
+        for (size_t i = 0; i < subs->len; i++) /* secrets included: the log keeps none */
+            ws_subscription_restore(m->ws, &subs->items[i]);
+        webhooks_lead(m->webhooks, subs, m->last_seq);
     }
-    for (size_t i = 0; i < subs->len; i++) /* secrets included: the log keeps none */
-        ws_subscription_restore(m->ws, &subs->items[i]);
-    webhooks_lead(m->webhooks, subs, m->last_seq);
     atomic_store(&m->leader, true);
     atomic_fetch_add(&m->stats.elections_won, 1);
-    log_info("elected leader: term %lld, %zu open work items recovered in %lld ms, "
+    char of[24] = "";
+    if (m->cfg.shards > 1)
+        snprintf(of, sizeof of, " of shard %d", m->cfg.shard);
+    log_info("elected leader%s: term %lld, %zu open work items recovered in %lld ms, "
              "advertising %s",
-             (long long)(last_term + 1), ws_open_count(m->ws), (long long)(mono_ms() - t0),
+             of, (long long)(last_term + 1), ws_open_count(m->ws), (long long)(mono_ms() - t0),
              m->cfg.advertise_url);
 }
 
@@ -981,6 +991,9 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->cfg.database_url = xstrdup(cfg->database_url);
     m->cfg.advertise_url = xstrdup(cfg->advertise_url);
     m->election.database_url = m->cfg.database_url;
+    m->election.shard = cfg->shard;
+    if (m->cfg.shards < 1)
+        m->cfg.shards = 1;
     pthread_mutex_init(&m->lock, NULL);
     eventlist_init(&m->batch);
     histogram_init(&m->stats.commit_us, histogram_us_bounds, 1e6);
@@ -998,7 +1011,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                           .leading = leading,
                           .current_part = current_part,
                           .ud = m};
-    if (!(m->retention = retention_start(&rc, err)))
+    if (cfg->shard == 0 && !(m->retention = retention_start(&rc, err)))
         goto cleanup;
     m->progress = progress_new(&cfg->progress);
     hmap_init(&m->suspects);
@@ -1011,7 +1024,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                          .cursor = webhooks_cursor,
                          .pause = webhooks_pause,
                          .ud = m};
-    if (!(m->webhooks = webhooks_start(&wc, err)))
+    if (cfg->shard == 0 && !(m->webhooks = webhooks_start(&wc, err)))
         goto cleanup;
     if (pthread_create(&m->thread, NULL, manager_main, m) != 0) {
         err_set(err, 500, "internal", "cannot start the manager thread");

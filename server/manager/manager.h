@@ -30,6 +30,10 @@ typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
 typedef struct ManagerConfig {
     const char *database_url;
     const char *advertise_url;
+    /* The shard this manager stands for, of the cluster's shards (the
+     * database's workd_cluster): its lock, term, log and queues. Retention
+     * and webhook deliveries run in shard 0's manager alone. */
+    int shard, shards;
     int64_t election_interval_ms;  /* how often a standby tries the lock */
     int64_t heartbeat_interval_ms; /* announced to workers */
     int64_t pull_wait_max_ms;      /* cap on a pull's long-poll */

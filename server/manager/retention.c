@@ -108,16 +108,19 @@ WARN_UNUSED static int drop_table(Retention *r, const char *table, int part)
 
 /* Drops the oldest parts whose every row is older than the window. The part
  * the leader writes into is never dropped, nor any after it; a part's rows
- * are all as old as its last event, which the seq index finds at once. */
+ * are all as old as its last event, which the (shard, seq) index finds at
+ * once in each shard's log. */
 WARN_UNUSED static int drop_expired(Retention *r, const PartList *pl, int64_t now)
 {
     int current = r->cfg.current_part(r->cfg.ud);
     for (size_t i = 0; i < pl->n && pl->items[i].part < current; i++) {
         int part = pl->items[i].part;
-        char sql[160];
+        char sql[400];
         snprintf(sql, sizeof sql,
-                 "SELECT workd_epoch_ms(last_at) FROM workd_log_p%d"
-                 " ORDER BY last_seq DESC LIMIT 1",
+                 "SELECT workd_epoch_ms(max(r.last_at))"
+                 "  FROM generate_series(0, (SELECT shards - 1 FROM workd_cluster)) s"
+                 "       CROSS JOIN LATERAL (SELECT last_at FROM workd_log_p%d"
+                 "                            WHERE shard = s ORDER BY last_seq DESC LIMIT 1) r",
                  part);
         Err err = {0};
         PGresult *res = db_exec(r->conn, sql, 0, NULL, "reading a part's last event", &err);

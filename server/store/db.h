@@ -16,8 +16,13 @@
 
 /* The advisory lock keys (two int4 form: class, object). */
 #define DB_LOCK_CLASS 2003792491 /* "work" */
-#define DB_LOCK_LEADER 1
 #define DB_LOCK_MIGRATE 2
+/* A shard's leader lock's object: 1 for shard 0 (the one leader's before
+ * shards), 1000 + shard for the others (workd_shard_lock in SQL). */
+static inline int db_shard_lock(int shard)
+{
+    return shard == 0 ? 1 : 1000 + shard;
+}
 
 /* Opens a connection to url (a libpq URL or key=value string, one host or
  * several); app is the application_name suffix ("manager", "listener"...).

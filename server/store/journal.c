@@ -11,6 +11,7 @@
 #include "hmap.h"
 #include "record.h"
 #include "schedule.h"
+#include "shard.h"
 #include "util.h"
 
 /* ---- the append statement, generated from one table of columns ----
@@ -128,6 +129,7 @@ enum {
     P_PREV_SEQ,  /* the last event of the append before, or NULL: see journal_append_send */
     P_PREV_PART, /* its part */
     P_INBOX,
+    P_SHARD,
     P_ACT_QUEUES,
     P_ACT_FIRST,                         /* A_COUNT of them */
     P_PROG_WORK = P_ACT_FIRST + A_COUNT, /* the progress reports: their work ids */
@@ -239,20 +241,21 @@ static void sql_log(SBuf *b, int *param)
     int rec_cols[R_COUNT];
     for (int i = 0; i < R_COUNT; i++)
         rec_cols[i] = i;
-    sbuf_printf(b,
-                "WITH lk AS (SELECT workd_fence($%d::bigint, $%d::boolean)"
-                " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_log"
-                " WHERE part = $%d::int AND last_seq = $%d::bigint)) AS ok),\n",
-                P_TERM, P_OPENING, P_PREV_SEQ, P_PREV_PART, P_PREV_SEQ);
+    sbuf_printf(
+        b,
+        "WITH lk AS (SELECT workd_fence($%d::int, $%d::bigint, $%d::boolean)"
+        " AND ($%d::bigint IS NULL OR EXISTS (SELECT 1 FROM workd_log"
+        " WHERE shard = $%d::int AND part = $%d::int AND last_seq = $%d::bigint)) AS ok),\n",
+        P_SHARD, P_TERM, P_OPENING, P_PREV_SEQ, P_SHARD, P_PREV_PART, P_PREV_SEQ);
     sbuf_puts(b, "ev AS (INSERT INTO workd_log (");
     for (int i = 0; i < R_COUNT; i++)
         sbuf_printf(b, "%s, ", rec_fields[i].name);
-    sbuf_puts(b, "term, part)\n  SELECT ");
+    sbuf_puts(b, "term, part, shard)\n  SELECT ");
     for (int i = 0; i < R_COUNT; i++) {
         sql_value(b, "e", &rec_fields[i]);
         sbuf_puts(b, ", ");
     }
-    sbuf_printf(b, "$%d::bigint, $%d::int\n  FROM ", P_TERM, P_PART);
+    sbuf_printf(b, "$%d::bigint, $%d::int, $%d::int\n  FROM ", P_TERM, P_PART, P_SHARD);
     int first_rec = *param;
     sql_unnest(b, param, rec_fields, rec_cols, R_COUNT, "e");
     sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk) RETURNING last_seq - first_seq + 1 AS n),\n");
@@ -269,13 +272,13 @@ static void sql_open_new(SBuf *b, int *param)
     int cols[F_COUNT];
     sbuf_puts(b, "nw AS (INSERT INTO workd_open (");
     sql_names(b, open_new_cols, NCOLS(open_new_cols));
-    sbuf_puts(b, ")\n  SELECT ");
+    sbuf_puts(b, ", shard)\n  SELECT ");
     for (size_t i = 0; i < NCOLS(open_new_cols); i++) {
         sbuf_puts(b, i ? ", " : "");
         sql_value(b, "n", &fields[open_new_cols[i]]);
         cols[i] = open_new_cols[i];
     }
-    sbuf_puts(b, "\n  FROM ");
+    sbuf_printf(b, ", $%d::int\n  FROM ", P_SHARD);
     sql_unnest(b, param, fields, cols, NCOLS(open_new_cols), "n");
     sbuf_puts(b, "\n  WHERE (SELECT ok FROM lk)),\n");
 }
@@ -335,7 +338,9 @@ static void sql_done(SBuf *b, int *param)
     sql_names(b, done_cols + 0, 1);
     sbuf_puts(b, ", ");
     sql_names(b, done_cols + 2, NCOLS(done_cols) - 2);
-    sbuf_printf(b, ", part)\n  SELECT *, $%d::int FROM gone\n  UNION ALL\n  SELECT ", P_PART);
+    sbuf_printf(b,
+                ", part, shard)\n  SELECT *, $%d::int, $%d::int FROM gone\n  UNION ALL\n  SELECT ",
+                P_PART, P_SHARD);
     for (size_t i = 0; i < NCOLS(done_cols); i++) {
         if (done_cols[i] == F_MASK)
             continue;
@@ -343,9 +348,9 @@ static void sql_done(SBuf *b, int *param)
         sql_value(b, "d", &fields[done_cols[i]]);
     }
     sbuf_printf(b,
-                ", $%d::int\n  FROM %s\n  WHERE d.m = -1 AND (SELECT ok FROM lk)\n"
+                ", $%d::int, $%d::int\n  FROM %s\n  WHERE d.m = -1 AND (SELECT ok FROM lk)\n"
                 "  RETURNING queue, status),\n",
-                P_PART, dsrc.data);
+                P_PART, P_SHARD, dsrc.data);
     sbuf_free(&dsrc);
     sbuf_printf(
         b,
@@ -858,8 +863,8 @@ static void put_records(Col *rec, const EventList *events)
     sbuf_free(&lines);
 }
 
-int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
-                        size_t nrows, const int64_t *inbox, size_t n_inbox,
+int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
+                        ProjRow *const *rows, size_t nrows, const int64_t *inbox, size_t n_inbox,
                         const AppendAfter *after, Err *err)
 {
     if (shapes.conn != c)
@@ -888,12 +893,13 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
             shape |= 1u << AP_UP;
         }
     }
-    char term[24], partv[16], last[24], first_at[24], prev[24], prev_part[16];
+    char term[24], partv[16], last[40], first_at[24], prev[24], prev_part[16], shardv[16];
     snprintf(term, sizeof term, "%lld", (long long)events->items[0].term);
     snprintf(prev, sizeof prev, "%lld", after ? (long long)after->seq : 0LL);
     snprintf(prev_part, sizeof prev_part, "%d", after ? after->part : 0);
     snprintf(partv, sizeof partv, "%d", part);
-    snprintf(last, sizeof last, "%lld", (long long)events->items[events->len - 1].seq);
+    journal_notify_payload(shard, events->items[events->len - 1].seq, last, sizeof last);
+    snprintf(shardv, sizeof shardv, "%d", shard);
     snprintf(first_at, sizeof first_at, "%lld", (long long)events->items[0].at);
     const char *params[N_PARAMS];
     int lengths[N_PARAMS] = {0}, formats[N_PARAMS] = {0};
@@ -906,6 +912,7 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
     params[P_PREV_PART - 1] = after ? prev_part : NULL;
     char *inbox_ns = seqs_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
+    params[P_SHARD - 1] = shardv;
     Col act[1 + A_COUNT], prog[2];
     activity_cols(events, act);
     progress_cols(events, prog);
@@ -944,6 +951,14 @@ int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *c
     return rc;
 }
 
+void journal_notify_payload(int shard, int64_t seq, char *out, size_t len)
+{
+    if (shard == 0)
+        snprintf(out, len, "%lld", (long long)seq);
+    else
+        snprintf(out, len, "%d:%lld", shard, (long long)seq);
+}
+
 int journal_append_recv(PGconn *c, size_t n_events, Err *err)
 {
     PGresult *r = PQgetResult(c), *more;
@@ -976,16 +991,18 @@ int journal_pipeline_end(PGconn *c, Err *err)
     return err_set(err, 503, "database-unavailable", "ending the pipeline: %s", PQerrorMessage(c));
 }
 
-int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)
+int journal_inbox_forget(PGconn *c, int shard, const int64_t *inbox, size_t n, Err *err)
 {
-    char *ns = seqs_array(inbox, n);
-    const char *params[] = {ns};
+    char *ns = seqs_array(inbox, n), s[16];
+    snprintf(s, sizeof s, "%d", shard);
+    const char *params[] = {ns, s};
     PGresult *r = db_exec(c,
                           "WITH ib AS (DELETE FROM workd_inbox"
-                          "             WHERE n = ANY($1::bigint[]) AND workd_holds_leader_lock()"
+                          "             WHERE n = ANY($1::bigint[])"
+                          "               AND workd_holds_leader_lock($2::int)"
                           "            RETURNING 1)"
-                          "SELECT workd_holds_leader_lock()",
-                          1, params, "taking submissions from the inbox", err);
+                          "SELECT workd_holds_leader_lock($2::int)",
+                          2, params, "taking submissions from the inbox", err);
     free(ns);
     if (!r)
         return -1;
@@ -1014,16 +1031,17 @@ int journal_publish_budgets(PGconn *c, int64_t payload_bytes, int json_depth, Er
     return 0;
 }
 
-int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err)
+int journal_inbox_read(PGconn *c, int shard, int limit, InboxItem **out, size_t *n, Err *err)
 {
-    char l[16];
+    char l[16], s[16];
     snprintf(l, sizeof l, "%d", limit);
-    const char *params[] = {l};
+    snprintf(s, sizeof s, "%d", shard);
+    const char *params[] = {l, s};
     PGresult *r = db_exec(c,
                           "SELECT n, id, queue, priority, payload::text, workd_epoch_ms(run_at),"
                           "       timeout_ms, max_attempts, traceparent, tracestate"
-                          "  FROM workd_inbox ORDER BY n LIMIT $1::int",
-                          1, params, "reading the inbox", err);
+                          "  FROM workd_inbox WHERE shard = $2::int ORDER BY n LIMIT $1::int",
+                          2, params, "reading the inbox", err);
     if (!r)
         return -1;
     *n = (size_t)PQntuples(r);
@@ -1051,10 +1069,13 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
 
 /* The schedules (workd_schedules); one whose spec no longer loads (its zone
  * left the system) is skipped with a warning. */
-WARN_UNUSED static int recover_schedules(PGconn *c, WorkState *ws, Err *err)
+WARN_UNUSED static int recover_schedules(PGconn *c, const char *shard, WorkState *ws, Err *err)
 {
-    PGresult *r = db_exec(c, "SELECT name, spec::text, last_tick, last_work FROM workd_schedules",
-                          0, NULL, "loading the schedules", err);
+    const char *params[] = {shard};
+    PGresult *r = db_exec(c,
+                          "SELECT name, spec::text, last_tick, last_work FROM workd_schedules"
+                          " WHERE shard = $1::int",
+                          1, params, "loading the schedules", err);
     if (!r)
         return -1;
     for (int i = 0; i < PQntuples(r); i++) {
@@ -1076,8 +1097,9 @@ WARN_UNUSED static int recover_schedules(PGconn *c, WorkState *ws, Err *err)
 }
 
 /* The open batches (workd_batches) with the counts of their finished work. */
-WARN_UNUSED static int recover_batches(PGconn *c, WorkState *ws, Err *err)
+WARN_UNUSED static int recover_batches(PGconn *c, const char *shard, WorkState *ws, Err *err)
 {
+    const char *params[] = {shard};
     PGresult *r = db_exec(
         c,
         "SELECT b.id, b.callback::text,"
@@ -1085,8 +1107,8 @@ WARN_UNUSED static int recover_batches(PGconn *c, WorkState *ws, Err *err)
         "'completed'),"
         "       (SELECT count(*) FROM workd_open o WHERE o.batch = b.id AND o.status = 'dead'),"
         "       (SELECT count(*) FROM workd_done d WHERE d.batch = b.id AND d.status = 'cancelled')"
-        "  FROM workd_batches b WHERE b.finished_seq IS NULL",
-        0, NULL, "loading the open batches", err);
+        "  FROM workd_batches b WHERE b.finished_seq IS NULL AND b.shard = $1::int",
+        1, params, "loading the open batches", err);
     if (!r)
         return -1;
     for (int i = 0; i < PQntuples(r); i++) {
@@ -1105,13 +1127,16 @@ WARN_UNUSED static int recover_batches(PGconn *c, WorkState *ws, Err *err)
     return 0;
 }
 
-int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
-                    int *last_part, Err *err)
+int journal_recover(PGconn *c, int shard, int n_shards, WorkState *ws, int64_t now,
+                    int64_t *last_seq, int64_t *last_term, int *last_part, Err *err)
 {
+    char s[16];
+    snprintf(s, sizeof s, "%d", shard);
+    const char *params[] = {s};
     PGresult *r = db_exec(c,
-                          "SELECT last_seq, term, part FROM workd_log"
+                          "SELECT last_seq, term, part FROM workd_log WHERE shard = $1::int"
                           " ORDER BY last_seq DESC LIMIT 1",
-                          0, NULL, "reading the last seq", err);
+                          1, params, "reading the last seq", err);
     if (!r)
         return -1;
     bool any = PQntuples(r) > 0;
@@ -1130,8 +1155,8 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         "       workd_epoch_ms(run_at), accepted_seq, workd_epoch_ms(created_at), worker_id,"
         "       workd_epoch_ms(deadline), workd_epoch_ms(started_at), last_error, key,"
         "       after::text, after_policy, batch, trace->>'traceparent', trace->>'tracestate'"
-        "  FROM workd_open WHERE status <> 'dead' ORDER BY accepted_seq",
-        0, NULL, "loading open work", err);
+        "  FROM workd_open WHERE status <> 'dead' AND shard = $1::int ORDER BY accepted_seq",
+        1, params, "loading open work", err);
     if (!r || db_command(c, "COMMIT", "loading open work", err) != 0) {
         PQclear(r);
         return -1;
@@ -1175,7 +1200,7 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
         json_decref(it.payload);
     }
     PQclear(r);
-    if (recover_schedules(c, ws, err) != 0 || recover_batches(c, ws, err) != 0)
+    if (recover_schedules(c, s, ws, err) != 0 || recover_batches(c, s, ws, err) != 0)
         return -1;
     ws_restore_links(ws);
 
@@ -1183,6 +1208,8 @@ int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, in
     if (!r)
         return -1;
     for (int i = 0; i < PQntuples(r); i++) {
+        if (shard_of_queue(db_str(r, i, 0), n_shards) != shard)
+            continue; /* another shard's queue */
         QueueLimits lim = rows_queue_limits(r, i);
         ws_queue_restore(ws, db_str(r, i, 0), &lim, now);
         queue_limits_clear(&lim);
@@ -1218,7 +1245,7 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
 #define KNOWN_COLS                                                                                 \
     "w.id, w.status, w.attempts, w.payload::text, w.queue, w.priority, w.timeout_ms,"              \
     " w.max_attempts, w.last_error, w.key, w.batch, w.trace->>'traceparent',"                      \
-    " w.trace->>'tracestate'"
+    " w.trace->>'tracestate', w.shard"
 
 /* Fills out from rows of KNOWN_COLS (out->res owns the strings). */
 static void known_rows(KnownSet *out)
@@ -1240,6 +1267,7 @@ static void known_rows(KnownSet *out)
         k->batch = db_str(out->res, i, 10);
         k->traceparent = db_str(out->res, i, 11);
         k->tracestate = db_str(out->res, i, 12);
+        k->shard = (int)db_int(out->res, i, 13);
     }
 }
 
@@ -1280,19 +1308,20 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     return 0;
 }
 
-int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
-                          Err *err)
+int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,
+                          KnownSet *out, Err *err)
 {
     memset(out, 0, sizeof *out);
-    char l[16];
+    char l[16], s[16];
     snprintf(l, sizeof l, "%d", limit);
-    const char *params[] = {queue, key, l};
+    snprintf(s, sizeof s, "%d", shard);
+    const char *params[] = {queue, key, l, s};
     out->res = db_exec(c,
                        "SELECT " KNOWN_COLS "  FROM workd_open w"
                        " WHERE w.status = 'dead' AND ($1::text IS NULL OR w.queue = $1)"
-                       "   AND ($2::text IS NULL OR w.key = $2)"
+                       "   AND ($2::text IS NULL OR w.key = $2) AND w.shard = $4::int"
                        " ORDER BY w.accepted_seq LIMIT $3::int",
-                       3, params, "finding dead work", err);
+                       4, params, "finding dead work", err);
     if (!out->res)
         return -1;
     known_rows(out);

@@ -29,12 +29,12 @@ typedef struct AppendAfter {
     int part;
 } AppendAfter;
 
-/* Appends events (seq and term already set, in order) into part `part` and
- * writes the work rows they fold into (projection.h) in one statement, which
- * is one transaction, with a NOTIFY on channel workd_events carrying the last
- * seq: open rows are inserted or updated in workd_open; work that finished
- * (completed, cancelled) leaves it for a workd_done row in the same part;
- * the inbox entries (n) the commit took into the log are deleted with it.
+/* Appends events (seq and term already set, in order) into shard `shard`'s
+ * log in part `part` and writes the work rows they fold into (projection.h)
+ * in one statement, which is one transaction, with a NOTIFY on channel
+ * workd_events (journal_notify_payload): open rows are inserted or updated in workd_open; work that
+ * finished (completed, cancelled) leaves it for a workd_done row in the same part; the inbox
+ * entries (n) the commit took into the log are deleted with it.
  *
  * Sent in pipeline mode without waiting (events non-empty; the rows and
  * events may be freed once this returns): journal_append_recv reads the
@@ -46,13 +46,16 @@ typedef struct AppendAfter {
  * one, and this one was decided from the state that one left.
  * Fencing: nothing is written unless this session holds the leader lock;
  * either way journal_append_recv says "fenced" (409). */
-int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
-                        size_t nrows, const int64_t *inbox, size_t n_inbox,
+int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
+                        ProjRow *const *rows, size_t nrows, const int64_t *inbox, size_t n_inbox,
                         const AppendAfter *after, Err *err) WARN_UNUSED;
 /* The outcome of the oldest append out, of n_events events (blocks until it
  * has come; at once when PQisBusy says it has). An append the database
  * refused for what it holds (db_refused: it would fail again) has err->type
  * "database-refused". */
+/* The payload of the NOTIFY workd_events an append sends: the last seq for
+ * shard 0 ("812", as before shards), "<shard>:<seq>" for the others. */
+void journal_notify_payload(int shard, int64_t seq, char *out, size_t len);
 int journal_append_recv(PGconn *c, size_t n_events, Err *err) WARN_UNUSED;
 /* Leaves pipeline mode (every outcome read), so that other statements run. */
 int journal_pipeline_end(PGconn *c, Err *err) WARN_UNUSED;
@@ -72,23 +75,25 @@ typedef struct InboxItem {
     int max_attempts;
     char *traceparent, *tracestate; /* as given to workd.submit, not checked yet; NULL: none */
 } InboxItem;
-/* The oldest entries, at most limit (caller frees *out and its strings). */
-int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err) WARN_UNUSED;
+/* The shard's oldest entries, at most limit (caller frees *out and its strings). */
+int journal_inbox_read(PGconn *c, int shard, int limit, InboxItem **out, size_t *n,
+                       Err *err) WARN_UNUSED;
 /* Publishes the leader's budgets for workd.submit (workd_budgets): a
  * payload's bytes as JSON text, and a body's nesting. */
 int journal_publish_budgets(PGconn *c, int64_t payload_bytes, int json_depth, Err *err) WARN_UNUSED;
 /* Deletes entries taken into the log without an event of their own (an id
  * that exists already); the append deletes the others with their events.
  * Fenced like the append. */
-int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err) WARN_UNUSED;
+int journal_inbox_forget(PGconn *c, int shard, const int64_t *inbox, size_t n,
+                         Err *err) WARN_UNUSED;
 
 /* ---- recovery ---- */
 
-/* Rebuilds the open work into ws from workd_open, and the queues' limits from
- * workd_queues (as of now), and reads the last event's seq, term and part.
- * Cost depends on the open work only. */
-int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
-                    int *last_part, Err *err) WARN_UNUSED;
+/* Rebuilds shard `shard` (of n_shards) into ws: its open work from workd_open, and the queues'
+ * limits from workd_queues (as of now), and reads the last event's seq, term and part. Cost depends
+ * on the open work only. */
+int journal_recover(PGconn *c, int shard, int n_shards, WorkState *ws, int64_t now,
+                    int64_t *last_seq, int64_t *last_term, int *last_part, Err *err) WARN_UNUSED;
 
 /* The parts (workd_parts), oldest first. */
 #define PARTS_MAX 256
@@ -116,8 +121,8 @@ typedef struct KnownSet {
 int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err) WARN_UNUSED;
 void journal_known_free(KnownSet *k);
 /* Dead work of a queue and key (NULL: any), oldest first, at most limit. */
-int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
-                          Err *err) WARN_UNUSED;
+int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,
+                          KnownSet *out, Err *err) WARN_UNUSED;
 
 /* ---- the leader's session, as the manager's round watches it ---- */
 /* The manager reaches PostgreSQL only through this header (and view.h's

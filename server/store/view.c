@@ -91,8 +91,10 @@ static int visit_wanted(const LogLine *l, int64_t term, void *ud, Err *err)
  * at a time (and no further than fn wants) and a large record or two do not
  * bring a read's worth of them into memory at once. A seq whose record is
  * gone with its part is skipped. */
-static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *err)
+static int log_read_seqs(PGconn *c, int shard, const Seqs *want, LineFn fn, void *ud, Err *err)
 {
+    char sh[16];
+    snprintf(sh, sizeof sh, "%d", shard);
     enum { SEQS_READ = 64, READ_BYTES = 1 << 20 };
     int rc = 1;
     size_t from = 0;
@@ -100,7 +102,7 @@ static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *
         Seqs part = {want->v + from, want->n - from < SEQS_READ ? want->n - from : SEQS_READ};
         char *arr = seqs_array(part.v, part.n), bytes[24];
         snprintf(bytes, sizeof bytes, "%d", READ_BYTES);
-        const char *params[] = {arr, bytes};
+        const char *params[] = {arr, bytes, sh};
         /* Planned once per session: planning over every part costs more
          * than the lookups. Sizes come from the values' headers. */
         PGresult *r = db_exec_cached(
@@ -111,10 +113,11 @@ static int log_read_seqs(PGconn *c, const Seqs *want, LineFn fn, void *ud, Err *
             "          FROM (SELECT DISTINCT ON (l.last_seq) l.term, l.events, l.last_seq"
             "                  FROM unnest($1::bigint[]) AS s(seq) CROSS JOIN LATERAL"
             "                       (SELECT last_seq, first_seq, term, events FROM workd_log"
-            "                         WHERE last_seq >= s.seq ORDER BY last_seq LIMIT 1) l"
+            "                         WHERE shard = $3::int AND last_seq >= s.seq"
+            "                         ORDER BY last_seq LIMIT 1) l"
             "                 WHERE l.first_seq <= s.seq ORDER BY l.last_seq) k) w"
             " WHERE before < $2::bigint ORDER BY last_seq",
-            2, params, "reading the log", err);
+            3, params, "reading the log", err);
         free(arr);
         if (!r)
             return -1;
@@ -156,9 +159,10 @@ static void seqs_parse(const char *text, int64_t after, Seqs *out)
 /* The seqs of a work item's events after `after`, in order: its row's
  * history, and its progress reports, at most max of them (a page's worth):
  * when there are more, *cut is set and the list ends at the last report
- * read. *found is false if no row has the id. */
+ * read. *found is false if no row has the id; else *shard is the shard whose
+ * log holds them. */
 WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, int max, Seqs *out,
-                                 bool *found, bool *cut, Err *err)
+                                 int *shard, bool *found, bool *cut, Err *err)
 {
     memset(out, 0, sizeof *out);
     char a[24], m[16];
@@ -166,13 +170,13 @@ WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, int m
     snprintf(m, sizeof m, "%d", max);
     const char *params[] = {id, a, m};
     PGresult *r = db_exec(c,
-                          "SELECT h.history::text,"
+                          "SELECT h.history::text, h.shard,"
                           "       (SELECT array_agg(p.seq ORDER BY p.seq)::text"
                           "          FROM (SELECT seq FROM workd_progress WHERE work_id = $1"
                           "                   AND seq > $2::bigint ORDER BY seq LIMIT $3::int) p)"
-                          "  FROM (SELECT history FROM workd_open WHERE id = $1"
+                          "  FROM (SELECT history, shard FROM workd_open WHERE id = $1"
                           "        UNION ALL"
-                          "        SELECT history FROM workd_done WHERE id = $1 LIMIT 1) h",
+                          "        SELECT history, shard FROM workd_done WHERE id = $1 LIMIT 1) h",
                           3, params, "reading a work item's history", err);
     if (!r)
         return -1;
@@ -180,7 +184,8 @@ WARN_UNUSED static int work_seqs(PGconn *c, const char *id, int64_t after, int m
     Seqs hist = {0}, prog = {0};
     if (*found) {
         seqs_parse(PQgetisnull(r, 0, 0) ? "{}" : PQgetvalue(r, 0, 0), after, &hist);
-        seqs_parse(PQgetisnull(r, 0, 1) ? "{}" : PQgetvalue(r, 0, 1), after, &prog);
+        *shard = (int)db_int(r, 0, 1);
+        seqs_parse(PQgetisnull(r, 0, 2) ? "{}" : PQgetvalue(r, 0, 2), after, &prog);
     }
     PQclear(r);
     *cut = prog.n >= (size_t)max;
@@ -220,14 +225,19 @@ static int keep_progress(const LogLine *l, int64_t term, void *ud, Err *err)
 WARN_UNUSED static int read_progress(PGconn *c, const char *id, WorkView *w, Err *err)
 {
     const char *params[] = {id};
-    PGresult *r = db_exec(c, "SELECT max(seq) FROM workd_progress WHERE work_id = $1", 1, params,
-                          "reading progress", err);
+    PGresult *r = db_exec(c,
+                          "SELECT max(seq), (SELECT shard FROM workd_open WHERE id = $1"
+                          "                  UNION ALL"
+                          "                  SELECT shard FROM workd_done WHERE id = $1 LIMIT 1)"
+                          "  FROM workd_progress WHERE work_id = $1",
+                          1, params, "reading progress", err);
     if (!r)
         return -1;
     int64_t seq = PQgetisnull(r, 0, 0) ? 0 : db_int(r, 0, 0);
+    int shard = (int)db_int(r, 0, 1);
     PQclear(r);
     Seqs one = {&seq, seq ? 1 : 0};
-    return log_read_seqs(c, &one, keep_progress, w, err);
+    return log_read_seqs(c, shard, &one, keep_progress, w, err);
 }
 
 /* Its children: work that names it in after, open or kept (GIN indexes). */
@@ -488,7 +498,8 @@ WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit
 {
     Seqs seqs;
     bool found, cut;
-    if (work_seqs(c, id, after, limit + 1, &seqs, &found, &cut, err) != 0)
+    int shard = 0;
+    if (work_seqs(c, id, after, limit + 1, &seqs, &shard, &found, &cut, err) != 0)
         return NULL;
     if (!found && after == 0) {
         free(seqs.v);
@@ -501,7 +512,7 @@ WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit
     WorkEvents *o = xcalloc(1, sizeof *o);
     o->id = xstrdup(id);
     o->items = xcalloc(seqs.n + 1, sizeof *o->items);
-    int rc = log_read_seqs(c, &seqs, keep_work_event, o, err);
+    int rc = log_read_seqs(c, shard, &seqs, keep_work_event, o, err);
     /* The page's last seq, read or not: the records of a long-open work's
      * first events may be gone with their part, and the history goes on. */
     o->next_after = more ? seqs.v[seqs.n - 1] : 0;
@@ -625,8 +636,10 @@ static int keep_result(const LogLine *l, int64_t term, void *ud, Err *err)
  * the ones that begin before the bytes the page has left (at least one), so
  * that a catch-up over large results holds about a page in memory: the
  * sizes come from the values' headers, without reading the values. */
-WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Err *err)
+WARN_UNUSED static int tail_records(PGconn *c, int shard, ResultsPage *pg, bool *at_end, Err *err)
 {
+    char sh[16];
+    snprintf(sh, sizeof sh, "%d", shard);
     enum { RECORDS = 16 };
     int64_t from = pg->after;
     for (;;) {
@@ -638,17 +651,18 @@ WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Er
         snprintf(a, sizeof a, "%lld", (long long)from);
         snprintf(l, sizeof l, "%d", RECORDS);
         snprintf(b, sizeof b, "%lld", (long long)(pg->max_bytes - pg->bytes));
-        const char *params[] = {a, l, b};
-        PGresult *r = db_exec_cached(
-            c, "workd_log_after",
-            "SELECT term, events, last_seq, n_page"
-            "  FROM (SELECT r.*, count(*) OVER () AS n_page,"
-            "               sum(octet_length(r.events)) OVER (ORDER BY r.last_seq)"
-            "                 - octet_length(r.events) AS before"
-            "          FROM (SELECT term, events, last_seq FROM workd_log"
-            "                 WHERE last_seq > $1::bigint ORDER BY last_seq LIMIT $2::int) r) w"
-            " WHERE before < $3::bigint ORDER BY last_seq",
-            3, params, "reading the log", err);
+        const char *params[] = {a, l, b, sh};
+        PGresult *r =
+            db_exec_cached(c, "workd_log_after",
+                           "SELECT term, events, last_seq, n_page"
+                           "  FROM (SELECT r.*, count(*) OVER () AS n_page,"
+                           "               sum(octet_length(r.events)) OVER (ORDER BY r.last_seq)"
+                           "                 - octet_length(r.events) AS before"
+                           "          FROM (SELECT term, events, last_seq FROM workd_log"
+                           "                 WHERE shard = $4::int AND last_seq > $1::bigint"
+                           "                 ORDER BY last_seq LIMIT $2::int) r) w"
+                           " WHERE before < $3::bigint ORDER BY last_seq",
+                           4, params, "reading the log", err);
         if (!r)
             return -1;
         int n = PQntuples(r), rc = 1;
@@ -668,22 +682,22 @@ WARN_UNUSED static int tail_records(PGconn *c, ResultsPage *pg, bool *at_end, Er
     }
 }
 
-int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, ResultList *out, bool *at_end, Err *err)
+int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t max_bytes,
+                        bool progress, const char *work_id, ResultList *out, bool *at_end, Err *err)
 {
     size_t before = out->len;
     ResultsPage pg = {out, after, limit + (int)before, max_bytes, 0, progress, false};
     if (!work_id) {
-        if (tail_records(c, &pg, at_end, err) != 0)
+        if (tail_records(c, shard, &pg, at_end, err) != 0)
             return -1;
         return (int)(out->len - before);
     }
     /* One work item's: through its row's history and its progress. */
     Seqs seqs;
     bool found, cut;
-    if (work_seqs(c, work_id, after, limit + 1, &seqs, &found, &cut, err) != 0)
+    if (work_seqs(c, work_id, after, limit + 1, &seqs, &shard, &found, &cut, err) != 0)
         return -1;
-    int rc = log_read_seqs(c, &seqs, keep_result, &pg, err);
+    int rc = log_read_seqs(c, shard, &seqs, keep_result, &pg, err);
     free(seqs.v);
     if (rc != 0)
         return -1;
@@ -972,10 +986,14 @@ void view_queue_limits_free(QueueLimitsList *l)
     free(l);
 }
 
-int view_last_seq(PGconn *c, int64_t *seq, Err *err)
+int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err)
 {
-    PGresult *r = db_exec(c, "SELECT coalesce(max(last_seq), 0) FROM workd_log", 0, NULL,
-                          "reading the last seq", err);
+    char sh[16];
+    snprintf(sh, sizeof sh, "%d", shard);
+    const char *params[] = {sh};
+    PGresult *r =
+        db_exec(c, "SELECT coalesce(max(last_seq), 0) FROM workd_log WHERE shard = $1::int", 1,
+                params, "reading the last seq", err);
     if (!r)
         return -1;
     *seq = db_int(r, 0, 0);
@@ -983,9 +1001,12 @@ int view_last_seq(PGconn *c, int64_t *seq, Err *err)
     return 0;
 }
 
-int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err)
+int view_leader(PGconn *c, int shard, int64_t *term, char *url_out, size_t url_len, Err *err)
 {
-    PGresult *r = db_exec(c, "SELECT term, url FROM workd_leader WHERE id = 1", 0, NULL,
+    char sh[16];
+    snprintf(sh, sizeof sh, "%d", shard);
+    const char *params[] = {sh};
+    PGresult *r = db_exec(c, "SELECT term, url FROM workd_shards WHERE shard = $1::int", 1, params,
                           "reading the leader", err);
     if (!r)
         return -1;

@@ -169,14 +169,17 @@ void view_results_clear(ResultList *l);
 /* A new zeroed slot at the end of l (valid until the next push). */
 ResultEvent *view_results_push(ResultList *l);
 
-/* Events after seq that finish work (completed, dead, cancelled) and, with
- * progress, progress events, of work_id only if not NULL, oldest first, at
+/* Events of shard `shard` after seq that finish work (completed, dead,
+ * cancelled) and, with progress, progress events, oldest first; of work_id
+ * only if not NULL (then of its own shard, whatever shard says: after is a
+ * seq of that one), at
  * most limit and about max_bytes of event data (at least one event, so a
  * large result still gets through), appended to out. Sets *at_end when no
  * such event is left after the ones appended (as of the read). Returns the
  * number appended, or -1. */
-int view_finished_after(PGconn *c, int64_t after, int limit, int64_t max_bytes, bool progress,
-                        const char *work_id, ResultList *out, bool *at_end, Err *err) WARN_UNUSED;
+int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t max_bytes,
+                        bool progress, const char *work_id, ResultList *out, bool *at_end,
+                        Err *err) WARN_UNUSED;
 
 /* ---- webhook subscriptions (workd_subscriptions, migration 0013) ---- */
 typedef struct SubscriptionList {
@@ -281,10 +284,12 @@ Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
 void view_activity_free(Activity *a);
 
 /* ---- the log ---- */
-/* The highest seq in the table (0 if empty). */
-int view_last_seq(PGconn *c, int64_t *seq, Err *err) WARN_UNUSED;
+/* The highest seq in a shard's log (0 if empty). */
+int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err) WARN_UNUSED;
 
-/* The current leader: term and URL (url_out gets "" and term 0 if none yet). */
-int view_leader(PGconn *c, int64_t *term, char *url_out, size_t url_len, Err *err) WARN_UNUSED;
+/* A shard's current leader: term and URL (url_out gets "" and term 0 if none
+ * yet). */
+int view_leader(PGconn *c, int shard, int64_t *term, char *url_out, size_t url_len,
+                Err *err) WARN_UNUSED;
 
 #endif

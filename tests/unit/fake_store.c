@@ -207,9 +207,11 @@ int journal_prepare(PGconn *c, Err *err)
     return 0;
 }
 
-int journal_recover(PGconn *c, WorkState *ws, int64_t now, int64_t *last_seq, int64_t *last_term,
-                    int *part, Err *err)
+int journal_recover(PGconn *c, int shard, int n_shards, WorkState *ws, int64_t now,
+                    int64_t *last_seq, int64_t *last_term, int *part, Err *err)
 {
+    (void)shard;
+    (void)n_shards;
     (void)c;
     (void)err;
     pthread_mutex_lock(&F.lock);
@@ -234,8 +236,8 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
 
 /* ---- journal.h: the append ---- */
 
-int journal_append_send(PGconn *c, int part, const EventList *events, ProjRow *const *rows,
-                        size_t nrows, const int64_t *inbox, size_t n_inbox,
+int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
+                        ProjRow *const *rows, size_t nrows, const int64_t *inbox, size_t n_inbox,
                         const AppendAfter *after, Err *err)
 {
     (void)c;
@@ -384,17 +386,19 @@ void journal_known_free(KnownSet *k)
     (void)k;
 }
 
-int journal_dead_matching(PGconn *c, const char *queue, const char *key, int limit, KnownSet *out,
-                          Err *err)
+int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,
+                          KnownSet *out, Err *err)
 {
+    (void)shard;
     (void)queue;
     (void)key;
     (void)limit;
     return journal_known(c, NULL, 0, out, err);
 }
 
-int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *err)
+int journal_inbox_read(PGconn *c, int shard, int limit, InboxItem **out, size_t *n, Err *err)
 {
+    (void)shard;
     (void)c;
     (void)limit;
     (void)err;
@@ -403,8 +407,9 @@ int journal_inbox_read(PGconn *c, int limit, InboxItem **out, size_t *n, Err *er
     return 0;
 }
 
-int journal_inbox_forget(PGconn *c, const int64_t *inbox, size_t n, Err *err)
+int journal_inbox_forget(PGconn *c, int shard, const int64_t *inbox, size_t n, Err *err)
 {
+    (void)shard;
     (void)c;
     (void)inbox;
     (void)n;

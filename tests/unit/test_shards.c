@@ -61,8 +61,17 @@ static void cursor_text(void **state)
           "a one-shard cursor in four shards: the missing ones at 0");
     cursor_format(&c, out, sizeof out);
     CHECK(!strcmp(out, "5.0.0.0"), "padded to 5.0.0.0, not %s", out);
-    const char *bad[] = {"", ".", "1.", ".1", "1..2", "-1", "1.2.3", "x", "1 ",
-                         "99999999999999999999", "9223372036854775808"};
+    const char *bad[] = {"",
+                         ".",
+                         "1.",
+                         ".1",
+                         "1..2",
+                         "-1",
+                         "1.2.3",
+                         "x",
+                         "1 ",
+                         "99999999999999999999",
+                         "9223372036854775808"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err_clear(&err);
         CHECK(cursor_parse(bad[i], 2, &c, &err) != 0 && err.status == 400 &&

@@ -41,8 +41,9 @@ $$;
 -- The shard a queue's work belongs to.
 CREATE FUNCTION workd_shard_of(queue text) RETURNS integer
 LANGUAGE sql STABLE STRICT AS $$
-    SELECT CASE WHEN c.shards <= 1 THEN 0 ELSE (workd_shard_hash(queue) % c.shards)::integer END
-      FROM workd_cluster c
+    SELECT CASE WHEN c.shards <= 1 THEN 0
+                ELSE (public.workd_shard_hash(queue) % c.shards)::integer END
+      FROM public.workd_cluster c
 $$;
 
 -- The leader lock of a shard is the advisory lock (2003792491, key): shard 0
@@ -82,10 +83,11 @@ CREATE INDEX workd_log_shard_last_seq ON workd_log (shard, last_seq);
 -- A shard's leader reads its own inbox, oldest first.
 CREATE INDEX workd_inbox_shard ON workd_inbox (shard, n);
 
--- Work submitted in SQL goes to its queue's shard.
+-- Work submitted in SQL goes to its queue's shard. (Named in full: it runs
+-- inside workd.submit, whose search_path is pg_catalog's.)
 CREATE FUNCTION workd_inbox_shard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.shard := workd_shard_of(NEW.queue);
+    NEW.shard := public.workd_shard_of(NEW.queue);
     RETURN NEW;
 END
 $$;

@@ -274,7 +274,10 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    int rc = c && view_last_seq(c, 0, last_seq, &err) == 0 ? 0 : -1;
+    int rc =
+        c && view_shard_count(c, &s->shards, &err) == 0 && view_last_seq(c, 0, last_seq, &err) == 0
+            ? 0
+            : -1;
     PQfinish(c);
     if (rc != 0)
         log_error("cannot read the event log: %s", err.msg);
@@ -428,7 +431,7 @@ static int serve(Server *s)
     s->metrics = xcalloc(1, sizeof *s->metrics);
     metrics_init(s->metrics);
     int64_t started_ms = wall_ms();
-    s->leader = leaderinfo_new();
+    s->leader = leaderinfo_new(s->shards);
     HttpConfig hc = {.listen = s->cfg.listen,
                      .threads = s->cfg.http_threads,
                      .max_connections = s->cfg.max_connections,

@@ -73,6 +73,7 @@ struct Proxy;
  * config): main() alone sees them all. */
 typedef struct Server {
     ServerConfig cfg;
+    int shards;   /* the cluster's shard count, as the database says (workd_cluster) */
     Manager *mgr; /* NULL without the manager role */
     struct Hub *hub;
     struct Listener *listener;

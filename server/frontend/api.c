@@ -1400,7 +1400,7 @@ static void h_readyz(Req *r, char *const *p)
 {
     Api *a = api_of(r);
     char url[256];
-    int64_t term = leaderinfo_get(a->leader, url, sizeof url);
+    int64_t term = leaderinfo_get(a->leader, 0, url, sizeof url);
     if (!listener_db_ok(a->listener)) {
         problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
         return;
@@ -1437,7 +1437,7 @@ static void metrics_task(PGconn *conn, void *arg)
     MetricsNode node = {
         .routes = routes,
         .n_routes = api_routes_count,
-        .leader_term = leaderinfo_get(a->leader, url, sizeof url),
+        .leader_term = leaderinfo_get(a->leader, 0, url, sizeof url),
         .is_leader = a->mgr && manager_is_leader(a->mgr),
         .database_up = listener_db_ok(a->listener),
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,

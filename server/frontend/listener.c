@@ -51,7 +51,7 @@ WARN_UNUSED static int refresh_leader(Listener *l)
         drop(l, err.msg);
         return -1;
     }
-    if (leaderinfo_set(l->cfg.leader, url, term) && term)
+    if (leaderinfo_set(l->cfg.leader, 0, url, term) && term)
         log_info("leader is %s (term %lld)", url, (long long)term);
     return 0;
 }

@@ -156,7 +156,7 @@ static void fail_unreachable(Proxy *p, Fwd *f)
 static void try_send(Proxy *p, Fwd *f, int64_t now)
 {
     char leader[256];
-    leaderinfo_get(p->cfg.leader, leader, sizeof leader);
+    leaderinfo_get(p->cfg.leader, 0, leader, sizeof leader);
     if (!leader[0]) {
         snprintf(f->last_error, sizeof f->last_error, "no leader known");
         leaderinfo_mark_suspect(p->cfg.leader);

@@ -986,6 +986,17 @@ void view_queue_limits_free(QueueLimitsList *l)
     free(l);
 }
 
+int view_shard_count(PGconn *c, int *shards, Err *err)
+{
+    PGresult *r = db_exec(c, "SELECT shards FROM workd_cluster WHERE id = 1", 0, NULL,
+                          "reading the shard count", err);
+    if (!r)
+        return -1;
+    *shards = PQntuples(r) == 1 ? (int)db_int(r, 0, 0) : 1;
+    PQclear(r);
+    return 0;
+}
+
 int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err)
 {
     char sh[16];

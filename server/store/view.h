@@ -284,6 +284,8 @@ Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
 void view_activity_free(Activity *a);
 
 /* ---- the log ---- */
+/* How many shards the cluster has (workd_cluster). */
+int view_shard_count(PGconn *c, int *shards, Err *err) WARN_UNUSED;
 /* The highest seq in a shard's log (0 if empty). */
 int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err) WARN_UNUSED;
 

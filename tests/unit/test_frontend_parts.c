@@ -22,23 +22,24 @@
 
 static void test_leaderinfo_set_get_suspect(void **state)
 {
-    LeaderInfo *li = leaderinfo_new();
+    LeaderInfo *li = leaderinfo_new(1);
     char url[256];
-    CHECK(leaderinfo_get(li, url, sizeof url) == 0 && url[0] == '\0',
+    CHECK(leaderinfo_get(li, 0, url, sizeof url) == 0 && url[0] == '\0',
           "a new LeaderInfo should know no leader, but says '%s'", url);
     CHECK(!leaderinfo_suspect(li), "a new LeaderInfo should not be suspect");
-    CHECK(leaderinfo_set(li, "http://a:1", 3), "setting the first leader should count as a change");
-    CHECK(!leaderinfo_set(li, "http://a:1", 3), "setting the same leader again is not a change");
-    CHECK(leaderinfo_set(li, "http://a:1", 4), "a new term is a change");
-    CHECK(leaderinfo_set(li, "http://b:2", 4), "a new URL is a change");
-    CHECK(leaderinfo_get(li, url, sizeof url) == 4 && !strcmp(url, "http://b:2"),
+    CHECK(leaderinfo_set(li, 0, "http://a:1", 3),
+          "setting the first leader should count as a change");
+    CHECK(!leaderinfo_set(li, 0, "http://a:1", 3), "setting the same leader again is not a change");
+    CHECK(leaderinfo_set(li, 0, "http://a:1", 4), "a new term is a change");
+    CHECK(leaderinfo_set(li, 0, "http://b:2", 4), "a new URL is a change");
+    CHECK(leaderinfo_get(li, 0, url, sizeof url) == 4 && !strcmp(url, "http://b:2"),
           "the leader should be http://b:2 in term 4, not '%s'", url);
     leaderinfo_mark_suspect(li);
     CHECK(leaderinfo_suspect(li), "a reader marked the leader suspect; the mark was lost");
-    leaderinfo_set(li, "http://b:2", 4);
+    leaderinfo_set(li, 0, "http://b:2", 4);
     CHECK(!leaderinfo_suspect(li), "re-reading the leader should clear the suspicion");
     char small[8];
-    leaderinfo_get(li, small, sizeof small);
+    leaderinfo_get(li, 0, small, sizeof small);
     CHECK(strlen(small) == sizeof small - 1, "a short buffer should get a truncated URL");
     leaderinfo_free(li);
 }
@@ -56,7 +57,7 @@ static void *reader_main(void *arg)
     Reader *r = arg;
     while (!atomic_load(r->stop)) {
         char url[256], want[64];
-        int64_t t = leaderinfo_get(r->li, url, sizeof url);
+        int64_t t = leaderinfo_get(r->li, 0, url, sizeof url);
         snprintf(want, sizeof want, "http://n%lld", (long long)t);
         if (t && strcmp(url, want))
             r->torn++;
@@ -67,7 +68,7 @@ static void *reader_main(void *arg)
 
 static void test_leaderinfo_readers_never_see_a_torn_pair(void **state)
 {
-    LeaderInfo *li = leaderinfo_new();
+    LeaderInfo *li = leaderinfo_new(1);
     atomic_bool stop = false;
     Reader rd[3];
     pthread_t th[3];
@@ -79,7 +80,7 @@ static void test_leaderinfo_readers_never_see_a_torn_pair(void **state)
         char url[64];
         /* URLs of changing length, so that a torn copy would show. */
         snprintf(url, sizeof url, "http://n%lld", (long long)t);
-        leaderinfo_set(li, url, t);
+        leaderinfo_set(li, 0, url, t);
     }
     atomic_store(&stop, true);
     for (int i = 0; i < 3; i++) {
@@ -130,7 +131,7 @@ static ProxyConfig proxy_config(LeaderInfo *li, Metrics *m)
 
 static void test_proxy_without_leader_marks_it_suspect_and_answers_503(void **state)
 {
-    LeaderInfo *li = leaderinfo_new();
+    LeaderInfo *li = leaderinfo_new(1);
     Metrics *m = xcalloc(1, sizeof *m);
     metrics_init(m);
     ProxyConfig pc = proxy_config(li, m);

@@ -229,9 +229,10 @@ WARN_UNUSED static int finish_config(ServerConfig *c, Err *err)
 }
 
 /* The manager's commits go straight to this node's results hub. */
-static void on_commit(CommitStage stage, const EventList *events, void *ud)
+static void on_commit(CommitStage stage, int shard, const EventList *events, void *ud)
 {
     Server *s = ud;
+    (void)shard; /* one shard's log, in this version of the hub */
     if (!s->hub)
         return;
     if (stage == COMMIT_BEGIN)

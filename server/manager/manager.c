@@ -296,7 +296,7 @@ void step_down(Manager *m, const char *why)
     for (size_t i = m->n_flights; i-- > 0;) {
         Flight *f = &m->flights[i];
         if (f->batch.len && m->cfg.on_commit)
-            m->cfg.on_commit(COMMIT_FAILED, &f->batch, m->cfg.on_commit_ud);
+            m->cfg.on_commit(COMMIT_FAILED, m->cfg.shard, &f->batch, m->cfg.on_commit_ud);
         if (f->done_tail) {
             f->done_tail->next = m->done_head;
             m->done_head = f->done_head;
@@ -491,7 +491,7 @@ WARN_UNUSED static int land_flight(Manager *m)
     clock_gettime(CLOCK_MONOTONIC, &b);
     long long us = (b.tv_sec - f->sent.tv_sec) * 1000000LL + (b.tv_nsec - f->sent.tv_nsec) / 1000;
     if (m->cfg.on_commit)
-        m->cfg.on_commit(COMMIT_DONE, &f->batch, m->cfg.on_commit_ud);
+        m->cfg.on_commit(COMMIT_DONE, m->cfg.shard, &f->batch, m->cfg.on_commit_ud);
     if (m->webhooks)
         webhooks_committed(m->webhooks, &f->batch);
     suspects_cleared(m, f);
@@ -575,7 +575,7 @@ WARN_UNUSED static int commit_batch(Manager *m)
         after.part = prev->part;
     }
     if (m->cfg.on_commit)
-        m->cfg.on_commit(COMMIT_BEGIN, &m->batch, m->cfg.on_commit_ud);
+        m->cfg.on_commit(COMMIT_BEGIN, m->cfg.shard, &m->batch, m->cfg.on_commit_ud);
     Flight *f = &m->flights[m->n_flights++];
     memset(f, 0, sizeof *f);
     f->part = m->part;

@@ -56,12 +56,12 @@ typedef struct ManagerConfig {
     int64_t webhook_timeout_ms, webhook_backoff_base_ms, webhook_backoff_max_ms;
     int64_t webhook_pause_after_ms;
     const NetPolicy *webhook_allow; /* receivers' addresses allowed beside public ones */
-    /* Called on the manager thread around each commit of events (in seq
-     * order; final events carry their queue): COMMIT_BEGIN before it is sent,
+    /* Called on the manager thread around each commit of events of its shard
+     * (in seq order; final events carry their queue): COMMIT_BEGIN before it is sent,
      * then COMMIT_DONE or COMMIT_FAILED (written or not, unknown). The
      * front-end publishes results without its listener's round trip. May be
      * NULL. */
-    void (*on_commit)(CommitStage stage, const EventList *events, void *ud);
+    void (*on_commit)(CommitStage stage, int shard, const EventList *events, void *ud);
     void *on_commit_ud;
 } ManagerConfig;
 

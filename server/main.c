@@ -25,6 +25,8 @@
 #include "proxy.h"
 #include "tz.h"
 #include "server.h"
+#include "shard.h"
+#include "shards.h"
 #include "hub.h"
 #include "util.h"
 
@@ -57,6 +59,10 @@ static const OptSpec options[] = {
      MS(3600000)},
     {"connection-timeout", OPT_DURATION, &C.connection_timeout_ms, "30s",
      "idle HTTP connection timeout (slow clients are cut off)", 1000, MS(3600000)},
+    {"shards", OPT_INT, &C.shards, "0",
+     "shards of the manager, fixed when the database is made (0: as the database says; a new "
+     "one has 1)",
+     0, SHARDS_MAX},
     {"election-interval", OPT_DURATION, &C.election_interval_ms, "250ms",
      "how often a standby manager tries to become leader", 10, 60000},
     {"heartbeat-interval", OPT_DURATION, &C.heartbeat_interval_ms, "2s",
@@ -262,7 +268,7 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
     Err err = {0};
     int applied;
     int64_t backoff = 200;
-    while (migrate_run(s->cfg.database_url, &applied, &err) != 0) {
+    while (migrate_run(s->cfg.database_url, (int)s->cfg.shards, &s->shards, &applied, &err) != 0) {
         if (err.status != 503) {
             log_error("migrations failed: %s", err.msg);
             return -1;
@@ -275,10 +281,7 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    int rc =
-        c && view_shard_count(c, &s->shards, &err) == 0 && view_last_seq(c, 0, last_seq, &err) == 0
-            ? 0
-            : -1;
+    int rc = c && view_last_seq(c, 0, last_seq, &err) == 0 ? 0 : -1;
     PQfinish(c);
     if (rc != 0)
         log_error("cannot read the event log: %s", err.msg);
@@ -344,7 +347,7 @@ WARN_UNUSED static int start_manager(Server *s, Err *err)
         .on_commit = on_commit,
         .on_commit_ud = s,
     };
-    return (s->mgr = manager_start(&mc, err)) ? 0 : -1;
+    return (s->mgrs = shards_start(&mc, s->shards, err)) ? 0 : -1;
 }
 
 /* The proxy, the listener, the API and (with the frontend role) HTTP. */
@@ -377,7 +380,7 @@ WARN_UNUSED static int start_front(Server *s, int64_t started_ms, Err *err)
                     .default_timeout_ms = s->cfg.default_timeout_ms,
                     .default_max_attempts = s->cfg.default_max_attempts,
                     .webhook_allow = &s->cfg.webhook_allow};
-    ApiParts ap = {.mgr = s->mgr,
+    ApiParts ap = {.mgrs = s->mgrs,
                    .hub = s->hub,
                    .listener = s->listener,
                    .proxy = s->proxy,
@@ -394,7 +397,7 @@ WARN_UNUSED static int start_front(Server *s, int64_t started_ms, Err *err)
 /* Answers everything in flight, then stops serving, then frees. */
 static void stop_all(Server *s)
 {
-    manager_stop(s->mgr);
+    shards_stop(s->mgrs);
     if (s->hub)
         hub_shutdown(s->hub);
     proxy_stop(s->proxy);
@@ -402,7 +405,7 @@ static void stop_all(Server *s)
     dbpool_stop(s->pool);
     http_stop(s->http);
     dbwatch_stop(s->dbwatch);
-    manager_free(s->mgr);
+    shards_free(s->mgrs);
     proxy_free(s->proxy);
     listener_free(s->listener);
     dbpool_free(s->pool);
@@ -495,12 +498,14 @@ int main(int argc, char **argv)
     httpc_global_init();
     int rc;
     if (!strcmp(cmd, "migrate")) {
-        int applied;
-        rc = migrate_run(C.database_url, &applied, &err) == 0 ? 0 : 1;
+        int applied, shards;
+        rc = migrate_run(C.database_url, (int)C.shards, &shards, &applied, &err) == 0 ? 0 : 1;
         if (rc)
             log_error("migrations failed: %s", err.msg);
         else
-            log_info("database is at the latest schema (%d migration(s) applied now)", applied);
+            log_info("database is at the latest schema (%d migration(s) applied now), with %d "
+                     "shard(s)",
+                     applied, shards);
     } else {
         Server s = {.cfg = C};
         rc = serve(&s);

@@ -23,6 +23,7 @@ typedef struct ServerConfig {
     int64_t max_json_depth;
     int64_t connection_timeout_ms;
     int64_t request_timeout_ms; /* to receive a request (slow clients are cut off) */
+    int64_t shards;             /* --shards: 0, as the database says */
     int64_t election_interval_ms;
     int64_t heartbeat_interval_ms;
     int64_t worker_timeout_ms;
@@ -73,8 +74,8 @@ struct Proxy;
  * config): main() alone sees them all. */
 typedef struct Server {
     ServerConfig cfg;
-    int shards;   /* the cluster's shard count, as the database says (workd_cluster) */
-    Manager *mgr; /* NULL without the manager role */
+    int shards;            /* the cluster's shard count, as the database says (workd_cluster) */
+    struct ShardSet *mgrs; /* a manager per shard; NULL without the manager role */
     struct Hub *hub;
     struct Listener *listener;
     struct Proxy *proxy;

@@ -18,6 +18,8 @@
 #include "proxy.h"
 #include "render.h"
 #include "hub.h"
+#include "shard.h"
+#include "shards.h"
 #include "static.h"
 #include "trace.h"
 #include "util.h"
@@ -27,7 +29,8 @@
  * every FINISHED_COUNTS_MS, whoever asks (read-pool threads). */
 struct Api {
     ApiConfig cfg;
-    Manager *mgr; /* NULL without the manager role */
+    ShardSet *mgrs; /* a manager per shard; NULL without the manager role */
+    int shards;     /* the cluster's */
     Hub *hub;
     Listener *listener;
     Proxy *proxy;
@@ -358,7 +361,7 @@ static void forward_again(Req *r, const MgrCmd *c)
         json_decref(norm);
     }
     req_park(r);
-    proxy_forward(api_of(r)->proxy, r, fwd);
+    proxy_forward(api_of(r)->proxy, r->shard, r, fwd);
 }
 
 /* Runs on the HTTP thread once the manager has answered. */
@@ -398,19 +401,23 @@ static void keep_cmd(Req *r, MgrCmd *c)
     r->free_state = cmd_free;
 }
 
-/* Sends c to the leader: the local manager if this node leads, else through the
- * proxy with forward_body (or the request's own body when NULL). */
-static void to_leader(Req *r, MgrCmd *c, char *forward_body)
+/* Sends c to shard `shard`'s leader: the local manager if this node leads
+ * it, else through the proxy with forward_body (or the request's own body
+ * when NULL). A request another node forwarded goes to the shard it names. */
+static void to_shard(Req *r, int shard, MgrCmd *c, char *forward_body)
 {
     Api *a = api_of(r);
-    if (a->mgr && manager_is_leader(a->mgr)) {
+    if (r->shard >= 0)
+        shard = r->shard;
+    r->shard = shard;
+    if (shards_leads(a->mgrs, shard)) {
         free(forward_body);
         c->done = cmd_done;
         c->alive = cmd_alive;
         c->ud = r;
         keep_cmd(r, c);
         req_park(r);
-        manager_send(a->mgr, c);
+        manager_send(shards_manager(a->mgrs, shard), c);
         return;
     }
     mgrcmd_free(c);
@@ -421,12 +428,116 @@ static void to_leader(Req *r, MgrCmd *c, char *forward_body)
         return;
     }
     req_park(r);
-    proxy_forward(a->proxy, r, forward_body);
+    proxy_forward(a->proxy, shard, r, forward_body);
+}
+
+/* The shard of queue q. */
+static int queue_shard(const Api *a, const char *q)
+{
+    return shard_of_queue(q, a->shards);
+}
+
+/* ---- routing by work id: which shard holds it is in the database ---- */
+
+/* What decides a command's shard by a row of the database: work (its id),
+ * or a schedule (its name; a PUT's new queue must be in the same shard). */
+typedef struct ShardLookup {
+    Req *r;
+    char *id;
+    bool schedule;
+    int want; /* a schedule PUT: its queue's shard; else -1 */
+} ShardLookup;
+
+/* HTTP thread: the shard is known (r->shard); the command goes there. */
+static void send_looked_up(Req *r)
+{
+    MgrCmd *c = r->state;
+    r->state = NULL;
+    r->free_state = NULL;
+    int shard = r->shard;
+    r->shard = -1;
+    to_shard(r, shard < 0 ? 0 : shard, c, NULL);
+}
+
+/* Read pool: finds the shard (none found: shard 0 says what there is to say). */
+static void shard_lookup_task(PGconn *conn, void *arg)
+{
+    ShardLookup *t = arg;
+    Err err = {0};
+    int shard = -1;
+    int rc =
+        !conn ? err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry")
+        : t->schedule ? view_schedule_shard(conn, t->id, &shard, &err)
+                      : view_work_shard(conn, t->id, &shard, &err);
+    if (rc == 0 && t->want >= 0 && shard >= 0 && shard != t->want)
+        rc = err_set(&err, 409, "schedule-moves-shard",
+                     "schedule '%s' is in shard %d, and its new queue in shard %d: delete it "
+                     "and create it again to move it",
+                     t->id, shard, t->want);
+    if (rc != 0) {
+        req_finish_problem(t->r, &err);
+    } else {
+        if (shard < 0)
+            shard = t->want;
+        t->r->shard = shard;
+        t->r->on_resume = send_looked_up;
+        req_resume(t->r);
+    }
+    free(t->id);
+    free(t);
+}
+
+/* Sends c to the shard the database says: that of work `id`, or of
+ * schedule `id` (a PUT's queue's shard `want`, which must be the same). At
+ * once in a cluster of one shard, or for a request another node forwarded
+ * to its shard. */
+static void to_looked_up_shard(Req *r, const char *id, bool schedule, int want, MgrCmd *c)
+{
+    Api *a = api_of(r);
+    if (a->shards == 1 || r->shard >= 0) {
+        to_shard(r, 0, c, NULL);
+        return;
+    }
+    keep_cmd(r, c);
+    ShardLookup *t = xcalloc(1, sizeof *t);
+    t->r = r;
+    t->id = xstrdup(id);
+    t->schedule = schedule;
+    t->want = want;
+    req_park(r);
+    dbpool_submit(a->pool, shard_lookup_task, t);
+}
+
+static void to_work_shard(Req *r, const char *id, MgrCmd *c)
+{
+    to_looked_up_shard(r, id, false, -1, c);
 }
 
 /* Fills c from the request: p, the path's parameters; body, the parsed JSON
  * body (NULL for a route without one). Sets c->worker_id. */
 typedef int (*CmdParse)(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err);
+
+/* Where a worker's command goes: a report or progress to the shard of its
+ * work, a pull to the shard of its queues; heartbeats and deregistration to
+ * every shard. */
+static void worker_route(Req *r, MgrCmd *c)
+{
+    Api *a = api_of(r);
+    switch (c->type) {
+    case MC_REPORTS:
+        to_work_shard(r, c->reports[0].work_id, c);
+        return;
+    case MC_PROGRESS:
+        to_work_shard(r, c->updates[0].work_id, c);
+        return;
+    case MC_PULL:
+        to_shard(r, c->queues && c->queues[0] ? queue_shard(a, c->queues[0]) : 0, c, NULL);
+        return;
+    default:
+        to_shard(r, 0, c, NULL);
+        return;
+    }
+}
 
 /* The worker routes: p[0] must be a valid id (what it names), the request
  * parses into a command, and the token must be allowed to act for the command's
@@ -453,7 +564,7 @@ static void worker_cmd(Req *r, char *const *p, const char *what, MgrCmdType type
         mgrcmd_free(c);
         return;
     }
-    to_leader(r, c, NULL);
+    worker_route(r, c);
 }
 
 /* ---- work ---- */
@@ -501,6 +612,31 @@ static void apply_trace_headers(Req *r, SubmitItem *items, size_t n)
     free(state);
 }
 
+/* The shard a submission goes to: its items' queues' and its batch
+ * callback's, which must be one (a submission is one commit of one shard's
+ * log). 409 cross-shard otherwise. */
+WARN_UNUSED static int submit_shard(Req *r, const MgrCmd *c, int *shard)
+{
+    Api *a = api_of(r);
+    *shard = queue_shard(a, c->items[0].queue);
+    const char *other = NULL;
+    for (size_t i = 1; i < c->n_items && !other; i++)
+        if (queue_shard(a, c->items[i].queue) != *shard)
+            other = c->items[i].queue;
+    if (!other && c->batch_callback && queue_shard(a, c->batch_callback->queue) != *shard)
+        other = c->batch_callback->queue;
+    if (!other)
+        return 0;
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "queues '%s' (shard %d) and '%s' (shard %d) are in different shards of this "
+             "cluster: a submission of several items, or a batch and its callback, must stay "
+             "in one shard (send them separately)",
+             c->items[0].queue, *shard, other, queue_shard(a, other));
+    problem(r, 409, "cross-shard", msg);
+    return -1;
+}
+
 static void h_submit(Req *r, char *const *p)
 {
     Api *a = api_of(r);
@@ -530,8 +666,13 @@ static void h_submit(Req *r, char *const *p)
     c->batch_id = batch.id;
     c->batch_callback = batch.callback;
     r->bulk = bulk;
+    int shard;
+    if (submit_shard(r, c, &shard) != 0) {
+        mgrcmd_free(c);
+        return;
+    }
     char *fwd = NULL;
-    if (!(a->mgr && manager_is_leader(a->mgr))) {
+    if (!shards_leads(a->mgrs, shard)) {
         /* Forward the normalised items: ids generated here stay the same on
          * every retry, so a retried forward never creates a second job (nor
          * a second batch: its id is generated here too). */
@@ -539,7 +680,7 @@ static void h_submit(Req *r, char *const *p)
         fwd = json_dumps(norm, JSON_COMPACT);
         json_decref(norm);
     }
-    to_leader(r, c, fwd);
+    to_shard(r, shard, c, fwd);
 }
 
 /* Events of one work item in one answer, at most (GET /work/{id}/events). */
@@ -650,7 +791,7 @@ static void h_cancel(Req *r, char *const *p)
         return;
     MgrCmd *c = mgrcmd_new(MC_CANCEL);
     c->work_id = xstrdup(p[0]);
-    to_leader(r, c, NULL);
+    to_work_shard(r, p[0], c);
 }
 
 static void h_retry(Req *r, char *const *p)
@@ -659,7 +800,7 @@ static void h_retry(Req *r, char *const *p)
         return;
     MgrCmd *c = mgrcmd_new(MC_RETRY);
     c->work_id = xstrdup(p[0]);
-    to_leader(r, c, NULL);
+    to_work_shard(r, p[0], c);
 }
 
 /* ---- queues: flow control (admin) ---- */
@@ -687,7 +828,7 @@ static void queue_set(Req *r, const char *queue, const QueueLimits *l, int set)
     c->queue = xstrdup(queue);
     c->limits = *l;
     c->limits_set = set;
-    to_leader(r, c, NULL);
+    to_shard(r, queue_shard(api_of(r), queue), c, NULL);
 }
 
 static void h_queue_put(Req *r, char *const *p)
@@ -751,7 +892,7 @@ static void h_schedule_put(Req *r, char *const *p)
     MgrCmd *c = mgrcmd_new(MC_SCHEDULE_SET);
     c->name = xstrdup(p[0]);
     c->schedule = spec;
-    to_leader(r, c, NULL);
+    to_looked_up_shard(r, p[0], true, queue_shard(a, spec->work.queue), c);
 }
 
 static void schedule_cmd(Req *r, const char *name, MgrCmdType type, int pause)
@@ -761,7 +902,7 @@ static void schedule_cmd(Req *r, const char *name, MgrCmdType type, int pause)
     MgrCmd *c = mgrcmd_new(type);
     c->name = xstrdup(name);
     c->pause = pause;
-    to_leader(r, c, NULL);
+    to_looked_up_shard(r, name, true, -1, c);
 }
 
 static void h_schedule_delete(Req *r, char *const *p)
@@ -865,7 +1006,7 @@ static void bulk(Req *r, MgrCmdType type)
         return;
     }
     json_decref(body);
-    to_leader(r, c, NULL);
+    to_shard(r, c->queue ? queue_shard(api_of(r), c->queue) : 0, c, NULL);
 }
 
 static void h_bulk_cancel(Req *r, char *const *p)
@@ -976,7 +1117,8 @@ Api *api_new(const ApiConfig *cfg, const ApiParts *parts)
 {
     Api *a = xcalloc(1, sizeof *a);
     a->cfg = *cfg;
-    a->mgr = parts->mgr;
+    a->mgrs = parts->mgrs;
+    a->shards = leaderinfo_shards(parts->leader);
     a->hub = parts->hub;
     a->listener = parts->listener;
     a->proxy = parts->proxy;
@@ -1288,7 +1430,7 @@ static void h_subscription_put(Req *r, char *const *p)
         return;
     }
     json_decref(body);
-    to_leader(r, c, NULL);
+    to_shard(r, 0, c, NULL); /* subscriptions live in shard 0 */
 }
 
 static void h_subscription_delete(Req *r, char *const *p)
@@ -1297,7 +1439,7 @@ static void h_subscription_delete(Req *r, char *const *p)
         return;
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_DELETE);
     c->name = xstrdup(p[0]);
-    to_leader(r, c, NULL);
+    to_shard(r, 0, c, NULL); /* subscriptions live in shard 0 */
 }
 
 static void h_subscription_get(Req *r, char *const *p)
@@ -1306,12 +1448,12 @@ static void h_subscription_get(Req *r, char *const *p)
         return;
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_GET);
     c->name = xstrdup(p[0]);
-    to_leader(r, c, NULL);
+    to_shard(r, 0, c, NULL); /* subscriptions live in shard 0 */
 }
 
 static void h_subscriptions(Req *r, char *const *p)
 {
-    to_leader(r, mgrcmd_new(MC_SUBSCRIPTION_GET), NULL);
+    to_shard(r, 0, mgrcmd_new(MC_SUBSCRIPTION_GET), NULL);
 }
 
 /* ---- workers ---- */
@@ -1387,7 +1529,7 @@ static void h_reports(Req *r, char *const *p)
 
 static void h_cluster(Req *r, char *const *p)
 {
-    to_leader(r, mgrcmd_new(MC_CLUSTER), NULL);
+    to_shard(r, 0, mgrcmd_new(MC_CLUSTER), NULL);
 }
 
 static void h_healthz(Req *r, char *const *p)
@@ -1414,7 +1556,17 @@ static void h_readyz(Req *r, char *const *p)
         problem(r, 503, "not-ready", "no leader has been elected yet");
         return;
     }
-    bool leader = a->mgr && manager_is_leader(a->mgr);
+    for (int sh = 1; sh < a->shards; sh++) {
+        char other[256];
+        leaderinfo_get(a->leader, sh, other, sizeof other);
+        if (!other[0]) {
+            char msg[80];
+            snprintf(msg, sizeof msg, "shard %d has no leader elected yet", sh);
+            problem(r, 503, "not-ready", msg);
+            return;
+        }
+    }
+    bool leader = shards_leads(a->mgrs, 0);
     req_finish_json(r, 200,
                     json_pack("{s:s, s:s, s:I, s:b}", "status", "ready", "leader", url, "term",
                               (json_int_t)term, "is_leader", leader));
@@ -1438,14 +1590,14 @@ static void metrics_task(PGconn *conn, void *arg)
         .routes = routes,
         .n_routes = api_routes_count,
         .leader_term = leaderinfo_get(a->leader, 0, url, sizeof url),
-        .is_leader = a->mgr && manager_is_leader(a->mgr),
+        .is_leader = shards_leads(a->mgrs, 0),
         .database_up = listener_db_ok(a->listener),
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,
         .limits = conn ? view_queue_limits(conn, &err) : NULL,
         .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
         .tokens = flow ? flow->tokens : NULL,
         .n_tokens = flow ? flow->n_tokens : 0,
-        .mgr = a->mgr,
+        .mgrs = a->mgrs,
     };
     size_t len;
     char *text = metrics_render(a->metrics, &node, &len);
@@ -1472,7 +1624,13 @@ static void metrics_flow_done(MgrCmd *c, void *ud)
 static void h_metrics(Req *r, char *const *p)
 {
     Api *a = api_of(r);
-    if (!(a->mgr && manager_is_leader(a->mgr))) {
+    /* The token buckets of the queues of the shards this node leads. (One
+     * shard's, for now: the first led.) */
+    int led = -1;
+    for (int sh = 0; sh < shards_count(a->mgrs) && led < 0; sh++)
+        if (shards_leads(a->mgrs, sh))
+            led = sh;
+    if (led < 0) {
         metrics_read(r);
         return;
     }
@@ -1482,7 +1640,7 @@ static void h_metrics(Req *r, char *const *p)
     c->ud = r;
     keep_cmd(r, c);
     req_park(r);
-    manager_send(a->mgr, c);
+    manager_send(shards_manager(a->mgrs, led), c);
 }
 
 const Route api_routes[] = {
@@ -1563,6 +1721,18 @@ static int vouch(void *ctx, Req *r, Err *err)
                            "carries their shared secret); send the request without it");
     }
     r->forwarded = fwd != NULL;
+    /* The shard a node forwards to: a forwarded request only (another node
+     * decided it). */
+    const char *shard = fwd ? req_header(r, "X-Workd-Shard") : NULL;
+    r->shard = -1;
+    if (shard) {
+        char *end;
+        long s = strtol(shard, &end, 10);
+        if (end == shard || *end || s < 0 || s >= leaderinfo_shards(a->leader))
+            return err_set(err, 400, "invalid-shard",
+                           "X-Workd-Shard names no shard of this cluster");
+        r->shard = (int)s;
+    }
     return trusted;
 }
 

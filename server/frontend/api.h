@@ -39,7 +39,7 @@ typedef struct ApiDbWatch {
 /* The parts of the node the handlers use, each made and freed by main(),
  * borrowed for the Api's life. */
 typedef struct ApiParts {
-    struct Manager *mgr; /* NULL without the manager role */
+    struct ShardSet *mgrs; /* a manager per shard; NULL without the manager role */
     struct Hub *hub;
     struct Listener *listener;
     struct Proxy *proxy;

@@ -592,6 +592,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     Req *r = *con_cls;
     if (!r) {
         r = xcalloc(1, sizeof *r);
+        r->shard = -1;
         r->app = h->app.ctx;
         r->conn = conn;
         r->method = xstrdup(method);

@@ -28,6 +28,9 @@ struct Req {
     char *segs;                      /* owned copy of path, split */
     char *params[HTTP_MAX_SEGMENTS]; /* the ":x" segments, into segs */
     bool forwarded; /* sent by another node (never forwarded again): set by HttpApp.vouch */
+    /* The shard a command of this request is for: a forwarded request's
+     * X-Workd-Shard (HttpApp.vouch), or where the API sent it; -1: none. */
+    int shard;
     SBuf body;
     int64_t body_limit;
     bool body_too_large;

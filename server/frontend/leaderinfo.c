@@ -39,7 +39,7 @@ void leaderinfo_free(LeaderInfo *li)
 
 int leaderinfo_shards(const LeaderInfo *li)
 {
-    return li->n;
+    return li ? li->n : 1;
 }
 
 bool leaderinfo_set(LeaderInfo *li, int shard, const char *url, int64_t term)

@@ -25,7 +25,7 @@ void leaderinfo_free(LeaderInfo *li);
 bool leaderinfo_set(LeaderInfo *li, int shard, const char *url, int64_t term);
 
 /* ---- readers (any thread) ---- */
-/* How many shards it knows of. */
+/* How many shards it knows of (1 for NULL). */
 int leaderinfo_shards(const LeaderInfo *li);
 /* Copies a shard's leader URL into out ("" if unknown); returns the term. */
 int64_t leaderinfo_get(LeaderInfo *li, int shard, char *out, size_t outlen);

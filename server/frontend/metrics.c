@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "event.h"
+#include "shards.h"
 #include "util.h"
 
 void metrics_init(Metrics *m)
@@ -23,64 +24,125 @@ void metrics_observe(Metrics *m, int route, int status, int64_t us)
 
 /* ---- rendering ---- */
 
-/* The leader's counters: what this node's manager did while it led. */
-static void render_manager(SBuf *b, const Manager *mgr)
+/* A manager's figure, and the families of them. */
+typedef long long (*ShardFigure)(const Manager *m);
+typedef struct ShardFamily {
+    const char *name, *type, *help;
+    const char *label; /* a label before the shard's ("outcome=\"failed\""), or NULL */
+    ShardFigure figure;
+    bool leading; /* only of the shards this node leads */
+} ShardFamily;
+
+#define FIGURE(fn, field)                                                                          \
+    static long long fn(const Manager *m)                                                          \
+    {                                                                                              \
+        return (long long)atomic_load(&manager_stats(m)->field);                                   \
+    }
+FIGURE(fig_completed, events_by_type[EV_COMPLETED])
+FIGURE(fig_failed, events_by_type[EV_FAILED])
+FIGURE(fig_timed_out, events_by_type[EV_TIMED_OUT])
+FIGURE(fig_workers_lost, workers_lost)
+FIGURE(fig_elections_won, elections_won)
+FIGURE(fig_step_downs, step_downs)
+FIGURE(fig_appends_behind, appends_behind)
+FIGURE(fig_open_work, open_work)
+FIGURE(fig_workers, workers)
+FIGURE(fig_waiting_pulls, waiting_pulls)
+FIGURE(fig_inbox_refused, inbox_refused)
+static long long fig_inbox_taken(const Manager *m)
 {
-    const ManagerStats *st = manager_stats(mgr);
+    const ManagerStats *st = manager_stats(m);
+    return (long long)(atomic_load(&st->inbox_taken) - atomic_load(&st->inbox_refused));
+}
+
+static const ShardFamily families[] = {
+    {"workd_attempts_total", "counter", "Attempts ended, by outcome.", "outcome=\"completed\"",
+     fig_completed, false},
+    {"workd_attempts_total", NULL, NULL, "outcome=\"failed\"", fig_failed, false},
+    {"workd_attempts_total", NULL, NULL, "outcome=\"timed_out\"", fig_timed_out, false},
+    {"workd_lease_expiries_total", "counter", "Attempts ended because their deadline passed.", NULL,
+     fig_timed_out, false},
+    {"workd_workers_lost_total", "counter", "Attempts ended because their worker went silent.",
+     NULL, fig_workers_lost, false},
+    {"workd_elections_won_total", "counter", "Elections this node won.", NULL, fig_elections_won,
+     false},
+    {"workd_step_downs_total", "counter", "Times this node stopped leading.", NULL, fig_step_downs,
+     false},
+    {"workd_appends_behind_total", "counter",
+     "Appends sent while the one before was being committed.", NULL, fig_appends_behind, false},
+    {"workd_open_work", "gauge", "Work not finished (pending, scheduled, running).", NULL,
+     fig_open_work, true},
+    {"workd_workers", "gauge", "Workers known to the leader.", NULL, fig_workers, true},
+    {"workd_waiting_pulls", "gauge", "Workers' pulls waiting for work.", NULL, fig_waiting_pulls,
+     true},
+    {"workd_sql_submissions_total", "counter",
+     "Work submitted in SQL (workd.submit) that this node took from the inbox as leader: taken "
+     "into the log, or refused there (an id with another payload).",
+     "outcome=\"taken\"", fig_inbox_taken, false},
+    {"workd_sql_submissions_total", NULL, NULL, "outcome=\"refused\"", fig_inbox_refused, false},
+};
+
+/* `{label,shard="s"}` (no shard label in a cluster of one shard), or "". */
+static void shard_labels(char *out, size_t len, const char *label, int shard, int n)
+{
+    if (n > 1)
+        snprintf(out, len, "%s%sshard=\"%d\"", label ? label : "", label ? "," : "", shard);
+    else
+        snprintf(out, len, "%s", label ? label : "");
+}
+
+/* The managers' counters: what each shard's manager on this node did while
+ * it led (a sample per shard, labelled by shard when there are several). */
+static void render_managers(SBuf *b, const ShardSet *set)
+{
+    int n = shards_count(set);
+    char labels[128];
     sbuf_puts(b, "# HELP workd_commit_duration_seconds Time of one group commit of the leader.\n"
                  "# TYPE workd_commit_duration_seconds histogram\n");
-    histogram_render(b, "workd_commit_duration_seconds", "", &st->commit_us);
+    for (int s = 0; s < n; s++) {
+        shard_labels(labels, sizeof labels, NULL, s, n);
+        histogram_render(b, "workd_commit_duration_seconds", labels,
+                         &manager_stats(shards_manager(set, s))->commit_us);
+    }
     sbuf_puts(b, "# HELP workd_commit_events Events written by one group commit.\n"
                  "# TYPE workd_commit_events histogram\n");
-    histogram_render(b, "workd_commit_events", "", &st->commit_events);
+    for (int s = 0; s < n; s++) {
+        shard_labels(labels, sizeof labels, NULL, s, n);
+        histogram_render(b, "workd_commit_events", labels,
+                         &manager_stats(shards_manager(set, s))->commit_events);
+    }
     sbuf_puts(b, "# HELP workd_events_total Events committed by this node as leader, by type.\n"
                  "# TYPE workd_events_total counter\n");
     for (int t = EV_TERM; t <= EV_LAST; t++)
-        sbuf_printf(b, "workd_events_total{type=\"%s\"} %lld\n", event_type_name((EventType)t),
-                    (long long)atomic_load(&st->events_by_type[t]));
-    sbuf_printf(b,
-                "# HELP workd_attempts_total Attempts ended, by outcome.\n"
-                "# TYPE workd_attempts_total counter\n"
-                "workd_attempts_total{outcome=\"completed\"} %lld\n"
-                "workd_attempts_total{outcome=\"failed\"} %lld\n"
-                "workd_attempts_total{outcome=\"timed_out\"} %lld\n"
-                "# HELP workd_lease_expiries_total Attempts ended because their deadline passed.\n"
-                "# TYPE workd_lease_expiries_total counter\nworkd_lease_expiries_total %lld\n"
-                "# HELP workd_workers_lost_total Attempts ended because their worker went silent.\n"
-                "# TYPE workd_workers_lost_total counter\nworkd_workers_lost_total %lld\n"
-                "# HELP workd_elections_won_total Elections this node won.\n"
-                "# TYPE workd_elections_won_total counter\nworkd_elections_won_total %lld\n"
-                "# HELP workd_step_downs_total Times this node stopped leading.\n"
-                "# TYPE workd_step_downs_total counter\nworkd_step_downs_total %lld\n"
-                "# HELP workd_appends_behind_total Appends sent while the one before was being "
-                "committed.\n"
-                "# TYPE workd_appends_behind_total counter\nworkd_appends_behind_total %lld\n",
-                (long long)atomic_load(&st->events_by_type[EV_COMPLETED]),
-                (long long)atomic_load(&st->events_by_type[EV_FAILED]),
-                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
-                (long long)atomic_load(&st->events_by_type[EV_TIMED_OUT]),
-                (long long)atomic_load(&st->workers_lost),
-                (long long)atomic_load(&st->elections_won), (long long)atomic_load(&st->step_downs),
-                (long long)atomic_load(&st->appends_behind));
-    if (manager_is_leader(mgr))
-        sbuf_printf(b,
-                    "# HELP workd_open_work Work not finished (pending, scheduled, running).\n"
-                    "# TYPE workd_open_work gauge\nworkd_open_work %lld\n"
-                    "# HELP workd_workers Workers known to the leader.\n"
-                    "# TYPE workd_workers gauge\nworkd_workers %lld\n"
-                    "# HELP workd_waiting_pulls Workers' pulls waiting for work.\n"
-                    "# TYPE workd_waiting_pulls gauge\nworkd_waiting_pulls %lld\n",
-                    (long long)atomic_load(&st->open_work), (long long)atomic_load(&st->workers),
-                    (long long)atomic_load(&st->waiting_pulls));
-    sbuf_printf(b,
-                "# HELP workd_sql_submissions_total Work submitted in SQL (workd.submit) that this "
-                "node took from the inbox as leader: taken into the log, or refused there (an id "
-                "with another payload).\n"
-                "# TYPE workd_sql_submissions_total counter\n"
-                "workd_sql_submissions_total{outcome=\"taken\"} %lld\n"
-                "workd_sql_submissions_total{outcome=\"refused\"} %lld\n",
-                (long long)(atomic_load(&st->inbox_taken) - atomic_load(&st->inbox_refused)),
-                (long long)atomic_load(&st->inbox_refused));
+        for (int s = 0; s < n; s++) {
+            char type[64];
+            snprintf(type, sizeof type, "type=\"%s\"", event_type_name((EventType)t));
+            shard_labels(labels, sizeof labels, type, s, n);
+            sbuf_printf(
+                b, "workd_events_total{%s} %lld\n", labels,
+                (long long)atomic_load(&manager_stats(shards_manager(set, s))->events_by_type[t]));
+        }
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+        const ShardFamily *fam = &families[f];
+        bool any = false;
+        for (int s = 0; s < n && !any; s++)
+            any = !fam->leading || manager_is_leader(shards_manager(set, s));
+        if (!any)
+            continue;
+        if (fam->help)
+            sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fam->name, fam->help, fam->name,
+                        fam->type);
+        for (int s = 0; s < n; s++) {
+            const Manager *m = shards_manager(set, s);
+            if (fam->leading && !manager_is_leader(m))
+                continue;
+            shard_labels(labels, sizeof labels, fam->label, s, n);
+            sbuf_printf(b, labels[0] ? "%s{%s} %lld\n" : "%s%s %lld\n", fam->name, labels,
+                        fam->figure(m));
+        }
+    }
+    /* Retention runs in shard 0's manager. */
+    const Manager *mgr = shards_manager(set, 0);
     const RetentionStats *rs = manager_retention_stats(mgr);
     if (manager_is_leader(mgr) && atomic_load(&rs->last_run_ms))
         sbuf_printf(
@@ -184,8 +246,8 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
                         open->items[i].queue, open->items[i].oldest_pending_age_s);
     }
     metrics_render_flow(&b, node->limits, node->backlog, node->tokens, node->n_tokens);
-    if (node->mgr)
-        render_manager(&b, node->mgr);
+    if (node->mgrs)
+        render_managers(&b, node->mgrs);
     *len = b.len;
     return sbuf_steal(&b);
 }

@@ -53,7 +53,7 @@ typedef struct MetricsNode {
     KeyBacklogs *backlog;
     const QueueTokens *tokens; /* the leader's buckets; NULL: not asked */
     size_t n_tokens;
-    const Manager *mgr; /* NULL without the manager role */
+    const struct ShardSet *mgrs; /* NULL without the manager role */
 } MetricsNode;
 
 /* The Prometheus text of everything: a string the caller frees, *len bytes. */

@@ -14,6 +14,7 @@
 
 typedef struct Fwd {
     Req *req;
+    int shard;      /* whose leader it goes to */
     char *url_path; /* path?query */
     char *body;
     size_t body_len;
@@ -156,7 +157,7 @@ static void fail_unreachable(Proxy *p, Fwd *f)
 static void try_send(Proxy *p, Fwd *f, int64_t now)
 {
     char leader[256];
-    leaderinfo_get(p->cfg.leader, 0, leader, sizeof leader);
+    leaderinfo_get(p->cfg.leader, f->shard, leader, sizeof leader);
     if (!leader[0]) {
         snprintf(f->last_error, sizeof f->last_error, "no leader known");
         leaderinfo_mark_suspect(p->cfg.leader);
@@ -426,10 +427,11 @@ static void add_query(void *ud, const char *key, const char *value)
     }
 }
 
-void proxy_forward(Proxy *p, Req *r, char *body)
+void proxy_forward(Proxy *p, int shard, Req *r, char *body)
 {
     Fwd *f = xcalloc(1, sizeof *f);
     f->req = r;
+    f->shard = shard;
     sbuf_init(&f->resp);
     /* Rebuild path?query from the connection's arguments: every one (a
      * leader-only route must see what its client sent), but a token, which
@@ -467,6 +469,11 @@ void proxy_forward(Proxy *p, Req *r, char *body)
              secret, secret[0] ? "; " : "", p->cfg.node_id);
     f->hdrs = curl_slist_append(f->hdrs, fwd);
     explicit_bzero(fwd, sizeof fwd);
+    if (leaderinfo_shards(p->cfg.leader) > 1) {
+        char sh[40];
+        snprintf(sh, sizeof sh, "X-Workd-Shard: %d", shard);
+        f->hdrs = curl_slist_append(f->hdrs, sh);
+    }
     f->hdrs = curl_slist_append(f->hdrs, "Expect:");
     atomic_fetch_add(&p->cfg.metrics->proxied, 1);
     pthread_mutex_lock(&p->lock);

@@ -29,8 +29,9 @@ Proxy *proxy_start(const ProxyConfig *cfg, Err *err) WARN_UNUSED;
  * answered 503 at once. proxy_free after the HTTP daemon has stopped. */
 void proxy_stop(Proxy *p);
 void proxy_free(Proxy *p);
-/* Forwards r (already parked) to the leader. body (may be NULL: use the
- * request's own) is taken over by the proxy. The answer resumes r. */
-void proxy_forward(Proxy *p, Req *r, char *body);
+/* Forwards r (already parked) to the leader of shard `shard`, naming the
+ * shard (X-Workd-Shard). body (may be NULL: use the request's own) is taken
+ * over by the proxy. The answer resumes r. */
+void proxy_forward(Proxy *p, int shard, Req *r, char *body);
 
 #endif

@@ -8,7 +8,39 @@
 #include "db.h"
 #include "log.h"
 
-int migrate_run(const char *database_url, int *applied, Err *err)
+/* The shard count as migrate_run says (under the migration lock). */
+WARN_UNUSED static int fix_shards(PGconn *c, int want, int *shards, Err *err)
+{
+    char w[16];
+    snprintf(w, sizeof w, "%d", want);
+    const char *params[] = {w};
+    /* Never held work: no event but terms in the log, nothing in the inbox
+     * (a cluster's queues move between shards when the count changes). */
+    PGresult *r = db_exec(c,
+                          "UPDATE workd_cluster SET shards = $1::int"
+                          " WHERE id = 1 AND $1::int > 0 AND shards <> $1::int"
+                          "   AND NOT EXISTS (SELECT 1 FROM workd_inbox)"
+                          "   AND NOT EXISTS (SELECT 1 FROM workd_events WHERE type <> 'term')",
+                          1, params, "setting the shard count", err);
+    if (!r)
+        return -1;
+    PQclear(r);
+    r = db_exec(c, "SELECT shards FROM workd_cluster WHERE id = 1", 0, NULL,
+                "reading the shard count", err);
+    if (!r)
+        return -1;
+    *shards = PQntuples(r) ? (int)db_int(r, 0, 0) : 1;
+    PQclear(r);
+    if (want > 0 && want != *shards)
+        return err_set(err, 409, "shards-fixed",
+                       "this database has %d shard%s and has held work: --shards %d cannot "
+                       "change that (docs/operations.md, \"Shards\", says how to move to "
+                       "another count)",
+                       *shards, *shards == 1 ? "" : "s", want);
+    return 0;
+}
+
+int migrate_run(const char *database_url, int want_shards, int *shards, int *applied, Err *err)
 {
     *applied = 0;
     PGconn *c = db_connect(database_url, "migrate", err);
@@ -61,6 +93,8 @@ int migrate_run(const char *database_url, int *applied, Err *err)
         log_info("applied migration %s", m->name);
         (*applied)++;
     }
+    if (fix_shards(c, want_shards, shards, err) != 0)
+        goto cleanup;
     rc = 0;
 cleanup:
     if (locked) {

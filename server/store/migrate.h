@@ -17,7 +17,12 @@ typedef struct Migration {
 extern const Migration workd_migrations[];
 extern const size_t workd_migrations_count;
 
-/* Applies what is missing; *applied gets how many were applied now. */
-int migrate_run(const char *database_url, int *applied, Err *err) WARN_UNUSED;
+/* Applies what is missing; *applied gets how many were applied now. Then the
+ * cluster's shard count (workd_cluster): want_shards > 0 sets it on a
+ * database that has never held work (a new one), and on any other must be
+ * the count it has (409 shards-fixed otherwise: see docs/operations.md);
+ * 0 takes what the database says. *shards gets the count. */
+int migrate_run(const char *database_url, int want_shards, int *shards, int *applied,
+                Err *err) WARN_UNUSED;
 
 #endif

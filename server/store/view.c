@@ -986,13 +986,28 @@ void view_queue_limits_free(QueueLimitsList *l)
     free(l);
 }
 
-int view_shard_count(PGconn *c, int *shards, Err *err)
+int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
 {
-    PGresult *r = db_exec(c, "SELECT shards FROM workd_cluster WHERE id = 1", 0, NULL,
-                          "reading the shard count", err);
+    const char *params[] = {id};
+    PGresult *r = db_exec_cached(c, "workd_work_shard",
+                                 "SELECT shard FROM workd_open WHERE id = $1"
+                                 " UNION ALL SELECT shard FROM workd_done WHERE id = $1 LIMIT 1",
+                                 1, params, "finding a work item's shard", err);
     if (!r)
         return -1;
-    *shards = PQntuples(r) == 1 ? (int)db_int(r, 0, 0) : 1;
+    *shard = PQntuples(r) ? (int)db_int(r, 0, 0) : -1;
+    PQclear(r);
+    return 0;
+}
+
+int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err)
+{
+    const char *params[] = {name};
+    PGresult *r = db_exec(c, "SELECT shard FROM workd_schedules WHERE name = $1", 1, params,
+                          "finding a schedule's shard", err);
+    if (!r)
+        return -1;
+    *shard = PQntuples(r) ? (int)db_int(r, 0, 0) : -1;
     PQclear(r);
     return 0;
 }

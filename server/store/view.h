@@ -284,8 +284,11 @@ Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
 void view_activity_free(Activity *a);
 
 /* ---- the log ---- */
-/* How many shards the cluster has (workd_cluster). */
-int view_shard_count(PGconn *c, int *shards, Err *err) WARN_UNUSED;
+/* The shard whose log holds work `id` (open, or finished and kept); -1:
+ * none does. */
+int view_work_shard(PGconn *c, const char *id, int *shard, Err *err) WARN_UNUSED;
+/* The shard schedule `name` belongs to; -1: no such schedule. */
+int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err) WARN_UNUSED;
 /* The highest seq in a shard's log (0 if empty). */
 int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err) WARN_UNUSED;
 

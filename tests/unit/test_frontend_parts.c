@@ -139,7 +139,7 @@ static void test_proxy_without_leader_marks_it_suspect_and_answers_503(void **st
     Proxy *p = proxy_start(&pc, &err);
     CHECK(p, "the proxy should start: %s", err.msg);
     Req *r = fake_req("POST", "/work");
-    proxy_forward(p, r, xstrdup("{\"payload\":1}"));
+    proxy_forward(p, 0, r, xstrdup("{\"payload\":1}"));
     /* It retries until its deadline (300 ms), then gives up: wait for that
      * without a bound that load could break, but not forever. */
     for (int i = 0; i < 60000 && !answered(r); i++)
@@ -160,7 +160,7 @@ static void test_proxy_without_leader_marks_it_suspect_and_answers_503(void **st
     /* Once stopping, a forward is answered at once: this node shuts down. */
     proxy_stop(p);
     r = fake_req("GET", "/cluster");
-    proxy_forward(p, r, NULL);
+    proxy_forward(p, 0, r, NULL);
     CHECK(answered(r) && r->status == 503 && strstr(r->resp_body, "shutting-down"),
           "a forward to a stopped proxy should be answered 503 shutting-down at once (%d %s)",
           r->status, r->resp_body ? r->resp_body : "(no body)");
@@ -375,7 +375,7 @@ static void test_metrics_render_names_routes_and_the_unmatched(void **state)
                         .is_leader = false,
                         .database_up = true,
                         .open_counts = &open,
-                        .mgr = NULL};
+                        .mgrs = NULL};
     size_t len;
     char *text = metrics_render(m, &node, &len);
     CHECK(text && strlen(text) == len, "metrics_render should return its text and its length");

@@ -1,0 +1,83 @@
+"""Shards of the manager (issue 31): a cluster made with --shards N runs a
+manager per shard, each with its own leader lock, term and log; a queue's
+work lives in one shard (FNV-1a of its name), and a client or worker sees
+one cluster."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+from harness import http, run_tests, wait_until  # noqa: E402
+from workd import (JSON, complete, expect, get_work, pull, submit,  # noqa: E402
+                   wait_status)
+
+FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--lease-grace", "2s",
+        "--backoff-base", "50ms", "--backoff-max", "500ms"]
+
+
+def shard_of(queue, n):
+    h = 2166136261
+    for b in queue.encode("utf-8"):
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return 0 if n <= 1 else h % n
+
+
+def queues_per_shard(n, per=1):
+    """`per` queue names in each of the n shards: {shard: [names]}."""
+    out = {s: [] for s in range(n)}
+    i = 0
+    while any(len(v) < per for v in out.values()):
+        q = f"q{i}"
+        if len(out[shard_of(q, n)]) < per:
+            out[shard_of(q, n)].append(q)
+        i += 1
+    return out
+
+
+def all_led(cluster, n):
+    rows = cluster.psql("SELECT count(*) FROM workd_shards")
+    return int(rows) == n
+
+
+def test_four_shards_on_one_node_run_every_queue(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "4", *FAST])
+    wait_until(lambda: all_led(cluster, 4), 15, what="every shard to elect a leader")
+    assert cluster.psql("SELECT shards FROM workd_cluster") == "4"
+    qs = queues_per_shard(4)
+    ids = {}
+    for shard, (q,) in qs.items():
+        ids[q] = submit(s.url, {"queue": q, "payload": {"shard": shard}})["id"]
+    for shard, (q,) in qs.items():
+        jobs = pull(s.url, f"w-{q}", queues=[q])
+        assert [j["id"] for j in jobs] == [ids[q]], f"the worker of {q} got {jobs}"
+        complete(s.url, f"w-{q}", jobs[0], {"done": q})
+    for q, work_id in ids.items():
+        w = wait_status(s.url, work_id, "completed")
+        assert w["result"] == {"done": q}
+    by_shard = cluster.psql("SELECT string_agg(DISTINCT shard::text, ',' ORDER BY shard::text)"
+                            " FROM workd_done")
+    assert by_shard == "0,1,2,3", f"finished work should be in every shard, is in {by_shard}"
+
+
+def test_a_submission_across_shards_is_refused(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    qs = queues_per_shard(2)
+    r = http("POST", s.url + "/work",
+             {"items": [{"queue": qs[0][0], "payload": 1}, {"queue": qs[1][0], "payload": 2}]},
+             JSON)
+    expect(r, 409, "a bulk submission over two shards")
+    assert r.json()["type"].endswith("/cross-shard"), r.text
+
+
+def test_the_shard_count_is_fixed_once_work_was_held(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    submit(s.url, {"queue": "a", "payload": 1})
+    s.stop()
+    again = cluster.start_server("s2", extra_args=["--shards", "3"], wait_ready=False)
+    assert again.stopped_with(20) != 0, "a server asking another shard count must not start"
+    assert "shards-fixed" in again.log_text() or "has 2 shards" in again.log_text(), \
+        again.log_tail()
+
+
+if __name__ == "__main__":
+    run_tests(globals())

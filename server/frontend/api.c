@@ -17,7 +17,9 @@
 #include "parse_hooks.h"
 #include "proxy.h"
 #include "render.h"
+#include "fanout.h"
 #include "hub.h"
+#include "pull.h"
 #include "shard.h"
 #include "shards.h"
 #include "static.h"
@@ -247,7 +249,10 @@ static void reply_pull(Req *r, const MgrCmd *c)
     json_t *jobs = json_array();
     for (size_t i = 0; i < c->n_jobs; i++)
         json_array_append_new(jobs, job_json(&c->jobs[i]));
-    req_finish_json(r, 200, json_pack("{s:o}", "jobs", jobs));
+    json_t *o = json_pack("{s:o}", "jobs", jobs);
+    if (c->peek)
+        json_object_set_new(o, "ready", json_boolean(c->ready));
+    req_finish_json(r, 200, o);
 }
 
 static void reply_reports(Req *r, const MgrCmd *c)
@@ -410,6 +415,12 @@ static void to_shard(Req *r, int shard, MgrCmd *c, char *forward_body)
     if (r->shard >= 0)
         shard = r->shard;
     r->shard = shard;
+    if (shard >= a->shards) { /* a forward from a node that counts more shards */
+        mgrcmd_free(c);
+        free(forward_body);
+        problem(r, 503, "not-leader", "this node's cluster has fewer shards than the sender's");
+        return;
+    }
     if (shards_leads(a->mgrs, shard)) {
         free(forward_body);
         c->done = cmd_done;
@@ -435,6 +446,174 @@ static void to_shard(Req *r, int shard, MgrCmd *c, char *forward_body)
 static int queue_shard(const Api *a, const char *q)
 {
     return shard_of_queue(q, a->shards);
+}
+
+/* to_shard for a command that writes a queue's state (its work, limits, a
+ * schedule): the queue's shard decides, and a forward that names another
+ * (a node that counts shards otherwise, or a hand-made header) is refused
+ * rather than let a queue live in two shards. */
+static void to_queue_shard(Req *r, int shard, MgrCmd *c, char *forward_body)
+{
+    if (r->shard >= 0 && r->shard != shard) {
+        mgrcmd_free(c);
+        free(forward_body);
+        problem(r, 409, "shard-mismatch",
+                "X-Workd-Shard names another shard than the queue's: do the nodes of this "
+                "cluster agree on the shard count?");
+        return;
+    }
+    to_shard(r, shard, c, forward_body);
+}
+
+/* Sends c to every shard and merges the answers, in a cluster of several
+ * shards; else, or when forwarded to one shard, as to_shard. */
+static void to_all_shards(Req *r, MgrCmd *c, FanMerge merge)
+{
+    Api *a = api_of(r);
+    if (a->shards == 1 || r->shard >= 0) {
+        to_shard(r, 0, c, NULL);
+        return;
+    }
+    mgrcmd_free(c);
+    int all[SHARDS_MAX];
+    for (int s = 0; s < a->shards; s++)
+        all[s] = s;
+    req_park(r);
+    fanout(a->proxy, r, all, NULL, (size_t)a->shards, merge, NULL);
+}
+
+/* ---- merging the shards' answers (fanout.h) ---- */
+
+/* Whether attempt {id, attempt} is in list (a JSON array of them). */
+static bool attempt_listed(const json_t *list, const json_t *att)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(list, i, x)
+    {
+        if (json_equal(json_object_get(x, "id"), json_object_get(att, "id")) &&
+            json_equal(json_object_get(x, "attempt"), json_object_get(att, "attempt")))
+            return true;
+    }
+    return false;
+}
+
+/* A heartbeat: any shard's refusal; else shard 0's answer, whose "cancel"
+ * is what every shard calls stale. An attempt lives in one shard, and the
+ * others call it stale only because they do not know it: it is really stale
+ * only if its own shard says so too. */
+static void merge_heartbeat(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad) {
+        req_finish_problem(r, &bad->err);
+        return;
+    }
+    json_t *out = json_deep_copy(rs[0].body);
+    json_t *cancel = json_array();
+    json_t *first = json_object_get(rs[0].body, "cancel");
+    size_t i;
+    json_t *att;
+    json_array_foreach(first, i, att)
+    {
+        bool everywhere = true;
+        for (size_t k = 1; k < n && everywhere; k++)
+            everywhere = attempt_listed(json_object_get(rs[k].body, "cancel"), att);
+        if (everywhere)
+            json_array_append(cancel, att);
+    }
+    json_object_del(out, "cancel");
+    if (json_array_size(cancel))
+        json_object_set(out, "cancel", cancel);
+    json_decref(cancel);
+    req_finish_json(r, 200, out);
+}
+
+/* Every shard's 204, or the first refusal. */
+static void merge_no_content(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad)
+        req_finish_problem(r, &bad->err);
+    else
+        req_finish_raw(r, 204, NULL, NULL, 0);
+}
+
+/* /cluster: shard 0's leader and term (and the node's nodes and database),
+ * the workers every shard knows, the open work of every shard, and a line
+ * per shard. */
+static void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad) {
+        req_finish_problem(r, &bad->err);
+        return;
+    }
+    json_t *out = json_deep_copy(rs[0].body);
+    json_t *workers = json_object(), *open = json_object(), *shards = json_array();
+    json_int_t total = 0;
+    for (size_t k = 0; k < n; k++) {
+        const json_t *b = rs[k].body;
+        size_t i;
+        json_t *w;
+        json_array_foreach(json_object_get(b, "workers"), i, w)
+        {
+            const char *id = json_string_value(json_object_get(w, "id"));
+            json_t *have = id ? json_object_get(workers, id) : NULL;
+            if (!have) {
+                if (id)
+                    json_object_set_new(workers, id, json_deep_copy(w));
+                continue;
+            }
+            /* Known to several shards: its attempts are each one's. */
+            json_t *running = json_object_get(have, "running");
+            if (json_is_array(running) && json_is_array(json_object_get(w, "running")))
+                json_array_extend(running, json_object_get(w, "running"));
+            if (json_integer_value(json_object_get(w, "silent_ms")) <
+                json_integer_value(json_object_get(have, "silent_ms"))) {
+                json_object_set(have, "silent_ms", json_object_get(w, "silent_ms"));
+                json_object_set(have, "last_heartbeat", json_object_get(w, "last_heartbeat"));
+            }
+        }
+        json_object_update(open, json_object_get(b, "open"));
+        json_int_t shard_open = json_integer_value(json_object_get(b, "open_total"));
+        total += shard_open;
+        json_array_append_new(shards,
+                              json_pack("{s:i, s:O, s:O, s:I}", "shard", rs[k].shard, "leader",
+                                        json_object_get(b, "leader"), "term",
+                                        json_object_get(b, "term"), "open_total", shard_open));
+    }
+    json_t *list = json_array();
+    const char *id;
+    json_t *w;
+    json_object_foreach(workers, id, w)
+    {
+        json_array_append(list, w);
+    }
+    json_decref(workers);
+    json_object_set_new(out, "workers", list);
+    json_object_set_new(out, "open", open);
+    json_object_set_new(out, "open_total", json_integer(total));
+    json_object_set_new(out, "shards", shards);
+    req_finish_json(r, 200, out);
+}
+
+/* A bulk action: the counts summed, more if any shard has more. */
+static void merge_bulk(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad) {
+        req_finish_problem(r, &bad->err);
+        return;
+    }
+    const char *key = json_object_get(rs[0].body, "cancelled") ? "cancelled" : "retried";
+    json_int_t done = 0;
+    bool more = false;
+    for (size_t k = 0; k < n; k++) {
+        done += json_integer_value(json_object_get(rs[k].body, key));
+        more = more || json_is_true(json_object_get(rs[k].body, "more"));
+    }
+    req_finish_json(r, 200, json_pack("{s:I, s:b}", key, done, "more", more));
 }
 
 /* ---- routing by work id: which shard holds it is in the database ---- */
@@ -513,25 +692,201 @@ static void to_work_shard(Req *r, const char *id, MgrCmd *c)
     to_looked_up_shard(r, id, false, -1, c);
 }
 
+/* ---- a worker's batch (reports, progress) over several shards ---- */
+
+/* The batch's items: their ids, and what the database said of their shards. */
+typedef struct BatchRoute {
+    Req *r;
+    const char *key; /* the body's array: "reports" or "progress" */
+    char **ids;      /* borrowed from the command (kept in r->state) */
+    size_t n;
+    int *shards;
+} BatchRoute;
+
+/* The batch's answers, put back in the order of the request's items. */
+static void merge_batch(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    BatchRoute *b = ud;
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad) {
+        req_finish_problem(r, &bad->err);
+    } else {
+        json_t *results = json_array();
+        size_t next[SHARDS_MAX] = {0};
+        for (size_t i = 0; i < b->n; i++) {
+            size_t k = 0;
+            while (k + 1 < n && rs[k].shard != b->shards[i])
+                k++;
+            json_t *x = json_array_get(json_object_get(rs[k].body, "results"), next[k]++);
+            json_array_append(results, x ? x : json_null());
+        }
+        req_finish_json(r, 200, json_pack("{s:o}", "results", results));
+    }
+    free(b->shards);
+    free(b);
+}
+
+/* HTTP thread: the shards are known; one: the command goes there; several:
+ * each gets its items, and the answers are merged. */
+static void send_batch(Req *r)
+{
+    Api *a = api_of(r);
+    MgrCmd *c = r->state;
+    BatchRoute *b = c->ud;
+    c->ud = NULL;
+    r->state = NULL;
+    r->free_state = NULL;
+    int first = -1;
+    bool several = false;
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->shards[i] < 0) /* unknown: any shard says so */
+            b->shards[i] = first >= 0 ? first : 0;
+        if (first < 0)
+            first = b->shards[i];
+        several = several || b->shards[i] != first;
+    }
+    if (!several) {
+        to_shard(r, first, c, NULL);
+        free(b->shards);
+        free(b);
+        return;
+    }
+    json_t *body = json_loadb(r->body.data, r->body.len, 0, NULL);
+    json_t *items = json_object_get(body, b->key);
+    int shards[SHARDS_MAX];
+    char *bodies[SHARDS_MAX];
+    size_t parts = 0;
+    for (int s = 0; s < a->shards; s++) {
+        json_t *mine = json_array();
+        for (size_t i = 0; i < b->n; i++)
+            if (b->shards[i] == s)
+                json_array_append(mine, json_array_get(items, i));
+        if (json_array_size(mine)) {
+            json_t *part = json_deep_copy(body);
+            json_object_set(part, b->key, mine);
+            shards[parts] = s;
+            bodies[parts++] = json_dumps(part, JSON_COMPACT);
+            json_decref(part);
+        }
+        json_decref(mine);
+    }
+    json_decref(body);
+    mgrcmd_free(c);
+    req_park(r);
+    fanout(a->proxy, r, shards, bodies, parts, merge_batch, b);
+}
+
+static void batch_lookup_task(PGconn *conn, void *arg)
+{
+    BatchRoute *b = arg;
+    Err err = {0};
+    if (!conn || view_work_shards(conn, b->ids, b->n, b->shards, &err) != 0) {
+        if (!conn)
+            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
+        ((MgrCmd *)b->r->state)->ud = NULL;
+        free(b->ids);
+        free(b->shards);
+        Req *r = b->r;
+        free(b);
+        req_finish_problem(r, &err);
+        return;
+    }
+    free(b->ids);
+    b->ids = NULL;
+    b->r->on_resume = send_batch;
+    req_resume(b->r);
+}
+
+/* Sends a worker's batch (key: its body's array) to the shards of its
+ * items' work. ids[0..n) are the items' work ids, borrowed from c. */
+static void to_batch_shards(Req *r, MgrCmd *c, const char *key, char **ids, size_t n)
+{
+    Api *a = api_of(r);
+    if (a->shards == 1 || r->shard >= 0 || n == 1 || r->single) {
+        const char *first = ids[0]; /* from c: valid after ids goes */
+        free(ids);
+        to_work_shard(r, first, c);
+        return;
+    }
+    BatchRoute *b = xcalloc(1, sizeof *b);
+    b->r = r;
+    b->key = key;
+    b->ids = ids;
+    b->n = n;
+    b->shards = xcalloc(n, sizeof *b->shards);
+    keep_cmd(r, c);
+    c->ud = b;
+    req_park(r);
+    dbpool_submit(a->pool, batch_lookup_task, b);
+}
+
 /* Fills c from the request: p, the path's parameters; body, the parsed JSON
  * body (NULL for a route without one). Sets c->worker_id. */
 typedef int (*CmdParse)(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err);
+
+/* A pull goes to the shard of its queues; over several (or all, naming
+ * none), this node pulls from each for the worker (pull.h). */
+static void pull_route(Req *r, MgrCmd *c)
+{
+    Api *a = api_of(r);
+    PullSpec spec = {.instance = c->instance, .max = c->max, .wait_ms = c->wait_ms};
+    char **by_shard[SHARDS_MAX] = {0};
+    size_t counts[SHARDS_MAX] = {0};
+    for (size_t i = 0; c->queues && c->queues[i]; i++)
+        counts[queue_shard(a, c->queues[i])]++;
+    for (int s = 0; s < a->shards; s++) {
+        if (c->queues && !counts[s])
+            continue;
+        spec.shards[spec.n] = s;
+        if (c->queues) {
+            by_shard[s] = xcalloc(counts[s] + 1, sizeof *by_shard[s]);
+            counts[s] = 0;
+        }
+        spec.queues[spec.n++] = by_shard[s];
+    }
+    for (size_t i = 0; c->queues && c->queues[i]; i++) {
+        int s = queue_shard(a, c->queues[i]);
+        by_shard[s][counts[s]++] = c->queues[i];
+    }
+    if (spec.n == 1 || r->shard >= 0) {
+        to_shard(r, spec.shards[0], c, NULL);
+    } else {
+        req_park(r);
+        pull_over_shards(a->proxy, r, &spec);
+        mgrcmd_free(c);
+    }
+    for (int s = 0; s < a->shards; s++)
+        free(by_shard[s]);
+}
 
 /* Where a worker's command goes: a report or progress to the shard of its
  * work, a pull to the shard of its queues; heartbeats and deregistration to
  * every shard. */
 static void worker_route(Req *r, MgrCmd *c)
 {
-    Api *a = api_of(r);
     switch (c->type) {
-    case MC_REPORTS:
-        to_work_shard(r, c->reports[0].work_id, c);
+    case MC_REPORTS: {
+        char **ids = xcalloc(c->n_reports + 1, sizeof *ids);
+        for (size_t i = 0; i < c->n_reports; i++)
+            ids[i] = (char *)c->reports[i].work_id;
+        to_batch_shards(r, c, "reports", ids, c->n_reports);
         return;
-    case MC_PROGRESS:
-        to_work_shard(r, c->updates[0].work_id, c);
+    }
+    case MC_PROGRESS: {
+        char **ids = xcalloc(c->n_updates + 1, sizeof *ids);
+        for (size_t i = 0; i < c->n_updates; i++)
+            ids[i] = c->updates[i].work_id;
+        to_batch_shards(r, c, "progress", ids, c->n_updates);
         return;
+    }
     case MC_PULL:
-        to_shard(r, c->queues && c->queues[0] ? queue_shard(a, c->queues[0]) : 0, c, NULL);
+        pull_route(r, c);
+        return;
+    case MC_HEARTBEAT:
+        to_all_shards(r, c, merge_heartbeat);
+        return;
+    case MC_DEREGISTER:
+        to_all_shards(r, c, merge_no_content);
         return;
     default:
         to_shard(r, 0, c, NULL);
@@ -680,7 +1035,7 @@ static void h_submit(Req *r, char *const *p)
         fwd = json_dumps(norm, JSON_COMPACT);
         json_decref(norm);
     }
-    to_shard(r, shard, c, fwd);
+    to_queue_shard(r, shard, c, fwd);
 }
 
 /* Events of one work item in one answer, at most (GET /work/{id}/events). */
@@ -828,7 +1183,7 @@ static void queue_set(Req *r, const char *queue, const QueueLimits *l, int set)
     c->queue = xstrdup(queue);
     c->limits = *l;
     c->limits_set = set;
-    to_shard(r, queue_shard(api_of(r), queue), c, NULL);
+    to_queue_shard(r, queue_shard(api_of(r), queue), c, NULL);
 }
 
 static void h_queue_put(Req *r, char *const *p)
@@ -1006,7 +1361,10 @@ static void bulk(Req *r, MgrCmdType type)
         return;
     }
     json_decref(body);
-    to_shard(r, c->queue ? queue_shard(api_of(r), c->queue) : 0, c, NULL);
+    if (c->queue)
+        to_shard(r, queue_shard(api_of(r), c->queue), c, NULL);
+    else
+        to_all_shards(r, c, merge_bulk);
 }
 
 static void h_bulk_cancel(Req *r, char *const *p)
@@ -1500,9 +1858,13 @@ WARN_UNUSED static int parse_pull_cmd(Req *r, char *const *p, json_t *body, MgrC
         return -1;
     c->worker_id = xstrdup(p[0]);
     c->instance = pm.instance;
+    c->peek = pm.peek;
     c->max = pm.max;
     c->wait_ms = pm.wait_ms;
     c->queues = pm.queues;
+    if (c->peek && !r->forwarded)
+        return err_set(err, 400, "invalid-field",
+                       "'peek' is for the nodes of a cluster, pulling for a worker");
     return 0;
 }
 
@@ -1529,7 +1891,7 @@ static void h_reports(Req *r, char *const *p)
 
 static void h_cluster(Req *r, char *const *p)
 {
-    to_shard(r, 0, mgrcmd_new(MC_CLUSTER), NULL);
+    to_all_shards(r, mgrcmd_new(MC_CLUSTER), merge_cluster);
 }
 
 static void h_healthz(Req *r, char *const *p)

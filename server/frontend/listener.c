@@ -42,17 +42,25 @@ static void drop(Listener *l, const char *why)
     atomic_store(&l->db_ok, false);
 }
 
+/* Every shard's leader, from the database. */
 WARN_UNUSED static int refresh_leader(Listener *l)
 {
     Err err = {0};
     char url[256];
     int64_t term;
-    if (view_leader(l->conn, 0, &term, url, sizeof url, &err) != 0) {
-        drop(l, err.msg);
-        return -1;
+    int n = leaderinfo_shards(l->cfg.leader);
+    for (int s = 0; s < n; s++) {
+        if (view_leader(l->conn, s, &term, url, sizeof url, &err) != 0) {
+            drop(l, err.msg);
+            return -1;
+        }
+        if (leaderinfo_set(l->cfg.leader, s, url, term) && term) {
+            if (n == 1)
+                log_info("leader is %s (term %lld)", url, (long long)term);
+            else
+                log_info("leader of shard %d is %s (term %lld)", s, url, (long long)term);
+        }
     }
-    if (leaderinfo_set(l->cfg.leader, 0, url, term) && term)
-        log_info("leader is %s (term %lld)", url, (long long)term);
     return 0;
 }
 

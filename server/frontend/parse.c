@@ -724,7 +724,7 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
 int parse_pull(json_t *body, PullMsg *out, Err *err)
 {
     memset(out, 0, sizeof *out);
-    static const char *const known[] = {"instance", "max", "wait", "queues", NULL};
+    static const char *const known[] = {"instance", "max", "wait", "queues", "peek", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the pull must be a JSON object");
     if (parse_check_fields(body, known, "the pull", err) != 0)
@@ -734,6 +734,10 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
         (!json_is_integer(max) || json_integer_value(max) < 1 || json_integer_value(max) > 10000))
         return err_set(err, 400, "invalid-field", "'max' must be an integer from 1 to 10000");
     out->max = max ? (int)json_integer_value(max) : 1;
+    json_t *peek = json_object_get(body, "peek");
+    if (peek && !json_is_boolean(peek))
+        return err_set(err, 400, "invalid-field", "'peek' must be true or false");
+    out->peek = json_is_true(peek);
     json_t *wait = json_object_get(body, "wait");
     if (wait && seconds_to_ms(wait, "", "wait", 3600 * 1000, true, &out->wait_ms, err) != 0)
         return -1;

@@ -85,6 +85,7 @@ typedef struct PullMsg {
     int max;
     int64_t wait_ms;
     char **queues;
+    bool peek; /* for the nodes of a cluster only (api.c refuses it from a client) */
 } PullMsg;
 int parse_pull(json_t *body, PullMsg *out, Err *err) WARN_UNUSED;
 

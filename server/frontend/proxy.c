@@ -14,7 +14,10 @@
 
 typedef struct Fwd {
     Req *req;
-    int shard;      /* whose leader it goes to */
+    int shard; /* whose leader it goes to */
+    /* A call (proxy_call): told the outcome instead of answering req. */
+    ProxyDone done;
+    void *done_ud;
     char *url_path; /* path?query */
     char *body;
     size_t body_len;
@@ -117,9 +120,24 @@ static void fwd_free(Fwd *f)
     free(f);
 }
 
+/* f's request fails with err: its client is answered, or its caller told. */
+static void fwd_fail(Fwd *f, const Err *err)
+{
+    if (f->done)
+        f->done(f->done_ud, &(ProxyReply){.status = err->status, .err = err});
+    else
+        req_finish_problem(f->req, err);
+}
+
 static void answer(Proxy *p, Fwd *f, int status)
 {
     Req *r = f->req;
+    if (f->done) {
+        f->done(f->done_ud, &(ProxyReply){.status = status,
+                                          .body = f->resp.data ? f->resp.data : "",
+                                          .len = f->resp.len});
+        return;
+    }
     if (f->location[0])
         snprintf(r->location, sizeof r->location, "%s", f->location);
     r->retry_after_s = f->retry_after;
@@ -145,12 +163,12 @@ static void fail_unreachable(Proxy *p, Fwd *f)
     Err err;
     if (atomic_load(&p->stopping)) {
         err_set(&err, 503, "shutting-down", "this node is shutting down; retry on another node");
-        req_finish_problem(f->req, &err);
+        fwd_fail(f, &err);
         return;
     }
     err_set(&err, 503, "leader-unavailable", "no leader answered within %lld ms (%s); retry later",
             (long long)p->cfg.deadline_ms, f->last_error[0] ? f->last_error : "no leader known");
-    req_finish_problem(f->req, &err);
+    fwd_fail(f, &err);
 }
 
 /* Starts one try of f against the leader, or schedules the next. */
@@ -253,7 +271,7 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
         err_set(&err, 502, "reply-too-large",
                 "the leader's reply is over --max-reply-bytes (%lld bytes)",
                 (long long)f->resp_limit);
-        req_finish_problem(f->req, &err);
+        fwd_fail(f, &err);
         fwd_free(f);
         return;
     }
@@ -272,7 +290,7 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
         err_set(&err, 503, "leader-unavailable",
                 "the leader does not take requests from this node (their cluster secrets "
                 "differ): try another node, and tell the operator");
-        req_finish_problem(f->req, &err);
+        fwd_fail(f, &err);
         fwd_free(f);
         return;
     }
@@ -296,7 +314,7 @@ static void drop_abandoned(Proxy *p, int64_t now)
         fly_remove(p, f);
         Err err;
         err_set(&err, 503, "client-gone", "the client closed the connection");
-        req_finish_problem(f->req, &err);
+        fwd_fail(f, &err);
         fwd_free(f);
     }
 }
@@ -427,7 +445,8 @@ static void add_query(void *ud, const char *key, const char *value)
     }
 }
 
-void proxy_forward(Proxy *p, int shard, Req *r, char *body)
+/* A forward of r to shard's leader, with body (NULL: the request's own). */
+static Fwd *fwd_new(Proxy *p, int shard, Req *r, char *body)
 {
     Fwd *f = xcalloc(1, sizeof *f);
     f->req = r;
@@ -475,6 +494,12 @@ void proxy_forward(Proxy *p, int shard, Req *r, char *body)
         f->hdrs = curl_slist_append(f->hdrs, sh);
     }
     f->hdrs = curl_slist_append(f->hdrs, "Expect:");
+    return f;
+}
+
+/* Hands f to the proxy thread. */
+static void fwd_send(Proxy *p, Fwd *f)
+{
     atomic_fetch_add(&p->cfg.metrics->proxied, 1);
     pthread_mutex_lock(&p->lock);
     if (atomic_load(&p->stopping)) {
@@ -487,4 +512,17 @@ void proxy_forward(Proxy *p, int shard, Req *r, char *body)
     p->incoming = f;
     pthread_mutex_unlock(&p->lock);
     curl_multi_wakeup(p->multi);
+}
+
+void proxy_forward(Proxy *p, int shard, Req *r, char *body)
+{
+    fwd_send(p, fwd_new(p, shard, r, body));
+}
+
+void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *ud)
+{
+    Fwd *f = fwd_new(p, shard, r, body);
+    f->done = done;
+    f->done_ud = ud;
+    fwd_send(p, f);
 }

@@ -34,4 +34,19 @@ void proxy_free(Proxy *p);
  * over by the proxy. The answer resumes r. */
 void proxy_forward(Proxy *p, int shard, Req *r, char *body);
 
+/* What a call's leader answered (status and body, valid during the callback
+ * only), or why none did (err, with its status: no leader in time, the node
+ * stopping, the client gone, a reply too large). */
+typedef struct ProxyReply {
+    int status;
+    const char *body;
+    size_t len;
+    const Err *err; /* NULL: the leader's answer */
+} ProxyReply;
+typedef void (*ProxyDone)(void *ud, const ProxyReply *reply);
+/* As proxy_forward, but the outcome goes to done (on the proxy's thread, or
+ * the caller's when the proxy is stopping), and r is not answered: a part of
+ * r's work sent to one shard's leader, which may be this node. */
+void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *ud);
+
 #endif

@@ -35,6 +35,11 @@ int fill_pull(Manager *m, MgrCmd *c, int64_t now)
         return -1; /* another instance holds the id now: this pull is stale */
     EventList tmp;
     eventlist_init(&tmp);
+    if (c->peek) { /* would a start be decided? (decisions are pure: nothing starts) */
+        c->ready = ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp);
+        eventlist_free(&tmp);
+        return c->ready ? 1 : 0;
+    }
     bool seen = false;
     size_t bytes = 0; /* of the answer: at most --max-reply-bytes, or one job */
     while ((int)c->n_jobs < c->max && ws_decide_start(m->ws, c->worker_id, c->queues, now, &tmp)) {
@@ -256,8 +261,9 @@ static void handle_pull(Manager *m, MgrCmd *c, const KnownSet *known, int64_t no
     }
     EventList tmp;
     eventlist_init(&tmp);
-    ws_worker_seen(m->ws, c->worker_id, c->instance,
-                   ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
+    if (!c->peek) /* a peek starts nothing, so it registers nothing either */
+        ws_worker_seen(m->ws, c->worker_id, c->instance,
+                       ws_worker_get(m->ws, c->worker_id) ? 0 : c->max, c->queues, NULL, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     cmd_ok(c, 200); /* the jobs: c->jobs, filled by fill_pull */

@@ -200,6 +200,10 @@ typedef struct MgrCmd {
     int pause;              /* 1: pause, 0: resume the schedule as it is */
     int max;
     int64_t wait_ms;
+    /* MC_PULL: a peek (a node pulling for a worker from several shards)
+     * starts nothing: it is answered, ready set, once a start would be
+     * possible, or at its wait's end. */
+    bool peek, ready;
     ProgressUpdate *updates; /* MC_PROGRESS: n_updates of them, each answered in place */
     size_t n_updates;
     Subscription *sub; /* MC_SUBSCRIPTION_SET: all of it, its secret included */

@@ -1000,6 +1000,38 @@ int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
     return 0;
 }
 
+int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *err)
+{
+    SBuf arr;
+    sbuf_init(&arr);
+    sbuf_puts(&arr, "{");
+    for (size_t i = 0; i < n; i++) {
+        sbuf_puts(&arr, i ? "," : "");
+        db_array_text(&arr, ids[i]);
+    }
+    sbuf_puts(&arr, "}");
+    const char *params[] = {arr.data};
+    PGresult *r =
+        db_exec_cached(c, "workd_work_shards",
+                       "SELECT k.n, (SELECT shard FROM workd_open WHERE id = k.id"
+                       "             UNION ALL"
+                       "             SELECT shard FROM workd_done WHERE id = k.id LIMIT 1)"
+                       "  FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n)",
+                       1, params, "finding work items' shards", err);
+    sbuf_free(&arr);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        shards[i] = -1;
+    for (int i = 0; i < PQntuples(r); i++) {
+        int64_t k = db_int(r, i, 0) - 1;
+        if (k >= 0 && k < (int64_t)n && !PQgetisnull(r, i, 1))
+            shards[k] = (int)db_int(r, i, 1);
+    }
+    PQclear(r);
+    return 0;
+}
+
 int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err)
 {
     const char *params[] = {name};

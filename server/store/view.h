@@ -287,6 +287,8 @@ void view_activity_free(Activity *a);
 /* The shard whose log holds work `id` (open, or finished and kept); -1:
  * none does. */
 int view_work_shard(PGconn *c, const char *id, int *shard, Err *err) WARN_UNUSED;
+/* view_work_shard for n ids at once: shards[i] is ids[i]'s. */
+int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *err) WARN_UNUSED;
 /* The shard schedule `name` belongs to; -1: no such schedule. */
 int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err) WARN_UNUSED;
 /* The highest seq in a shard's log (0 if empty). */

@@ -59,6 +59,29 @@ def test_four_shards_on_one_node_run_every_queue(cluster):
     assert by_shard == "0,1,2,3", f"finished work should be in every shard, is in {by_shard}"
 
 
+def test_a_worker_of_every_queue_is_served_by_every_shard(cluster):
+    """One worker, no queues named: the node pulls for it from every shard,
+    its heartbeats reach every shard (none of its attempts is taken from it
+    as silent), and /cluster shows each shard."""
+    s = cluster.start_server("s1", extra_args=["--shards", "4", *FAST])
+    wait_until(lambda: all_led(cluster, 4), 15, what="every shard to elect a leader")
+    qs = queues_per_shard(4, per=2)
+    names = [q for v in qs.values() for q in v]
+    ids = [submit(s.url, {"queue": names[i % len(names)], "payload": i})["id"]
+           for i in range(40)]
+    cluster.start_worker("w1", s.url, ["--demo", "--demo-delay", "20ms", "--concurrency", "3"])
+    for work_id in ids:
+        wait_status(s.url, work_id, "completed", timeout=60)
+    done = cluster.psql("SELECT count(*), count(DISTINCT shard), max(attempts) FROM workd_done")
+    assert done == "40|4|1", f"40 jobs done once each over 4 shards, got {done}"
+    c = expect(http("GET", s.url + "/cluster"), 200, "GET /cluster").json()
+    assert [x["shard"] for x in c["shards"]] == [0, 1, 2, 3], c.get("shards")
+    assert [w["id"] for w in c["workers"]] == ["w1"], c["workers"]
+    # A worker waiting on every shard is woken by work in any of them.
+    late = submit(s.url, {"queue": qs[3][0], "payload": 99})["id"]
+    wait_status(s.url, late, "completed", timeout=20)
+
+
 def test_a_submission_across_shards_is_refused(cluster):
     s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
     qs = queues_per_shard(2)

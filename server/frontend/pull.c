@@ -1,0 +1,208 @@
+/* pull: a pull over several shards (pull.h). */
+#include "pull.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* Where the next worker starts taking: the shards take turns being first. */
+static atomic_uint rotation;
+
+typedef struct Pull {
+    pthread_mutex_t lock; /* the fields below: calls answer on the proxy's thread */
+    Proxy *p;
+    Req *r;
+    char *instance;
+    int max;
+    int64_t deadline; /* ms, monotonic: when the worker's wait ends */
+    int n;
+    int shards[SHARDS_MAX];
+    json_t *queues[SHARDS_MAX]; /* each shard's queues as JSON (NULL: any) */
+    json_t *jobs;               /* taken so far */
+    int next, tried;            /* taking: the next shard's index, shards asked this turn */
+    unsigned generation;        /* of the peeks: answers of older ones are stale */
+    int peeks_out;              /* peeks of this generation not answered */
+    int out;                    /* calls not answered (of any kind) */
+    int busy;                   /* callers in a function of this Pull (a call may answer at once,
+                                   inside send_call): it is freed by the outermost */
+    bool answered;
+    Err first_err; /* the first refusal, answered when nothing was taken */
+} Pull;
+
+typedef struct Call {
+    Pull *pull;
+    int i; /* the shard's index */
+    bool peek;
+    unsigned generation;
+} Call;
+
+static void take(Pull *pl);
+static void peek_all(Pull *pl);
+
+static void pull_free(Pull *pl)
+{
+    free(pl->instance);
+    for (int i = 0; i < pl->n; i++)
+        json_decref(pl->queues[i]);
+    json_decref(pl->jobs);
+    pthread_mutex_destroy(&pl->lock);
+    free(pl);
+}
+
+/* Answers the worker (once): the jobs taken, or a refusal when none was. */
+static void finish(Pull *pl)
+{
+    if (pl->answered)
+        return;
+    pl->answered = true;
+    if (!json_array_size(pl->jobs) && pl->first_err.status)
+        req_finish_problem(pl->r, &pl->first_err);
+    else
+        req_finish_json(pl->r, 200, json_pack("{s:O}", "jobs", pl->jobs));
+}
+
+static char *call_body(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
+{
+    json_t *b = json_pack("{s:i, s:f}", "max", max, "wait", (double)wait_ms / 1000.0);
+    if (pl->instance)
+        json_object_set_new(b, "instance", json_string(pl->instance));
+    if (pl->queues[i])
+        json_object_set(b, "queues", pl->queues[i]);
+    if (peek)
+        json_object_set_new(b, "peek", json_true());
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return s;
+}
+
+static void call_done(void *ud, const ProxyReply *reply);
+
+static void send_call(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
+{
+    Call *c = xcalloc(1, sizeof *c);
+    c->pull = pl;
+    c->i = i;
+    c->peek = peek;
+    c->generation = pl->generation;
+    pl->out++;
+    /* Sent with the lock held: a call that fails at once (the proxy
+     * stopping) answers on this thread, inside this call (the lock is
+     * recursive, and `busy` keeps the Pull until the outermost returns). */
+    proxy_call(pl->p, pl->shards[i], pl->r, call_body(pl, i, max, wait_ms, peek), call_done, c);
+}
+
+/* Takes from the next shard whose turn it is, for what is still missing;
+ * after every shard's turn: the answer, or the peeks. */
+static void take(Pull *pl)
+{
+    int missing = pl->max - (int)json_array_size(pl->jobs);
+    if (missing <= 0 || pl->tried == pl->n) {
+        if (json_array_size(pl->jobs) || mono_ms() >= pl->deadline)
+            finish(pl);
+        else
+            peek_all(pl);
+        return;
+    }
+    int i = pl->next;
+    pl->next = (pl->next + 1) % pl->n;
+    pl->tried++;
+    send_call(pl, i, missing, 0, false);
+}
+
+/* Waits on every shard at once until one says a start is possible. */
+static void peek_all(Pull *pl)
+{
+    pl->generation++;
+    pl->peeks_out = pl->n;
+    int64_t left = pl->deadline - mono_ms();
+    for (int i = 0; i < pl->n; i++)
+        send_call(pl, i, 1, left > 0 ? left : 0, true);
+}
+
+static void call_done(void *ud, const ProxyReply *reply)
+{
+    Call *c = ud;
+    Pull *pl = c->pull;
+    pthread_mutex_lock(&pl->lock);
+    pl->busy++;
+    pl->out--;
+    json_t *body = !reply->err && reply->len ? json_loadb(reply->body, reply->len, 0, NULL) : NULL;
+    bool ok = !reply->err && reply->status == 200 && json_is_object(body);
+    if (!ok && !pl->first_err.status) {
+        if (reply->err) {
+            pl->first_err = *reply->err;
+        } else {
+            const char *type = json_string_value(json_object_get(body, "type"));
+            const char *detail = json_string_value(json_object_get(body, "detail"));
+            const char *slash = type ? strrchr(type, '/') : NULL;
+            err_set(&pl->first_err, reply->status ? reply->status : 502,
+                    slash ? slash + 1 : "internal", "%s",
+                    detail ? detail : "a shard's leader refused the pull");
+        }
+    }
+    if (pl->answered) {
+        /* a late peek: nothing to do */
+    } else if (!c->peek) {
+        json_array_extend(pl->jobs, json_object_get(body, "jobs"));
+        take(pl);
+    } else if (c->generation == pl->generation) {
+        pl->peeks_out--;
+        if (ok && json_is_true(json_object_get(body, "ready"))) {
+            pl->generation++; /* the other peeks of this turn are stale now */
+            pl->next = c->i;
+            pl->tried = 0;
+            take(pl);
+        } else if (pl->peeks_out == 0) {
+            if (mono_ms() < pl->deadline && !pl->first_err.status)
+                peek_all(pl);
+            else
+                finish(pl);
+        }
+    }
+    json_decref(body);
+    pl->busy--;
+    bool done = pl->answered && pl->out == 0 && pl->busy == 0;
+    pthread_mutex_unlock(&pl->lock);
+    free(c);
+    if (done)
+        pull_free(pl);
+}
+
+void pull_over_shards(Proxy *p, Req *r, const PullSpec *spec)
+{
+    Pull *pl = xcalloc(1, sizeof *pl);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    /* A call that fails at once calls back on the sender's thread, lock held. */
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&pl->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    pl->p = p;
+    pl->r = r;
+    pl->instance = xstrdup(spec->instance);
+    pl->max = spec->max;
+    pl->deadline = mono_ms() + spec->wait_ms;
+    pl->n = spec->n;
+    pl->jobs = json_array();
+    for (int i = 0; i < spec->n; i++) {
+        pl->shards[i] = spec->shards[i];
+        if (spec->queues[i]) {
+            pl->queues[i] = json_array();
+            for (size_t q = 0; spec->queues[i][q]; q++)
+                json_array_append_new(pl->queues[i], json_string(spec->queues[i][q]));
+        }
+    }
+    pl->next = (int)(atomic_fetch_add(&rotation, 1) % (unsigned)spec->n);
+    pthread_mutex_lock(&pl->lock);
+    pl->busy++;
+    take(pl);
+    pl->busy--;
+    bool done = pl->answered && pl->out == 0 && pl->busy == 0;
+    pthread_mutex_unlock(&pl->lock);
+    if (done)
+        pull_free(pl);
+}

@@ -12,13 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
 from harness import REPO_ROOT, free_port, run_tests, wait_leader, wait_until  # noqa: E402
+from scripted_stream import ScriptedStream  # noqa: E402
 from workd import leader_of  # noqa: E402
 
 COMMANDS = ["submit", "get", "list", "wait", "cancel", "retry", "tail", "queues", "schedules",
@@ -251,72 +250,22 @@ def test_tail_resumes_across_server_restarts(cluster):
     assert "resuming after event" in box.get("err", ""), box.get("err")
 
 
-class ShardedStream(ThreadingHTTPServer):
-    """A results stream as a cluster of several shards serves it, over real
-    HTTP: each connection in turn gets a `ready` event at the Last-Event-ID
-    it sent (or its `after`) and its script's event ids, and ends (the last
-    one stays open). It keeps the Last-Event-ID and query of each request."""
-
-    daemon_threads = True
-
-    def __init__(self, scripts):
-        self.scripts, self.requests = scripts, []
-        self.lock, self.closing = threading.Lock(), threading.Event()
-        super().__init__(("127.0.0.1", 0), ShardedStreamHandler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class ShardedStreamHandler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
-        srv = self.server
-        last = self.headers.get("Last-Event-ID")
-        query = parse_qs(urlsplit(self.path).query)
-        with srv.lock:
-            n = len(srv.requests)
-            srv.requests.append((last, query.get("after", [None])[0]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        start = last or query.get("after", ["0"])[0]
-        blocks = [f"id: {start}\nevent: ready\ndata: {json.dumps({'after': start})}\n\n"]
-        for ev_id in srv.scripts[n] if n < len(srv.scripts) else []:
-            data = {"seq": 1, "id": f"w-{len(ev_id)}-{ev_id[-3:]}", "queue": "q",
-                    "status": "completed", "at": "2026-01-01T00:00:00Z", "result": ev_id,
-                    "attempt": 1}
-            blocks.append(f"id: {ev_id}\nevent: completed\ndata: {json.dumps(data)}\n\n")
-        self.wfile.write("".join(blocks).encode())
-        self.wfile.flush()
-        if n + 1 >= len(srv.scripts):  # the last connection stays open, idle
-            while not srv.closing.is_set():
-                srv.closing.wait(0.1)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_tail_resumes_from_an_event_id_of_every_shard():
     """tail takes --after as an event id of several shards and resumes with
     the last id it received, text for text, up to a cursor of all 64 shards
     (1279 bytes)."""
     every_shard = ".".join(str(10**18 + i) for i in range(64))
     next_one = ".".join(str(10**18 + i + (i == 5)) for i in range(64))
-    srv = ShardedStream([["3.2", "4.2"], [every_shard], [next_one]])
-    try:
+    with ScriptedStream([[("3.2", 2), ("4.2", 2)], [(every_shard, 3)], [(next_one, 4)]]) as srv:
         r = workd("tail", "--json", "--after", "3.1", "--count", "4", server=srv.url, timeout=30)
         expect(r, OK, "tail of a stream whose ids are cursors of several shards")
-    finally:
-        srv.closing.set()
-        srv.shutdown()
-        srv.server_close()
+        for bad in ["3..1", "3.", ".3", "x", "-1", "1" * 20, ".".join(["1"] * 65)]:
+            expect(workd("tail", "--after", bad, server=srv.url), USAGE, f"tail --after {bad}")
     shown = [json.loads(line)["result"] for line in r.stdout.splitlines()]
     assert shown == ["3.2", "4.2", every_shard, next_one], f"tail showed {shown}"
     assert srv.requests == [(None, "3.1"), ("4.2", "3.1"), (every_shard, "3.1")], \
         f"tail did not resume from the last event id: {srv.requests}"
     assert f"resuming after event {every_shard}" in r.stderr, r.stderr
-    for bad in ["3..1", "3.", ".3", "x", "-1", "1" * 20, ".".join(["1"] * 65)]:
-        expect(workd("tail", "--after", bad, server=srv.url), USAGE, f"tail --after {bad}")
 
 
 def test_queues_schedules_subscriptions_cluster(cluster):

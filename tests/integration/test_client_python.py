@@ -17,12 +17,12 @@ import threading
 import time
 import uuid
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
+from scripted_stream import ScriptedStream  # noqa: E402
 
 # The library under test, from the source tree (tests/lib/workd.py is the
 # tests' own helper module of the same name: this package comes first).
@@ -230,48 +230,6 @@ def test_results_resume_across_a_server_restart(cluster):
         worker.join(15)
 
 
-class ShardedStream(ThreadingHTTPServer):
-    """A results stream as a cluster of several shards serves it, over real
-    HTTP: each connection in turn gets a `ready` event at the Last-Event-ID
-    it sent and then its script's events (id, seq), and ends (the last one
-    stays open). It records every Last-Event-ID it was sent."""
-
-    daemon_threads = True
-
-    def __init__(self, scripts):
-        self.scripts, self.resumed_from = scripts, []
-        self.lock, self.closing = threading.Lock(), threading.Event()
-        super().__init__(("127.0.0.1", 0), ShardedStreamHandler)
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class ShardedStreamHandler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 - http.server's name
-        srv = self.server
-        last = self.headers.get("Last-Event-ID")
-        with srv.lock:
-            n = len(srv.resumed_from)
-            srv.resumed_from.append(last)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        blocks = [f"id: {last}\nevent: ready\ndata: {json.dumps({'after': last})}\n\n"]
-        for ev_id, seq in srv.scripts[n] if n < len(srv.scripts) else []:
-            data = {"seq": seq, "id": f"w-{ev_id}", "queue": "q", "status": "completed",
-                    "at": "2026-01-01T00:00:00Z", "result": ev_id, "attempt": 1}
-            blocks.append(f"id: {ev_id}\nevent: completed\ndata: {json.dumps(data)}\n\n")
-        self.wfile.write("".join(blocks).encode())
-        self.wfile.flush()
-        if n + 1 >= len(srv.scripts):  # the last connection stays open, idle
-            while not srv.closing.is_set():
-                srv.closing.wait(0.1)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_cursor_le_compares_shard_by_shard():
     from workd import cursor_le
     for a, b, le in [("5", "5", True), ("4", "5", True), ("6", "5", False),
@@ -288,7 +246,7 @@ def test_results_resume_and_dedupe_a_cursor_of_several_shards():
     resumes with the last id as Last-Event-ID, text for text, and yields an
     event only when its id is above the last in some shard (a repeat, an id
     with a shard missing, numbers compared as numbers, not as text)."""
-    srv = ShardedStream([
+    srv = ScriptedStream([
         [("3.2", 2), ("4.2", 4)],
         [("3.2", 2), ("4.2", 4), ("4.1", 1), ("4", 4), ("10.2", 10), ("10.3.1", 1)],
         [("10.3.1", 1), ("10.3.2", 2)],
@@ -298,21 +256,19 @@ def test_results_resume_and_dedupe_a_cursor_of_several_shards():
         wait_until(lambda: len(results.events) >= 5 or results.error, 15,
                    what=lambda: f"5 events through 3 connections (have "
                                 f"{[ev.event_id for ev in results.events]}, error "
-                                f"{results.error!r}, {len(srv.resumed_from)} connections "
-                                f"resumed from {srv.resumed_from[:5]}...)")
+                                f"{results.error!r}, {len(srv.requests)} connections "
+                                f"resumed from {srv.requests[:5]}...)")
         assert results.error is None, f"the stream failed: {results.error!r}"
         got = [(ev.event_id, ev.seq) for ev in results.events]
         assert got == [("3.2", 2), ("4.2", 4), ("10.2", 10), ("10.3.1", 1), ("10.3.2", 2)], \
             f"events lost or repeated: {got}"
-        assert srv.resumed_from == ["3.1", "4.2", "10.3.1"], \
-            f"the stream did not resume from its last event id: {srv.resumed_from}"
+        assert [last for last, _ in srv.requests] == ["3.1", "4.2", "10.3.1"], \
+            f"the stream did not resume from its last event id: {srv.requests}"
         assert results.stream.last_event_id == "10.3.2", results.stream.last_event_id
         assert results.stream.reconnects == 2, results.stream.reconnects
     finally:
-        srv.closing.set()
+        srv.close()
         results.close()
-        srv.shutdown()
-        srv.server_close()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert results.stream.last_seq == "10.3.2", "last_seq is not last_event_id"

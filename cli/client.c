@@ -291,18 +291,21 @@ int client_stream(Client *c, const char *path, const char *last_id, ClientChunkF
 {
     char base[SERVERS_URL_MAX];
     size_t pos = servers_url(c->servers, "", base, sizeof base);
-    char url[SERVERS_URL_MAX + 1024];
-    snprintf(url, sizeof url, "%s%s", base, path);
+    /* Both as long as they come: a path and an event id may each hold a
+     * cursor of every shard (cli/sse.h). */
+    SBuf url, h;
+    sbuf_init(&url);
+    sbuf_init(&h);
+    sbuf_printf(&url, "%s%s", base, path);
     struct curl_slist *hdrs = base_headers(c, false);
     hdrs = curl_slist_append(hdrs, "Accept: text/event-stream");
     if (last_id && *last_id) {
-        char h[64];
-        snprintf(h, sizeof h, "Last-Event-ID: %s", last_id);
-        hdrs = curl_slist_append(hdrs, h);
+        sbuf_printf(&h, "Last-Event-ID: %s", last_id);
+        hdrs = curl_slist_append(hdrs, h.data);
     }
     StreamCtx s = {.fn = fn, .ud = ud, .curl = c->curl};
     sbuf_init(&s.error);
-    common_options(c, url, hdrs);
+    common_options(c, url.data, hdrs);
     curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_stream);
     curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -325,5 +328,7 @@ int client_stream(Client *c, const char *path, const char *last_id, ClientChunkF
         rc = -1;
     }
     sbuf_free(&s.error);
+    sbuf_free(&url);
+    sbuf_free(&h);
     return rc;
 }

@@ -1,12 +1,14 @@
 /* cmd_admin: the operator's sub-commands: queues (statistics, pause, resume,
  * limits, keys), schedules, webhook subscriptions, the cluster and its
  * workers. Each action is one entry of its command's table. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
+#include "sse.h"
 #include "table.h"
 #include "util.h"
 
@@ -475,7 +477,7 @@ typedef struct SubscriptionFlags {
     const char *url, *secret;
     Strs queues, kinds;
     bool paused;
-    OptNum after;
+    const char *after; /* an event id, checked by sse_id_valid */
 } SubscriptionFlags;
 
 static const char *const subscription_keys[] = {"name",
@@ -541,11 +543,29 @@ static json_t *strs_json(const Strs *s)
     return a;
 }
 
+/* An event id as the API takes it: one seq as a JSON number (a cluster of
+ * one shard, as always), a cursor of several shards as its text. */
+static json_t *event_id_json(const char *id)
+{
+    if (!strchr(id, '.')) {
+        errno = 0;
+        long long seq = strtoll(id, NULL, 10);
+        if (errno == 0)
+            return json_integer(seq);
+    }
+    return json_string(id);
+}
+
 static int subscriptions_set(Cli *cli, const char *name, void *flags)
 {
     SubscriptionFlags *f = flags;
     if (!f->url || !f->secret) {
         fprintf(stderr, "%s subscriptions: set needs --url and --secret\n", cli->prog);
+        return CLI_USAGE;
+    }
+    if (f->after && !sse_id_valid(f->after)) {
+        fprintf(stderr, "%s subscriptions: --after is an event id: 0, or seqs joined by '.'\n",
+                cli->prog);
         return CLI_USAGE;
     }
     json_t *body = json_pack("{ssss}", "url", f->url, "secret", f->secret);
@@ -555,8 +575,8 @@ static int subscriptions_set(Cli *cli, const char *name, void *flags)
         json_object_set_new(body, "kinds", strs_json(&f->kinds));
     if (f->paused)
         json_object_set_new(body, "paused", json_true());
-    if (f->after.set)
-        json_object_set_new(body, "after", json_integer(f->after.i));
+    if (f->after)
+        json_object_set_new(body, "after", event_id_json(f->after));
     char path[PATH_MAX_LEN];
     named_path("/subscriptions/", name, "", path, sizeof path);
     int rc = call_and_show(cli, "PUT", path, body, true, subscription_keys);
@@ -579,7 +599,7 @@ int cmd_subscriptions(Cli *cli, int argc, char **argv)
         "       workd subscriptions get NAME | delete NAME\n"
         "       workd subscriptions set NAME --url URL --secret whsec_... [--queues Q,...]\n"
         "                                    [--kinds completed,dead,cancelled] [--paused] "
-        "[--after SEQ]",
+        "[--after ID]",
         "Webhook subscriptions: finished work POSTed to a URL, signed the Standard\n"
         "Webhooks way (docs/webhooks.md). list shows each one's lag, failures and last\n"
         "error; set creates or replaces one (and resumes a paused one). Admin scope."};
@@ -591,7 +611,8 @@ int cmd_subscriptions(Cli *cli, int argc, char **argv)
         {"kinds", FLAG_LIST, &f.kinds, "KIND[,KIND...]",
          "set: completed, dead, cancelled (default all three)"},
         {"paused", FLAG_BOOL, &f.paused, NULL, "set: deliver nothing for now"},
-        {"after", FLAG_INT, &f.after, "SEQ", "set: deliver events after this seq"},
+        {"after", FLAG_STR, &f.after, "ID",
+         "set: deliver events after this event id (a seq; with shards, seqs joined by '.')"},
     };
     static const Act acts[] = {
         {"list", false, subscriptions_list},

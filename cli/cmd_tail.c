@@ -10,7 +10,8 @@
 #include "sse.h"
 #include "util.h"
 
-#define PATH_MAX_LEN 1024
+/* A work id or queue, escaped, and an --after event id of every shard. */
+#define PATH_MAX_LEN (1024 + SSE_ID_MAX)
 /* Pause before reconnecting, doubled per failure up to the max. */
 #define BACKOFF_MIN_MS 200
 #define BACKOFF_MAX_MS 5000
@@ -107,10 +108,10 @@ static bool on_chunk(const char *data, size_t len, void *ud)
 }
 
 /* The stream to read: work_id's (GET /work/{id}/stream) or the results of
- * queue (NULL: every queue), with progress, after the event after (-1: from
- * now). */
+ * queue (NULL: every queue), with progress, after the event id after (NULL:
+ * from now). */
 static void tail_path(char *path, size_t size, const char *work_id, const char *queue,
-                      bool progress, int64_t after)
+                      bool progress, const char *after)
 {
     if (work_id) {
         snprintf(path, size, "/work/");
@@ -126,9 +127,9 @@ static void tail_path(char *path, size_t size, const char *work_id, const char *
         if (progress)
             strcat(path, "progress=true&");
     }
-    if (after >= 0) {
-        size_t n = strlen(path);
-        snprintf(path + n, size - n, "after=%lld", (long long)after);
+    if (after) {
+        strcat(path, "after=");
+        client_escape(after, path, size);
     }
     size_t n = strlen(path);
     if (path[n - 1] == '&' || path[n - 1] == '?')
@@ -186,20 +187,23 @@ int cmd_tail(Cli *cli, int argc, char **argv)
         "tail", "workd tail [flags]",
         "Prints finished work as it finishes (GET /results, server-sent events): when,\n"
         "status, id, queue, and the result or error; with --json each event's JSON on a\n"
-        "line. Without --after it starts now. A dropped connection (a server restarted,\n"
-        "a node gone) is resumed after the last event shown, on the next server when one\n"
-        "cannot be reached: nothing is missed, nothing shown twice. With --id it follows\n"
-        "one work item's stream from its start (GET /work/{id}/stream) and exits when\n"
-        "the work finishes, with wait's exit codes. Ctrl-C stops it (exit 130)."};
+        "line. Without --after it starts now; an event id is a seq, or with shards each\n"
+        "shard's seq joined by '.' (812.0.77.1204). A dropped connection (a server\n"
+        "restarted, a node gone) is resumed after the last event shown, on the next\n"
+        "server when one cannot be reached: nothing is missed, nothing shown twice.\n"
+        "With --id it follows one work item's stream from its start\n"
+        "(GET /work/{id}/stream) and exits when the work finishes, with wait's exit\n"
+        "codes. Ctrl-C stops it (exit 130)."};
     const char *queue = NULL, *work_id = NULL;
     bool progress = false;
-    OptNum after = {0}, count = {0};
+    const char *after = NULL;
+    OptNum count = {0};
     const Flag flags[] = {
         {"queue", FLAG_STR, &queue, "NAME", "only work of this queue"},
         {"id", FLAG_STR, &work_id, "ID", "follow this work item until it finishes"},
         {"progress", FLAG_BOOL, &progress, NULL,
          "progress events of running work too (with --id: the per-work stream's)"},
-        {"after", FLAG_INT, &after, "SEQ", "start after this event (0: the log's beginning)"},
+        {"after", FLAG_STR, &after, "ID", "start after this event id (0: the log's beginning)"},
         {"count", FLAG_INT, &count, "N", "exit after showing N events"},
     };
     Strs pos = {0};
@@ -212,15 +216,20 @@ int cmd_tail(Cli *cli, int argc, char **argv)
         rc = cli_usage(cli, &help, "unexpected argument '%s'", pos.v[0]);
         goto cleanup;
     }
-    if ((after.set && after.i < 0) || (count.set && count.i < 1)) {
-        rc = cli_usage(cli, &help, "--after is 0 or more, --count 1 or more");
+    if (after && !sse_id_valid(after)) {
+        rc = cli_usage(cli, &help,
+                       "--after is an event id: 0, or seqs joined by '.' (812.0.77.1204)");
+        goto cleanup;
+    }
+    if (count.set && count.i < 1) {
+        rc = cli_usage(cli, &help, "--count is 1 or more");
         goto cleanup;
     }
     t.work_id = work_id;
     t.progress = progress;
     t.max = count.set ? count.i : 0;
     char path[PATH_MAX_LEN];
-    tail_path(path, sizeof path, work_id, queue, progress, after.set ? after.i : -1);
+    tail_path(path, sizeof path, work_id, queue, progress, after);
     rc = follow(&t, path);
 cleanup:
     sse_free(&t.sse);

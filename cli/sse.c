@@ -61,7 +61,8 @@ static bool on_line(SseParser *p, const char *l, size_t len, SseFn fn, void *ud)
     } else if (nlen == 5 && !memcmp(l, "event", 5)) {
         snprintf(p->event, sizeof p->event, "%.*s", (int)vlen, v);
     } else if (nlen == 2 && !memcmp(l, "id", 2)) {
-        /* An id with a NUL is ignored (the spec); one too long for a seq too. */
+        /* An id with a NUL is ignored (the spec); one longer than a cursor of
+         * SHARDS_MAX shards too. */
         if (!memchr(v, '\0', vlen) && vlen < sizeof p->last_id)
             snprintf(p->last_id, sizeof p->last_id, "%.*s", (int)vlen, v);
     }
@@ -97,4 +98,19 @@ bool sse_feed(SseParser *p, const char *buf, size_t n, SseFn fn, void *ud)
         i = j - 1;
     }
     return false;
+}
+
+bool sse_id_valid(const char *s)
+{
+    int numbers = 0;
+    for (;;) {
+        size_t digits = strspn(s, "0123456789");
+        if (digits < 1 || digits > 19 || ++numbers > SHARDS_MAX)
+            return false;
+        s += digits;
+        if (*s == '\0')
+            return true;
+        if (*s++ != '.')
+            return false;
+    }
 }

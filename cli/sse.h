@@ -7,11 +7,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "shard.h"
 #include "util.h"
 
 /* The longest line kept: a result's data line can be as large as a result the
  * server accepts (a few MiB); a longer line is an error, not a memory grab. */
 #define SSE_LINE_MAX (16u << 20)
+
+/* The longest event id kept, with its NUL. An id is an opaque cursor: each
+ * shard's last seq joined by '.' ("812" with one shard, "812.0.77.1204" with
+ * four), so at most SHARDS_MAX numbers of 19 digits and their dots. A longer
+ * id is ignored, as one with a NUL is. */
+#define SSE_ID_MAX (SHARDS_MAX * 20 + 1)
 
 typedef struct SseEvent {
     const char *id;    /* the stream's last event id after this event ("" if none yet) */
@@ -26,7 +33,7 @@ typedef bool (*SseFn)(const SseEvent *ev, void *ud);
 typedef struct SseParser {
     SBuf line, data;
     char event[64];
-    char last_id[32]; /* kept across events and reconnects, for Last-Event-ID */
+    char last_id[SSE_ID_MAX]; /* kept across events and reconnects, for Last-Event-ID */
     bool has_data, skip_lf, too_long;
 } SseParser;
 
@@ -39,5 +46,9 @@ void sse_reset(SseParser *p);
 /* Parses n bytes. Returns true if fn asked to stop (the rest of buf is not
  * parsed) or a line passed SSE_LINE_MAX (p->too_long is then set). */
 bool sse_feed(SseParser *p, const char *buf, size_t n, SseFn fn, void *ud);
+
+/* Whether s is an event id as workd writes one (for a user's --after): 1 to
+ * SHARDS_MAX numbers of 1 to 19 digits joined by single dots. */
+bool sse_id_valid(const char *s);
 
 #endif

@@ -17,6 +17,7 @@
 #include "httpc.h"
 #include "log.h"
 #include "servers.h"
+#include "shard.h"
 #include "util.h"
 
 static atomic_bool stopping;
@@ -139,11 +140,16 @@ static int produce(void)
 
 /* ---- consume ---- */
 
+/* An event id is an opaque cursor, each shard's last seq joined by '.' ("812"
+ * with one shard, "812.0.77.1204" with four): at most SHARDS_MAX numbers of
+ * 19 digits and their dots, with the NUL. A longer id is ignored. */
+#define EVENT_ID_MAX (SHARDS_MAX * 20 + 1)
+
 typedef struct Stream {
-    SBuf line;     /* the line being read */
-    SBuf data;     /* the event's data lines */
-    char id[32];   /* the event's id */
-    char last[32]; /* the last id handled, for Last-Event-ID */
+    SBuf line;               /* the line being read */
+    SBuf data;               /* the event's data lines */
+    char id[EVENT_ID_MAX];   /* the event's id */
+    char last[EVENT_ID_MAX]; /* the last id handled, for Last-Event-ID, as it came */
 } Stream;
 
 static void on_event(Stream *s)
@@ -185,7 +191,9 @@ static void on_line(Stream *s, const char *l)
             sbuf_puts(&s->data, "\n");
         sbuf_puts(&s->data, v);
     } else if (!strncmp(l, "id:", 3)) {
-        snprintf(s->id, sizeof s->id, "%s", l[3] == ' ' ? l + 4 : l + 3);
+        const char *v = l[3] == ' ' ? l + 4 : l + 3;
+        if (strlen(v) < sizeof s->id) /* never cut: a cut cursor is another place */
+            snprintf(s->id, sizeof s->id, "%s", v);
     }
 }
 
@@ -221,7 +229,7 @@ static int consume(void)
         char url[SERVERS_URL_MAX];
         size_t pos = servers_url(servers, "/results", url, sizeof url);
         struct curl_slist *hdrs = NULL;
-        char hdr[128];
+        char hdr[sizeof "Last-Event-ID: " + EVENT_ID_MAX];
         if (s.last[0]) {
             snprintf(hdr, sizeof hdr, "Last-Event-ID: %s", s.last);
             hdrs = curl_slist_append(hdrs, hdr);

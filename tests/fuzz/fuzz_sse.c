@@ -1,6 +1,6 @@
 /* Fuzzes how `workd tail` reads a results stream (cli/sse.c): whatever a
  * server or a proxy sends, the parser ends every event as a C string and
- * keeps a Last-Event-ID that fits a seq, and cutting the bytes into chunks
+ * keeps a Last-Event-ID that fits a cursor of every shard, and cutting the bytes into chunks
  * anywhere (as the network does) changes nothing it reports. The first byte
  * picks where the input is cut. */
 #include "fuzz.h"
@@ -20,7 +20,7 @@ typedef struct Seen {
 static bool on_event(const SseEvent *ev, void *ud)
 {
     Seen *s = ud;
-    FUZZ_CHECK(strlen(ev->id) < 32, "a Last-Event-ID of %zu bytes", strlen(ev->id));
+    FUZZ_CHECK(strlen(ev->id) < SSE_ID_MAX, "a Last-Event-ID of %zu bytes", strlen(ev->id));
     FUZZ_CHECK(ev->event[0], "an event without a type");
     sbuf_printf(&s->all, "%s|%s|%s\n", ev->id, ev->event, ev->data);
     s->events++;
@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     size_t step = 1 + data[0] % 17;
     Seen whole, cut;
-    char id_whole[32], id_cut[32];
+    char id_whole[SSE_ID_MAX], id_cut[SSE_ID_MAX];
     parse(data + 1, size - 1, 0, &whole, id_whole, sizeof id_whole);
     parse(data + 1, size - 1, step, &cut, id_cut, sizeof id_cut);
     FUZZ_CHECK(whole.events == cut.events, "%zu events whole, %zu in chunks of %zu", whole.events,

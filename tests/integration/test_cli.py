@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
 from harness import REPO_ROOT, free_port, run_tests, wait_leader, wait_until  # noqa: E402
+from scripted_stream import ScriptedStream  # noqa: E402
 from workd import leader_of  # noqa: E402
 
 COMMANDS = ["submit", "get", "list", "wait", "cancel", "retry", "tail", "queues", "schedules",
@@ -249,6 +250,24 @@ def test_tail_resumes_across_server_restarts(cluster):
     assert "resuming after event" in box.get("err", ""), box.get("err")
 
 
+def test_tail_resumes_from_an_event_id_of_every_shard():
+    """tail takes --after as an event id of several shards and resumes with
+    the last id it received, text for text, up to a cursor of all 64 shards
+    (1279 bytes)."""
+    every_shard = ".".join(str(10**18 + i) for i in range(64))
+    next_one = ".".join(str(10**18 + i + (i == 5)) for i in range(64))
+    with ScriptedStream([[("3.2", 2), ("4.2", 2)], [(every_shard, 3)], [(next_one, 4)]]) as srv:
+        r = workd("tail", "--json", "--after", "3.1", "--count", "4", server=srv.url, timeout=30)
+        expect(r, OK, "tail of a stream whose ids are cursors of several shards")
+        for bad in ["3..1", "3.", ".3", "x", "-1", "1" * 20, ".".join(["1"] * 65)]:
+            expect(workd("tail", "--after", bad, server=srv.url), USAGE, f"tail --after {bad}")
+    shown = [json.loads(line)["result"] for line in r.stdout.splitlines()]
+    assert shown == ["3.2", "4.2", every_shard, next_one], f"tail showed {shown}"
+    assert srv.requests == [(None, "3.1"), ("4.2", "3.1"), (every_shard, "3.1")], \
+        f"tail did not resume from the last event id: {srv.requests}"
+    assert f"resuming after event {every_shard}" in r.stderr, r.stderr
+
+
 def test_queues_schedules_subscriptions_cluster(cluster):
     s = start(cluster)
     cluster.start_worker("demo-w", s.url, ["--demo", "--demo-delay", "10ms"])
@@ -298,6 +317,10 @@ def test_queues_schedules_subscriptions_cluster(cluster):
         [("billing", ["invoices"])], subs
     r = expect(workd("subscriptions", server=srv), OK, "subscriptions as a table")
     assert re.search(r"^billing\s+https://billing.example/hooks", r.stdout, re.M), r.stdout
+    expect(workd("subscriptions", "set", "billing", "--url", "https://billing.example/hooks",
+                 "--secret", secret, "--after", "0", server=srv), OK, "an event id as --after")
+    expect(workd("subscriptions", "set", "billing", "--url", "https://billing.example/hooks",
+                 "--secret", secret, "--after", "1..2", server=srv), USAGE, "a bad --after")
     expect(workd("subscriptions", "delete", "billing", server=srv), OK, "delete")
     expect(workd("subscriptions", "get", "billing", server=srv), NOT_FOUND, "deleted")
 

@@ -16,11 +16,13 @@ import textwrap
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
+from scripted_stream import ScriptedStream  # noqa: E402
 
 # The library under test, from the source tree (tests/lib/workd.py is the
 # tests' own helper module of the same name: this package comes first).
@@ -226,6 +228,51 @@ def test_results_resume_across_a_server_restart(cluster):
         results.close()
         worker.stop(0)
         worker.join(15)
+
+
+def test_cursor_le_compares_shard_by_shard():
+    from workd import cursor_le
+    for a, b, le in [("5", "5", True), ("4", "5", True), ("6", "5", False),
+                     ("9.2", "10.2", True), ("10.2", "9.2", False),  # numbers, not text
+                     ("3.2", "4.2", True), ("4.1", "4.2", True), ("4.3", "4.2", False),
+                     ("5.1", "4.2", False), ("4", "4.2", True), ("4.2", "4", False),
+                     ("4.0.0", "4", True), ("4.0.1", "4", False),
+                     ("x", "4", False), ("4", "x", False), ("", "4", False)]:
+        assert cursor_le(a, b) is le, f"cursor_le({a!r}, {b!r}) is not {le}"
+
+
+def test_results_resume_and_dedupe_a_cursor_of_several_shards():
+    """A stream whose ids are cursors of several shards ("3.2", "4.2"): it
+    resumes with the last id as Last-Event-ID, text for text, and yields an
+    event only when its id is above the last in some shard (a repeat, an id
+    with a shard missing, numbers compared as numbers, not as text)."""
+    srv = ScriptedStream([
+        [("3.2", 2), ("4.2", 4)],
+        [("3.2", 2), ("4.2", 4), ("4.1", 1), ("4", 4), ("10.2", 10), ("10.3.1", 1)],
+        [("10.3.1", 1), ("10.3.2", 2)],
+    ])
+    results = Collector(Client(srv.url).results(after="3.1"))
+    try:
+        wait_until(lambda: len(results.events) >= 5 or results.error, 15,
+                   what=lambda: f"5 events through 3 connections (have "
+                                f"{[ev.event_id for ev in results.events]}, error "
+                                f"{results.error!r}, {len(srv.requests)} connections "
+                                f"resumed from {srv.requests[:5]}...)")
+        assert results.error is None, f"the stream failed: {results.error!r}"
+        got = [(ev.event_id, ev.seq) for ev in results.events]
+        assert got == [("3.2", 2), ("4.2", 4), ("10.2", 10), ("10.3.1", 1), ("10.3.2", 2)], \
+            f"events lost or repeated: {got}"
+        assert [last for last, _ in srv.requests] == ["3.1", "4.2", "10.3.1"], \
+            f"the stream did not resume from its last event id: {srv.requests}"
+        assert results.stream.last_event_id == "10.3.2", results.stream.last_event_id
+        assert results.stream.reconnects == 2, results.stream.reconnects
+    finally:
+        srv.close()
+        results.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert results.stream.last_seq == "10.3.2", "last_seq is not last_event_id"
+    assert caught and caught[0].category is DeprecationWarning, "last_seq is not deprecated"
 
 
 # ------------------------------------------------------------ the worker

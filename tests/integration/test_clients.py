@@ -2,16 +2,20 @@
 servers (repeated --server or a comma list) and move to the next when one
 cannot be reached, also when the node they use dies; and a refusal no retry can
 mend (a wrong token: 401, a token without the scope: 403) stops them with a
-clear error and exit status 1 instead of retrying forever."""
+clear error and exit status 1 instead of retrying forever. The demo consumer
+resumes from an event id of several shards as it came."""
 
 import re
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import harness  # noqa: E402
 from harness import free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
+from scripted_stream import ScriptedStream  # noqa: E402
 from workd import JSON, expect  # noqa: E402
 
 CLIENT = "client-token-0123456789"
@@ -119,6 +123,25 @@ def test_wrong_or_unscoped_token_stops_with_an_error(cluster):
            "submit")
     wait_until(lambda: completed(s.url, "ok-2", auth), 20, what="the worker with its token")
     w.stop()
+
+
+def test_demo_consumer_resumes_from_an_event_id_of_every_shard():
+    """The consumer keeps an event id of several shards as it came, up to a
+    cursor of all 64 shards (1279 bytes), and resumes with it."""
+    every_shard = ".".join(str(10**18 + i) for i in range(64))
+    next_one = ".".join(str(10**18 + i + (i == 5)) for i in range(64))
+    with ScriptedStream([[("3.2", 2), (every_shard, 3)], [(next_one, 4)], []]) as srv:
+        consumer = subprocess.Popen([str(harness.BIN_DIR / "workd-demo"), "consume",
+                                     "--server", srv.url], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: len(srv.requests) >= 3 or consumer.poll() is not None, 15,
+                       what=lambda: f"3 connections of the consumer (have {srv.requests})")
+        finally:
+            consumer.terminate()
+            _, err = consumer.communicate(timeout=10)
+    assert srv.requests[:3] == [(None, None), (every_shard, None), (next_one, None)], \
+        f"the consumer did not resume from the last event id: {srv.requests}\n{err[-1500:]}"
 
 
 if __name__ == "__main__":

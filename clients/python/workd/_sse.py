@@ -1,6 +1,10 @@
 """Server-sent events of workd (GET /results, GET /work/{id}/stream): an
 iterator that reconnects with Last-Event-ID, to the next server when one is
-gone, and never yields an event twice."""
+gone, and never yields an event twice.
+
+An event id is an opaque cursor: each shard's last seq, in shard order,
+joined by '.' ("812" in a cluster of one shard, "812.0.77.1204" in one of
+four). Order holds per shard only, so ids compare component by component."""
 
 from __future__ import annotations
 
@@ -8,23 +12,50 @@ import http.client
 import json
 import socket
 import threading
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ._http import Backoff, Response, Transport, problem_of
 
 FINISHED = ("completed", "dead", "cancelled")
 
 
+def _components(cursor: str) -> Optional[Tuple[int, ...]]:
+    """The seqs of a cursor's text; None when it is not numbers joined by dots."""
+    parts = cursor.split(".")
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def cursor_le(a: str, b: str) -> bool:
+    """Whether the event id (cursor) ``a`` is nothing new after ``b``: every
+    shard's seq of ``a`` is at or below ``b``'s, a missing trailing one
+    counting as 0. An id that is not numbers joined by dots is never below
+    anything (it is taken as new)."""
+    ca, cb = _components(a), _components(b)
+    if ca is None or cb is None:
+        return False
+    width = max(len(ca), len(cb))
+    ca += (0,) * (width - len(ca))
+    cb += (0,) * (width - len(cb))
+    return all(x <= y for x, y in zip(ca, cb))
+
+
 @dataclass(frozen=True)
 class Event:
-    """One event of a results stream: ``seq`` (its id, in commit order),
-    ``event`` (``completed``, ``dead``, ``cancelled``, ``progress`` or
-    ``batch``) and ``data`` (the ResultEvent object of openapi.yaml)."""
+    """One event of a results stream: ``seq`` (the event's seq in its
+    shard's log: in commit order within a shard, the stream's id in a
+    cluster of one shard), ``event`` (``completed``, ``dead``,
+    ``cancelled``, ``progress`` or ``batch``), ``data`` (the ResultEvent
+    object of openapi.yaml) and ``event_id`` (the stream's cursor after this
+    event, an opaque string to resume after it with ``after=``)."""
 
     seq: int
     event: str
     data: Dict[str, Any]
+    event_id: str = ""
 
     @property
     def work_id(self) -> str:
@@ -32,25 +63,26 @@ class Event:
 
 
 class EventStream:
-    """Iterates over the events of a stream, in ``seq`` order, for as long as
-    it is open. A dropped connection, a node that dies or a silence longer
-    than ``idle_timeout`` (the server sends a comment every 15 s by default)
-    reconnects, with ``Last-Event-ID`` set to the last event seen (the
-    stream's start when none was), so no event is lost; an event at or below
-    the last seq yielded is never yielded again.
+    """Iterates over the events of a stream, in order within each shard, for
+    as long as it is open. A dropped connection, a node that dies or a
+    silence longer than ``idle_timeout`` (the server sends a comment every
+    15 s by default) reconnects, with ``Last-Event-ID`` set to the id of the
+    last event seen (the stream's start when none was), so no event is lost;
+    an event whose id is at or below that one in every shard (``cursor_le``)
+    is never yielded again.
 
     ``close()`` ends the iteration, also from another thread; the stream is
-    a context manager. ``last_seq`` is where a new stream would resume.
-    ``stop_on_finish`` ends the iteration after the first ``completed``,
-    ``dead`` or ``cancelled`` event (for one work item's stream).
+    a context manager. ``last_event_id`` (an opaque string) is where a new
+    stream would resume (``after=``). ``stop_on_finish`` ends the iteration
+    after the first ``completed``, ``dead`` or ``cancelled`` event (for one
+    work item's stream).
     """
 
-    def __init__(self, transport: Transport, path: str, after: Optional[int] = None,
+    def __init__(self, transport: Transport, path: str, after: Union[int, str, None] = None,
                  idle_timeout: float = 45.0, stop_on_finish: bool = False) -> None:
         self._transport = transport
         self._path = path
-        self.last_seq: Optional[int] = after
-        self._yielded: Optional[int] = after
+        self.last_event_id: Optional[str] = None if after is None else str(after)
         self._idle_timeout = idle_timeout
         self._stop_on_finish = stop_on_finish
         self._closed = threading.Event()
@@ -63,6 +95,15 @@ class EventStream:
         self._backoff = Backoff()
         self._finished = False
         self.reconnects = 0
+
+    @property
+    def last_seq(self) -> Union[int, str, None]:
+        """Deprecated: ``last_event_id``. An int while the id is one number
+        (a cluster of one shard), the id's text otherwise."""
+        warnings.warn("EventStream.last_seq is deprecated: use last_event_id, an opaque string",
+                      DeprecationWarning, stacklevel=2)
+        last = self.last_event_id
+        return int(last) if last is not None and last.isascii() and last.isdigit() else last
 
     # -- the iterator
 
@@ -83,14 +124,12 @@ class EventStream:
                 if not self._closed.is_set():
                     self.reconnects += 1
                 continue
-            if ev.event == "ready":
-                if self.last_seq is None or ev.seq > self.last_seq:
-                    self.last_seq = ev.seq
+            last = self.last_event_id
+            if last is not None and cursor_le(ev.event_id, last):
+                continue  # already given, or behind where the stream starts
+            self.last_event_id = ev.event_id
+            if ev.event == "ready":  # where the stream starts: no event
                 continue
-            self.last_seq = ev.seq
-            if self._yielded is not None and ev.seq <= self._yielded:
-                continue  # already given (a server that resends)
-            self._yielded = ev.seq
             if self._stop_on_finish and ev.event in FINISHED:
                 self._finished = True
             return ev
@@ -120,8 +159,8 @@ class EventStream:
         index, base = self._transport.server()
         headers = self._transport.headers({"Accept": "text/event-stream",
                                            "Cache-Control": "no-cache"})
-        if self.last_seq is not None:
-            headers["Last-Event-ID"] = str(self.last_seq)
+        if self.last_event_id is not None:
+            headers["Last-Event-ID"] = self.last_event_id
         conn, prefix = self._transport.connect(base, self._transport.timeout)
         self._conn = conn
         retry_after = None
@@ -180,7 +219,7 @@ class EventStream:
                     parsed = json.loads("\n".join(data))
                     if not isinstance(parsed, dict):
                         parsed = {"value": parsed}
-                    return Event(int(ev_id), ev_type or "message", parsed)
+                    return Event(_seq_of(parsed, ev_id), ev_type or "message", parsed, ev_id)
                 data, ev_id, ev_type = [], None, None
                 continue
             if line.startswith(":"):
@@ -193,3 +232,12 @@ class EventStream:
                 ev_type = value
             elif field == "id":
                 ev_id = value
+
+
+def _seq_of(data: Dict[str, Any], ev_id: str) -> int:
+    """An event's own seq: its data's ``seq``, else its id when that is one
+    number (a cluster of one shard, the ``ready`` event), else 0."""
+    seq = data.get("seq")
+    if isinstance(seq, int) and not isinstance(seq, bool):
+        return seq
+    return int(ev_id) if ev_id.isascii() and ev_id.isdigit() else 0

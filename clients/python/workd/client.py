@@ -164,19 +164,20 @@ class Client:
 
     # -- streams
 
-    def results(self, *, after: Optional[int] = None, queue: Optional[str] = None,
+    def results(self, *, after: Union[int, str, None] = None, queue: Optional[str] = None,
                 work_id: Optional[str] = None, progress: bool = False,
                 idle_timeout: float = 45.0) -> EventStream:
         """The results stream (``GET /results``) as an iterator of ``Event``:
-        work finished from now on, or after the event ``after`` (0: from the
-        beginning of the log), optionally of one queue or work item, with
+        work finished from now on, or after the event id ``after`` (an
+        ``event_id`` or ``last_event_id``, opaque; 0: from the beginning of
+        the log), optionally of one queue or work item, with
         ``progress`` events when asked. It reconnects after a dropped
         connection or a dead node without losing or repeating an event."""
         path = "/results" + query({"queue": queue, "work_id": work_id,
                                    "progress": "true" if progress else None})
         return EventStream(self.transport, path, after, idle_timeout)
 
-    def stream(self, work_id: str, *, after: Optional[int] = None,
+    def stream(self, work_id: str, *, after: Union[int, str, None] = None,
                idle_timeout: float = 45.0) -> EventStream:
         """One work item's events from its start (``GET /work/{id}/stream``):
         its progress, then its end (``completed``, ``dead`` or

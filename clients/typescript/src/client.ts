@@ -195,7 +195,8 @@ export class Client {
 
   /**
    * The results stream: finished work (and progress, with `progress: true`)
-   * as it happens, from `after` (a seq, `0` for the whole log) or from now.
+   * as it happens, from `after` (an event id, opaque, such as a stream's
+   * `lastEventId`; `0` for the whole log) or from now.
    * It reconnects across dropped connections and server restarts, resuming
    * with Last-Event-ID, and never yields an event twice. Break out of the
    * loop, call `close()`, or abort `signal` to end it.

@@ -4,7 +4,7 @@ export type { ClientOptions, ResultsOptions, SubmitManyItem, SubmitOptions, Wait
 export { Worker, Job } from "./worker.js";
 export type { Handler, Logger, ProgressUpdate, WorkerOptions } from "./worker.js";
 export { WorkdError, PermanentError } from "./errors.js";
-export { EventStream, parseEventStream } from "./sse.js";
+export { EventStream, cursorLe, parseEventStream } from "./sse.js";
 export type { SseMessage, StreamOptions } from "./sse.js";
 export type { ConnectionOptions } from "./transport.js";
 export { formatTraceContext, parseTraceparent } from "./trace.js";

@@ -1,6 +1,9 @@
 // Server-sent events over fetch streaming: a parser (the WHATWG rules that
 // workd's streams use) and a stream that reconnects with Last-Event-ID, moves
-// through the servers, and never yields an event twice.
+// through the servers, and never yields an event twice. An event id is an
+// opaque cursor: each shard's last seq, in shard order, joined by "." ("812"
+// in a cluster of one shard, "812.0.77.1204" in one of four); order holds per
+// shard only, so ids compare shard by shard (cursorLe).
 import { WorkdError } from "./errors.js";
 import type { Transport } from "./transport.js";
 import { sleep } from "./util.js";
@@ -64,8 +67,30 @@ export async function* parseEventStream(
   }
 }
 
+/** A cursor's seqs, or undefined when its text is not numbers joined by dots. */
+function cursorSeqs(cursor: string): bigint[] | undefined {
+  const parts = cursor.split(".");
+  if (!parts.every((p) => /^[0-9]+$/.test(p))) return undefined;
+  return parts.map((p) => BigInt(p));
+}
+
+/**
+ * Whether the event id (cursor) `a` is nothing new after `b`: every shard's
+ * seq of `a` is at or below `b`'s, a missing trailing one counting as 0. An id
+ * that is not numbers joined by dots is never below anything (it is new).
+ */
+export function cursorLe(a: string, b: string): boolean {
+  const sa = cursorSeqs(a);
+  const sb = cursorSeqs(b);
+  if (sa === undefined || sb === undefined) return false;
+  for (let i = 0; i < Math.max(sa.length, sb.length); i++) {
+    if ((sa[i] ?? 0n) > (sb[i] ?? 0n)) return false;
+  }
+  return true;
+}
+
 export interface StreamOptions {
-  /** Start after this seq (`0`: from the beginning of the log). */
+  /** Start after this event id (an opaque cursor, e.g. a `lastEventId`; `0`: from the beginning of the log). */
   after?: number | string;
   /** Stop the stream (the iterator then ends). */
   signal?: AbortSignal;
@@ -82,11 +107,12 @@ const TERMINAL = new Set(["completed", "dead", "cancelled"]);
  * One results stream (`/results` or `/work/{id}/stream`), iterated with
  * `for await`. It follows the stream across dropped connections and server
  * restarts: each reconnection sends the id of the last event it yielded as
- * `Last-Event-ID`, and an event whose seq is not above it is never yielded
- * again. `lastEventId` says where it is, to resume a later stream from.
+ * `Last-Event-ID`, and an event whose id is not above it in some shard
+ * (`cursorLe`) is never yielded again. `lastEventId` says where it is, to
+ * resume a later stream from.
  */
 export class EventStream<E extends { seq: number }> implements AsyncIterable<E> {
-  /** The id of the last event yielded (or of the stream's start). */
+  /** The id of the last event yielded (or of the stream's start): an opaque cursor. */
   lastEventId: string | undefined;
   private readonly transport: Transport;
   private readonly path: string;
@@ -154,7 +180,7 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
             continue;
           }
           if (msg.id === undefined) continue;
-          if (this.lastEventId !== undefined && BigInt(msg.id) <= BigInt(this.lastEventId)) continue;
+          if (this.lastEventId !== undefined && cursorLe(msg.id, this.lastEventId)) continue;
           const data = JSON.parse(msg.data) as E & { status?: string };
           this.lastEventId = msg.id;
           clearTimeout(idle); // the consumer's time is not the server's silence

@@ -1,12 +1,14 @@
-// Parts that need no cluster: the event-stream parser, trace context, the
-// generated types' freshness, and the package's metadata.
+// Parts that need no cluster: the event-stream parser, event ids of several
+// shards (against a small server of scripted streams, over real HTTP), trace
+// context, the generated types' freshness, and the package's metadata.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
+import { createServer } from "node:http";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { test } from "node:test";
-import { VERSION, formatTraceContext, parseEventStream, parseTraceparent } from "../dist/index.js";
+import { Client, VERSION, cursorLe, formatTraceContext, parseEventStream, parseTraceparent } from "../dist/index.js";
 import { generate } from "../scripts/generate-types.mjs";
 
 test("the types were generated from the openapi.yaml of this tree (npm run build)", async () => {
@@ -74,6 +76,65 @@ test("parseEventStream: a multi-byte character split across chunks", async () =>
   const got = [];
   for await (const m of parseEventStream(body)) got.push(m.data);
   assert.deepEqual(got, ["naïve ✓"]);
+});
+
+test("cursorLe: event ids compare shard by shard, as numbers, a missing shard at 0", () => {
+  for (const [a, b, le] of [
+    ["5", "5", true], ["4", "5", true], ["6", "5", false],
+    ["9.2", "10.2", true], ["10.2", "9.2", false], // numbers, not text
+    ["3.2", "4.2", true], ["4.1", "4.2", true], ["4.3", "4.2", false], ["5.1", "4.2", false],
+    ["4", "4.2", true], ["4.2", "4", false], ["4.0.0", "4", true], ["4.0.1", "4", false],
+    ["99999999999999999999", "99999999999999999998", false], // past 2^53
+    ["x", "4", false], ["4", "x", false], ["", "4", false], ["4.", "4", false],
+  ]) {
+    assert.equal(cursorLe(a, b), le, `cursorLe(${JSON.stringify(a)}, ${JSON.stringify(b)}) is not ${le}`);
+  }
+});
+
+/**
+ * A results stream as a cluster of several shards serves it: each connection
+ * in turn gets a `ready` event at the Last-Event-ID it sent, then its
+ * script's events ([id, seq]), and ends (the last one stays open). It keeps
+ * every Last-Event-ID it was sent.
+ */
+async function shardedStream(scripts) {
+  const resumedFrom = [];
+  const server = createServer((req, res) => {
+    const last = req.headers["last-event-id"];
+    const script = scripts[resumedFrom.length] ?? [];
+    resumedFrom.push(last);
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    res.write(`retry: 20\nid: ${last}\nevent: ready\ndata: ${JSON.stringify({ after: last })}\n\n`);
+    for (const [id, seq] of script) {
+      const data = { seq, id: `w-${id}`, queue: "q", status: "completed", at: "2026-01-01T00:00:00Z", result: id, attempt: 1 };
+      res.write(`id: ${id}\nevent: completed\ndata: ${JSON.stringify(data)}\n\n`);
+    }
+    if (resumedFrom.length < scripts.length) res.end();
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { url: `http://127.0.0.1:${server.address().port}`, resumedFrom, server };
+}
+
+test("results: ids of several shards are resumed as text and deduplicated shard by shard", { timeout: 15_000 }, async () => {
+  const srv = await shardedStream([
+    [["3.2", 2], ["4.2", 4]],
+    [["3.2", 2], ["4.2", 4], ["4.1", 1], ["4", 4], ["10.2", 10], ["10.3.1", 1]],
+    [["10.3.1", 1], ["10.3.2", 2]],
+  ]);
+  const stream = new Client({ servers: [srv.url] }).results({ after: "3.1", idleTimeout: 10_000 });
+  const got = [];
+  try {
+    for await (const ev of stream) {
+      got.push([stream.lastEventId, ev.seq]);
+      if (got.length === 5) break;
+    }
+  } finally {
+    srv.server.closeAllConnections();
+    srv.server.close();
+  }
+  assert.deepEqual(got, [["3.2", 2], ["4.2", 4], ["10.2", 10], ["10.3.1", 1], ["10.3.2", 2]], "events lost or repeated");
+  assert.deepEqual(srv.resumedFrom, ["3.1", "4.2", "10.3.1"], "the stream did not resume from its last event id");
+  assert.equal(stream.lastEventId, "10.3.2");
 });
 
 test("traceparent: parsed and formatted as W3C says; invalid ones refused", () => {

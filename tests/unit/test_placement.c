@@ -133,6 +133,18 @@ static void release_and_cooldown(void **state)
     in.live_managers = 1;
     in.now_ms = now + TICK_MS;
     CHECK(placement_decide(&lone, &in).try_mask == bit(0), "alone: retries its own at once");
+    /* Alone before the handover is done: no cooldown either. */
+    placement_init(&lone, 4);
+    in = input(all, 2, 0);
+    for (now = 0; placement_decide(&lone, &in).release < 0; now += TICK_MS)
+        in.now_ms = now;
+    in.live_managers = 1;
+    in.now_ms = now;
+    placement_decide(&lone, &in);
+    in.led = all & ~bit(0);
+    in.now_ms = now + TICK_MS;
+    CHECK(placement_decide(&lone, &in).try_mask == bit(0),
+          "a lone node retries at once a shard it handed over when it was not alone");
 }
 
 /* ---- the simulator ---- */

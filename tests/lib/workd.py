@@ -142,3 +142,17 @@ def sql_error(cluster, sql, url=None):
     except RuntimeError as e:
         return str(e)
     raise AssertionError(f"the database accepted: {sql}")
+
+
+def shard_of(queue: str, n: int) -> int:
+    """The shard of `queue` in a cluster of n shards: FNV-1a 32 over the name's
+    UTF-8 bytes, modulo n (0 when n <= 1). The Python copy of common/shard.c's
+    shard_of_queue() and SQL's workd_shard_of(); test_couplings checks that
+    they agree. It can never change: every cluster's data depends on it."""
+    if n <= 1:
+        return 0
+    h = 2166136261
+    for b in queue.encode("utf-8"):
+        h ^= b
+        h = (h * 16777619) & 0xffffffff
+    return h % n

@@ -63,8 +63,7 @@ static void part_done(void *ud, const ProxyReply *reply)
     fan_release(f);
 }
 
-void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge,
-            void *ud)
+void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge, void *ud)
 {
     Fan *f = xcalloc(1, sizeof *f);
     f->r = r;

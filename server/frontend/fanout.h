@@ -28,8 +28,7 @@ typedef void (*FanMerge)(Req *r, FanReply *replies, size_t n, void *ud);
 /* Sends r (parked by the caller) to the leader of each of shards[0..n),
  * with bodies[i] (NULL: the request's own; taken), then merges. ud is
  * handed to merge, which owns it from then on. */
-void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge,
-            void *ud);
+void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge, void *ud);
 
 /* The first reply that is an error (status >= 400), or NULL. */
 const FanReply *fan_first_error(const FanReply *replies, size_t n);

@@ -167,6 +167,17 @@ void manager_send(Manager *m, MgrCmd *cmd)
     wake_poke(m->efd);
 }
 
+void manager_allow_campaign(Manager *m, bool allow)
+{
+    atomic_store(&m->may_campaign, allow);
+}
+
+void manager_release(Manager *m)
+{
+    atomic_store(&m->release_asked, true);
+    wake_poke(m->efd);
+}
+
 bool manager_is_leader(const Manager *m)
 {
     return atomic_load(&m->leader);
@@ -286,7 +297,11 @@ static void reject_all(Manager *m, MgrCmd *list, const char *why)
 void step_down(Manager *m, const char *why)
 {
     if (m->ws) {
-        log_warn("stepping down as leader (term %lld): %s", (long long)atomic_load(&m->term), why);
+        char of[24] = "";
+        if (m->cfg.shards > 1)
+            snprintf(of, sizeof of, " of shard %d", m->cfg.shard);
+        log_warn("stepping down as leader%s (term %lld): %s", of, (long long)atomic_load(&m->term),
+                 why);
         atomic_fetch_add(&m->stats.step_downs, 1);
     }
     atomic_store(&m->leader, false);
@@ -932,11 +947,18 @@ static void *manager_main(void *arg)
 {
     Manager *m = arg;
     while (!atomic_load(&m->stopping)) {
+        if (m->ws && atomic_exchange(&m->release_asked, false)) {
+            if (settle(m) == 0) /* what was sent is answered as it went */
+                step_down(m, "handing the shard to a less loaded node");
+            continue;
+        }
         if (m->ws) {
             lead_round(m);
             continue;
         }
-        campaign(m);
+        atomic_store(&m->release_asked, false);
+        if (atomic_load(&m->may_campaign))
+            campaign(m);
         if (m->ws)
             continue;
         /* A standby answers nothing: front-ends only send here while we lead,
@@ -991,6 +1013,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->cfg.database_url = xstrdup(cfg->database_url);
     m->cfg.advertise_url = xstrdup(cfg->advertise_url);
     m->election.database_url = m->cfg.database_url;
+    atomic_store(&m->may_campaign, true);
     m->election.shard = cfg->shard;
     if (m->cfg.shards < 1)
         m->cfg.shards = 1;

@@ -272,6 +272,12 @@ MgrCmd *mgrcmd_new(MgrCmdType type);
 void mgrcmd_free(MgrCmd *c);
 /* Queues cmd; done() will be called from the manager thread. */
 void manager_send(Manager *m, MgrCmd *cmd);
+/* Whether this manager stands for its shard's leader while it does not lead
+ * (placement, shards.h; true from the start). Any thread. */
+void manager_allow_campaign(Manager *m, bool allow);
+/* Asks a leading manager to step down at once (its shard goes to a less
+ * loaded node); nothing while it does not lead. Any thread. */
+void manager_release(Manager *m);
 /* True while this process is the leader (a hint: a command may still be
  * refused with 503 "not-leader" if leadership is lost meanwhile). */
 bool manager_is_leader(const Manager *m);

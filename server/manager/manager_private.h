@@ -37,6 +37,9 @@ struct Manager {
     bool closed; /* under lock: the thread is gone, answer at once */
     atomic_bool leader;
     atomic_llong term;
+    /* Placement (shards.c): whether to stand for leader now, and a request
+     * to hand the shard over (step down) at the next round. */
+    atomic_bool may_campaign, release_asked;
     ManagerStats stats;
     Retention *retention;
     Webhooks *webhooks;  /* deliveries while leading (its own thread; webhooks.h) */

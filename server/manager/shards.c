@@ -1,37 +1,171 @@
-/* shards: a manager per shard (shards.h). */
+/* shards: a manager per shard, and where the shards go (shards.h). */
 #include "shards.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "db.h"
+#include "log.h"
+#include "placement.h"
 #include "util.h"
+#include "wake.h"
+
+/* A manager node is live while its row in workd_nodes is this fresh (the
+ * listener refreshes it every 3 s). */
+#define LIVE_MS 10000
 
 struct ShardSet {
     int n;
     Manager **mgr;
+    /* placement (n > 1): its thread, session and state */
+    char *database_url, *advertise_url;
+    int64_t interval_ms;
+    pthread_t thread;
+    bool running;
+    atomic_bool stopping;
+    int efd;
+    PGconn *conn;
+    PlacementState place;
 };
+
+/* What the table says of the live manager nodes: how many, the fewest
+ * shards one leads, and how many are heavier than this one (or as heavy
+ * with a smaller URL). -1: unknown (the database could not say). */
+WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *heavier)
+{
+    Err err = {0};
+    if (!db_alive(set->conn)) {
+        PQfinish(set->conn);
+        if (!(set->conn = db_connect(set->database_url, "placement", &err)))
+            return -1;
+    }
+    char ms[24];
+    snprintf(ms, sizeof ms, "%d", LIVE_MS);
+    const char *params[] = {ms};
+    PGresult *r = db_exec(set->conn,
+                          "SELECT n.url, (SELECT count(*) FROM workd_shards s WHERE s.url = n.url)"
+                          "  FROM workd_nodes n"
+                          " WHERE n.roles LIKE '%manager%'"
+                          "   AND n.last_seen > now() - $1::int * interval '1 ms'",
+                          1, params, "reading the live managers", &err);
+    if (!r) {
+        PQfinish(set->conn);
+        set->conn = NULL;
+        return -1;
+    }
+    int mine = 0, rows = PQntuples(r);
+    bool me_seen = false;
+    for (int i = 0; i < rows; i++)
+        if (!strcmp(db_str(r, i, 0), set->advertise_url)) {
+            mine = (int)db_int(r, i, 1);
+            me_seen = true;
+        }
+    *live = rows + (me_seen ? 0 : 1);
+    *fewest = me_seen ? mine : 0;
+    *heavier = 0;
+    for (int i = 0; i < rows; i++) {
+        int count = (int)db_int(r, i, 1);
+        int cmp = strcmp(db_str(r, i, 0), set->advertise_url);
+        if (count < *fewest)
+            *fewest = count;
+        if (cmp && (count > mine || (count == mine && cmp < 0)))
+            (*heavier)++;
+    }
+    PQclear(r);
+    return 0;
+}
+
+/* One tick: which shards to stand for, and whether to hand one over. */
+static void place(ShardSet *set)
+{
+    PlacementInput in = {.fewest = -1, .heavier = -1, .now_ms = mono_ms()};
+    int64_t open[SHARDS_MAX] = {0};
+    for (int s = 0; s < set->n; s++)
+        if (manager_is_leader(set->mgr[s])) {
+            in.led |= 1ull << s;
+            open[s] = atomic_load(&manager_stats(set->mgr[s])->open_work);
+        }
+    in.open = open;
+    if (read_nodes(set, &in.live_managers, &in.fewest, &in.heavier) != 0) {
+        in.live_managers = 1; /* alone, as far as it knows: the locks still decide */
+        in.fewest = in.heavier = -1;
+    }
+    PlacementDecision d = placement_decide(&set->place, &in);
+    for (int s = 0; s < set->n; s++)
+        manager_allow_campaign(set->mgr[s], (d.try_mask >> s) & 1);
+    if (d.release >= 0) {
+        log_info("handing shard %d over: this node leads more than its share of %d shards over "
+                 "%d manager node(s)",
+                 d.release, set->n, in.live_managers);
+        manager_release(set->mgr[d.release]);
+    }
+}
+
+static void *placement_main(void *arg)
+{
+    ShardSet *set = arg;
+    while (!atomic_load(&set->stopping)) {
+        place(set);
+        wake_wait(set->efd, (int)set->interval_ms);
+    }
+    PQfinish(set->conn);
+    set->conn = NULL;
+    return NULL;
+}
 
 ShardSet *shards_start(const ManagerConfig *cfg, int n, Err *err)
 {
     ShardSet *set = xcalloc(1, sizeof *set);
     set->mgr = xcalloc((size_t)n, sizeof *set->mgr);
+    set->database_url = xstrdup(cfg->database_url);
+    set->advertise_url = xstrdup(cfg->advertise_url);
+    set->interval_ms = cfg->election_interval_ms;
+    set->efd = -1;
     for (int s = 0; s < n; s++) {
         ManagerConfig mc = *cfg;
         mc.shard = s;
         mc.shards = n;
         if (!(set->mgr[s] = manager_start(&mc, err))) {
             set->n = s;
-            shards_stop(set);
-            shards_free(set);
-            return NULL;
+            goto fail;
         }
+        set->n = s + 1;
+        /* Placement decides before any of them stands, so that a node
+         * joining a running cluster does not take shards first and hand
+         * them back later. */
+        manager_allow_campaign(set->mgr[s], n == 1);
     }
-    set->n = n;
+    if (n > 1) {
+        placement_init(&set->place, n);
+        if ((set->efd = wake_open(err)) < 0)
+            goto fail;
+        if (pthread_create(&set->thread, NULL, placement_main, set) != 0) {
+            err_set(err, 500, "internal", "cannot start the placement thread");
+            goto fail;
+        }
+        set->running = true;
+    }
     return set;
+fail:
+    shards_stop(set);
+    shards_free(set);
+    return NULL;
 }
 
 void shards_stop(ShardSet *set)
 {
-    for (int s = 0; set && s < set->n; s++)
+    if (!set)
+        return;
+    if (set->running) {
+        atomic_store(&set->stopping, true);
+        wake_poke(set->efd);
+        pthread_join(set->thread, NULL);
+        set->running = false;
+    }
+    for (int s = 0; s < set->n; s++)
         manager_stop(set->mgr[s]);
 }
 
@@ -41,6 +175,9 @@ void shards_free(ShardSet *set)
         return;
     for (int s = 0; s < set->n; s++)
         manager_free(set->mgr[s]);
+    wake_close(set->efd);
+    free(set->database_url);
+    free(set->advertise_url);
     free(set->mgr);
     free(set);
 }

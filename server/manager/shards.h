@@ -1,6 +1,9 @@
 /* shards: the managers of a node, one per shard of the cluster. Each is a
- * Manager (manager.h) standing for its own shard's leader lock; which ones
- * this node leads changes as nodes come and go. */
+ * Manager (manager.h) standing for its own shard's leader lock. With several
+ * shards a placement thread (placement.h) decides every election interval
+ * which shards this node stands for and when it hands one over, from the
+ * live manager nodes (workd_nodes) and who leads what (workd_shards), so
+ * that the shards spread over the manager nodes that are up. */
 #ifndef WORKD_SHARDS_H
 #define WORKD_SHARDS_H
 
@@ -12,9 +15,10 @@
 typedef struct ShardSet ShardSet;
 
 /* ---- lifetime ---- */
-/* Starts n managers from cfg (its shard and shards are set per manager). */
+/* Starts n managers from cfg (its shard and shards are set per manager),
+ * and placement when n > 1. */
 ShardSet *shards_start(const ManagerConfig *cfg, int n, Err *err) WARN_UNUSED;
-/* manager_stop for each (NULL: nothing). */
+/* Stops placement, then manager_stop for each (NULL: nothing). */
 void shards_stop(ShardSet *set);
 /* After the HTTP daemon has stopped (NULL: nothing). */
 void shards_free(ShardSet *set);

@@ -82,6 +82,44 @@ def test_a_worker_of_every_queue_is_served_by_every_shard(cluster):
     wait_status(s.url, late, "completed", timeout=20)
 
 
+def leaders(cluster):
+    """{shard: (url, term)} as workd_shards says."""
+    rows = cluster.psql("SELECT shard, url, term FROM workd_shards ORDER BY shard")
+    return {int(r.split("|")[0]): (r.split("|")[1], int(r.split("|")[2]))
+            for r in rows.splitlines() if r}
+
+
+def spread(cluster, urls, n):
+    got = leaders(cluster)
+    per = [sum(1 for u, _ in got.values() if u == url) for url in urls]
+    return len(got) == n and sum(per) == n and max(per) - min(per) <= 1
+
+
+def test_shards_spread_over_two_nodes_and_a_kill_moves_only_its_own(cluster):
+    a = cluster.start_server("a", extra_args=["--shards", "4", *FAST])
+    b = cluster.start_server("b", extra_args=["--shards", "4", *FAST])
+    wait_until(lambda: spread(cluster, [a.url, b.url], 4), 40,
+               what="the 4 shards to spread 2 and 2 over two nodes",
+               until=None)
+    before = leaders(cluster)
+    mine = {s for s, (u, _) in before.items() if u == b.url}
+    # Work in every shard, through either node.
+    qs = queues_per_shard(4)
+    ids = [submit((a if i % 2 else b).url, {"queue": q, "payload": i})["id"]
+           for i, (q,) in enumerate(qs.values())]
+    a.kill()
+    wait_until(lambda: all(u == b.url for u, _ in leaders(cluster).values()), 10,
+               what="the survivor to lead every shard")
+    after = leaders(cluster)
+    for s in mine:
+        assert after[s] == before[s], f"shard {s} of the survivor moved: {before[s]} -> {after[s]}"
+    for s in set(before) - mine:
+        assert after[s][1] == before[s][1] + 1, f"shard {s} should have a new term: {after[s]}"
+    cluster.start_worker("w", b.url, ["--demo", "--demo-delay", "5ms"])
+    for work_id in ids:
+        wait_status(b.url, work_id, "completed", timeout=30)
+
+
 def test_a_submission_across_shards_is_refused(cluster):
     s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
     qs = queues_per_shard(2)

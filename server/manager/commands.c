@@ -117,6 +117,31 @@ WARN_UNUSED static int submit_refused(const Manager *m, const MgrCmd *c, const K
     return 0;
 }
 
+/* A parent still open in another shard: its end would be that shard's
+ * event, which this shard's child never hears of. (One finished there is
+ * known for good: its child is decided here as for a finished parent.) */
+WARN_UNUSED static int parents_elsewhere(const Manager *m, const MgrCmd *c, const KnownWork *kn,
+                                         size_t n_kn, Err *err)
+{
+    for (size_t i = 0; i < c->n_items; i++)
+        for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
+            for (size_t k = 0; k < n_kn; k++) {
+                const KnownWork *p = &kn[k];
+                if (strcmp(p->id, c->items[i].after[j]) != 0 || p->shard == m->cfg.shard)
+                    continue;
+                if (!strcmp(p->status, "completed") || !strcmp(p->status, "dead") ||
+                    !strcmp(p->status, "cancelled"))
+                    continue;
+                return err_set(err, 409, "cross-shard",
+                               "work '%s' waits for '%s', which is still open in shard %d of "
+                               "this cluster (its queue '%s' is there, this one's in shard %d): "
+                               "a dependency on open work must stay in one shard (put both "
+                               "queues in one, or submit the child once its parent has finished)",
+                               c->items[i].id, p->id, p->shard, p->queue, m->cfg.shard);
+            }
+    return 0;
+}
+
 static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     EventList tmp;
@@ -141,7 +166,7 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     }
     Err err = {0};
     BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
-    if (submit_refused(m, c, known, &err) != 0) {
+    if (submit_refused(m, c, known, &err) != 0 || parents_elsewhere(m, c, kn, n_kn, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL,
                                    now, &tmp, res, &err) != 0) {

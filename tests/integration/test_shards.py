@@ -120,6 +120,38 @@ def test_shards_spread_over_two_nodes_and_a_kill_moves_only_its_own(cluster):
         wait_status(b.url, work_id, "completed", timeout=30)
 
 
+def test_ids_and_dependencies_across_shards(cluster):
+    """An id is one work item in the whole cluster: resubmitted on a queue
+    of another shard it is recognised (or, with another payload, refused).
+    A child may wait for a parent of another shard once that parent has
+    finished; while the parent is open there, the child is refused."""
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    q0, q1 = qs[0][0], qs[1][0]
+    first = submit(s.url, {"id": "job-1", "queue": q0, "payload": {"n": 1}})
+    assert first["created"] is True
+    again = submit(s.url, {"id": "job-1", "queue": q1, "payload": {"n": 1}})
+    assert again["created"] is False and again["status"] == "pending", again
+    r = http("POST", s.url + "/work", {"id": "job-1", "queue": q1, "payload": {"n": 2}}, JSON)
+    expect(r, 409, "the id again with another payload, on another shard's queue")
+    assert r.json()["type"].endswith("/conflict"), r.text
+    # A parent open in shard 0, a child in shard 1: refused, and nothing runs.
+    r = http("POST", s.url + "/work",
+             {"id": "child", "queue": q1, "payload": 1, "after": ["job-1"]}, JSON)
+    expect(r, 409, "a child in another shard than its open parent")
+    assert r.json()["type"].endswith("/cross-shard"), r.text
+    jobs = pull(s.url, "w", queues=[q0])
+    complete(s.url, "w", jobs[0], "parent done")
+    wait_status(s.url, "job-1", "completed")
+    # Finished, the parent is known for good: the child is accepted and runs.
+    child = submit(s.url, {"id": "child", "queue": q1, "payload": 1, "after": ["job-1"]})
+    assert child["created"] is True and child["status"] == "pending", child
+    jobs = pull(s.url, "w", queues=[q1])
+    assert [j["id"] for j in jobs] == ["child"], jobs
+    assert int(cluster.psql("SELECT count(*) FROM workd_open WHERE id = 'job-1'")) == 0
+
+
 def test_a_submission_across_shards_is_refused(cluster):
     s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
     qs = queues_per_shard(2)

@@ -270,7 +270,9 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
     int64_t backoff = 200;
     while (migrate_run(s->cfg.database_url, (int)s->cfg.shards, &s->shards, &applied, &err) != 0) {
         if (err.status != 503) {
-            log_error("migrations failed: %s", err.msg);
+            log_error("%s: %s",
+                      strcmp(err.type, "shards-fixed") ? "migrations failed" : "the shard count",
+                      err.msg);
             return -1;
         }
         log_warn("waiting for the database: %s", err.msg);

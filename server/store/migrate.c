@@ -8,35 +8,87 @@
 #include "db.h"
 #include "log.h"
 
-/* The shard count as migrate_run says (under the migration lock). */
-WARN_UNUSED static int fix_shards(PGconn *c, int want, int *shards, Err *err)
+/* Whether a server of the cluster runs: one holds a shard's leader lock. */
+WARN_UNUSED static int servers_running(PGconn *c, int shards, bool *running, Err *err)
 {
-    char w[16];
-    snprintf(w, sizeof w, "%d", want);
-    const char *params[] = {w};
-    /* Never held work: no event but terms in the log, nothing in the inbox
-     * (a cluster's queues move between shards when the count changes). */
+    char n[16];
+    snprintf(n, sizeof n, "%d", shards);
+    const char *params[] = {n};
+    /* Each lock this session takes is given back at once. */
     PGresult *r = db_exec(c,
-                          "UPDATE workd_cluster SET shards = $1::int"
-                          " WHERE id = 1 AND $1::int > 0 AND shards <> $1::int"
-                          "   AND NOT EXISTS (SELECT 1 FROM workd_inbox)"
-                          "   AND NOT EXISTS (SELECT 1 FROM workd_events WHERE type <> 'term')",
-                          1, params, "setting the shard count", err);
+                          "SELECT count(*) FILTER (WHERE NOT got) FROM"
+                          " (SELECT s, pg_try_advisory_lock(2003792491, workd_shard_lock(s)) AS got"
+                          "    FROM generate_series(0, $1::int - 1) s) t"
+                          " CROSS JOIN LATERAL (SELECT CASE WHEN got THEN"
+                          "   pg_advisory_unlock(2003792491, workd_shard_lock(s)) END) u",
+                          1, params, "looking for running servers", err);
     if (!r)
         return -1;
+    *running = db_int(r, 0, 0) > 0;
     PQclear(r);
-    r = db_exec(c, "SELECT shards FROM workd_cluster WHERE id = 1", 0, NULL,
-                "reading the shard count", err);
+    return 0;
+}
+
+/* The shard count as migrate_run says (under the migration lock). A cluster
+ * grows (never shrinks: a shard's log would have no reader) while no server
+ * runs and no work is open: each queue's work is then in one shard only,
+ * whichever its new shard is, and the logs of the shards there were stay
+ * as they are, so that every event id given out before still resumes. */
+WARN_UNUSED static int fix_shards(PGconn *c, int want, int *shards, Err *err)
+{
+    PGresult *r = db_exec(c, "SELECT shards FROM workd_cluster WHERE id = 1", 0, NULL,
+                          "reading the shard count", err);
     if (!r)
         return -1;
     *shards = PQntuples(r) ? (int)db_int(r, 0, 0) : 1;
     PQclear(r);
-    if (want > 0 && want != *shards)
+    if (want <= 0 || want == *shards)
+        return 0;
+    const char *how = "docs/operations.md, \"Shards\", says how";
+    if (want < *shards)
         return err_set(err, 409, "shards-fixed",
-                       "this database has %d shard%s and has held work: --shards %d cannot "
-                       "change that (docs/operations.md, \"Shards\", says how to move to "
-                       "another count)",
-                       *shards, *shards == 1 ? "" : "s", want);
+                       "this database has %d shards: a cluster's shards can grow, not shrink "
+                       "(%s)",
+                       *shards, how);
+    bool running;
+    if (servers_running(c, *shards, &running, err) != 0)
+        return -1;
+    if (running)
+        return err_set(err, 409, "shards-fixed",
+                       "this database has %d shard%s and a server of it is running: stop "
+                       "every server before --shards %d (%s)",
+                       *shards, *shards == 1 ? "" : "s", want, how);
+    r = db_exec(c,
+                "SELECT (SELECT count(*) FROM workd_open) + (SELECT count(*) FROM workd_inbox)"
+                "     + (SELECT count(*) FROM workd_batches WHERE finished_seq IS NULL)",
+                0, NULL, "looking for open work", err);
+    if (!r)
+        return -1;
+    int64_t open = db_int(r, 0, 0);
+    PQclear(r);
+    if (open)
+        return err_set(err, 409, "shards-fixed",
+                       "this database has %d shard%s and open work (%lld items, SQL "
+                       "submissions or batches): drain it before --shards %d (%s)",
+                       *shards, *shards == 1 ? "" : "s", (long long)open, want, how);
+    char w[16];
+    snprintf(w, sizeof w, "%d", want);
+    const char *params[] = {w};
+    if (db_command(c, "BEGIN", "BEGIN", err) != 0)
+        return -1;
+    r = db_exec(c, "UPDATE workd_cluster SET shards = $1::int WHERE id = 1", 1, params,
+                "setting the shard count", err);
+    PQclear(r);
+    if (r)
+        r = db_exec(c, "UPDATE workd_schedules SET shard = workd_shard_of(spec->'work'->>'queue')",
+                    0, NULL, "moving the schedules to their queues' shards", err);
+    PQclear(r);
+    if (!r || db_command(c, "COMMIT", "COMMIT", err) != 0) {
+        PQclear(PQexec(c, "ROLLBACK"));
+        return -1;
+    }
+    log_info("the cluster has %d shards now (it had %d)", want, *shards);
+    *shards = want;
     return 0;
 }
 

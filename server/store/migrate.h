@@ -18,10 +18,11 @@ extern const Migration workd_migrations[];
 extern const size_t workd_migrations_count;
 
 /* Applies what is missing; *applied gets how many were applied now. Then the
- * cluster's shard count (workd_cluster): want_shards > 0 sets it on a
- * database that has never held work (a new one), and on any other must be
- * the count it has (409 shards-fixed otherwise: see docs/operations.md);
- * 0 takes what the database says. *shards gets the count. */
+ * cluster's shard count (workd_cluster): want_shards > 0 grows it to that
+ * while no server runs and no work is open (a new database), and otherwise
+ * must be the count it has (409 shards-fixed, saying why: see
+ * docs/operations.md); 0 takes what the database says. *shards gets the
+ * count. */
 int migrate_run(const char *database_url, int want_shards, int *shards, int *applied,
                 Err *err) WARN_UNUSED;
 

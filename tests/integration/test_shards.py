@@ -162,14 +162,52 @@ def test_a_submission_across_shards_is_refused(cluster):
     assert r.json()["type"].endswith("/cross-shard"), r.text
 
 
-def test_the_shard_count_is_fixed_once_work_was_held(cluster):
-    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
-    submit(s.url, {"queue": "a", "payload": 1})
-    s.stop()
-    again = cluster.start_server("s2", extra_args=["--shards", "3"], wait_ready=False)
-    assert again.stopped_with(20) != 0, "a server asking another shard count must not start"
-    assert "shards-fixed" in again.log_text() or "has 2 shards" in again.log_text(), \
-        again.log_tail()
+def refused_start(cluster, name, shards, why):
+    """A server asked for `shards` must not start, and must say `why`."""
+    p = cluster.start_server(name, extra_args=["--shards", str(shards), *FAST],
+                             wait_ready=False)
+    assert p.stopped_with(20) != 0, f"--shards {shards} should have been refused"
+    assert "the shard count" in p.log_text() and why in p.log_text(), p.log_tail()
+
+
+def test_the_shard_count_grows_only_when_drained_and_stopped(cluster):
+    """The documented procedure (docs/operations.md, "Shards"): stop every
+    server, drain the open work, start with a larger --shards. Anything else
+    is refused with a clear error, and nothing is lost."""
+    a = cluster.start_server("a", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    done = [submit(a.url, {"queue": q, "payload": q})["id"] for (q,) in qs.values()]
+    for q, work_id in zip([q for (q,) in qs.values()], done):
+        complete(a.url, "w", pull(a.url, "w", queues=[q])[0], "ok")
+    put = http("PUT", a.url + "/schedules/nightly",
+               {"cron": "0 3 * * *", "work": {"queue": qs[1][0], "payload": {}}}, JSON)
+    expect(put, 200, "PUT a schedule")
+    waiting = submit(a.url, {"queue": qs[0][0], "payload": "open"})["id"]
+    refused_start(cluster, "grow-while-running", 4, "is running")
+    a.stop()
+    refused_start(cluster, "grow-with-open-work", 4, "open work")
+    refused_start(cluster, "shrink", 1, "can grow, not shrink")
+    # Drained: the open item runs to its end, then the cluster grows.
+    a = cluster.restart_server(a)
+    complete(a.url, "w", pull(a.url, "w", queues=[qs[0][0]])[0], "ok")
+    wait_status(a.url, waiting, "completed")
+    a.stop()
+    b = cluster.start_server("b", extra_args=["--shards", "4", *FAST])
+    wait_until(lambda: all_led(cluster, 4), 15, what="the four shards to elect a leader")
+    assert cluster.psql("SELECT shards FROM workd_cluster") == "4"
+    for work_id in done + [waiting]:
+        assert get_work(b.url, work_id)["status"] == "completed"
+    new_shard = shard_of(qs[1][0], 4)
+    assert cluster.psql("SELECT shard FROM workd_schedules WHERE name = 'nightly'") == \
+        str(new_shard), "the schedule moves to its queue's shard"
+    later = {}
+    for shard, (q,) in queues_per_shard(4).items():
+        later[q] = submit(b.url, {"queue": q, "payload": shard})["id"]
+        complete(b.url, "w", pull(b.url, "w", queues=[q])[0], "ok")
+    for work_id in later.values():
+        wait_status(b.url, work_id, "completed")
+    assert cluster.psql("SELECT count(DISTINCT shard) FROM workd_done") == "4"
 
 
 if __name__ == "__main__":

@@ -141,9 +141,15 @@ static json_t *cluster_json(const ClusterView *v)
         (json_int_t)v->done_bytes, "open_bytes", (json_int_t)v->open_bytes, "oldest_part_at",
         render_time(v->oldest_part_ms), "retention_last_run_at", render_time(v->last_run_ms),
         "parts_dropped", (json_int_t)v->parts_dropped);
-    return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o}", "leader", v->leader, "term",
+    /* Its shard's line (merge_cluster gathers every shard's). */
+    json_t *shard = json_pack(
+        "{s:i, s:s, s:I, s:I, s:f, s:f, s:f}", "shard", v->shard, "leader", v->leader, "term",
+        (json_int_t)v->term, "open_total", (json_int_t)v->open_total, "writer_busy",
+        (double)v->busy_permille / 1000.0, "commit_mean_ms", (double)v->commit_mean_us / 1000.0,
+        "commit_p99_ms", (double)v->commit_p99_us / 1000.0);
+    return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:[o]}", "leader", v->leader, "term",
                      (json_int_t)v->term, "workers", workers, "open", open, "open_total",
-                     (json_int_t)v->open_total, "storage", storage);
+                     (json_int_t)v->open_total, "storage", storage, "shards", shard);
 }
 
 /* One job of a pull's answer. */
@@ -576,12 +582,8 @@ static void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud)
             }
         }
         json_object_update(open, json_object_get(b, "open"));
-        json_int_t shard_open = json_integer_value(json_object_get(b, "open_total"));
-        total += shard_open;
-        json_array_append_new(shards,
-                              json_pack("{s:i, s:O, s:O, s:I}", "shard", rs[k].shard, "leader",
-                                        json_object_get(b, "leader"), "term",
-                                        json_object_get(b, "term"), "open_total", shard_open));
+        total += json_integer_value(json_object_get(b, "open_total"));
+        json_array_extend(shards, json_object_get(b, "shards"));
     }
     json_t *list = json_array();
     const char *id;
@@ -1936,6 +1938,23 @@ static void h_readyz(Req *r, char *const *p)
 
 /* Runs on a read-pool thread: queue depths come from the projection, so that
  * every node, leader or not, reports them. */
+/* The token buckets of the shards this node leads, asked of their managers
+ * one after the other before the metrics are read. */
+typedef struct FlowAsk {
+    Req *r;
+    MgrCmd *cmds[SHARDS_MAX];
+    int shard[SHARDS_MAX]; /* whose manager cmds[i] goes to */
+    int n, next;
+} FlowAsk;
+
+static void flow_ask_free(void *p)
+{
+    FlowAsk *f = p;
+    for (int i = 0; i < f->n; i++)
+        mgrcmd_free(f->cmds[i]);
+    free(f);
+}
+
 static void metrics_task(PGconn *conn, void *arg)
 {
     Req *r = arg;
@@ -1945,9 +1964,16 @@ static void metrics_task(PGconn *conn, void *arg)
         routes[i] = api_routes[i].name;
     char url[256];
     Err err = {0};
-    /* The leader's token buckets, asked of its manager before this task. */
-    MgrCmd *asked = r->state;
-    MgrCmd *flow = asked && asked->type == MC_QUEUE_FLOW && asked->status == 200 ? asked : NULL;
+    /* The buckets the leading managers answered (queues are each one shard's). */
+    const FlowAsk *asked = r->state;
+    size_t n_tokens = 0;
+    for (int i = 0; asked && i < asked->n; i++)
+        n_tokens += asked->cmds[i]->status == 200 ? asked->cmds[i]->n_tokens : 0;
+    QueueTokens *tokens = xcalloc(n_tokens + 1, sizeof *tokens);
+    n_tokens = 0;
+    for (int i = 0; asked && i < asked->n; i++)
+        for (size_t k = 0; asked->cmds[i]->status == 200 && k < asked->cmds[i]->n_tokens; k++)
+            tokens[n_tokens++] = asked->cmds[i]->tokens[k]; /* borrowed */
     MetricsNode node = {
         .routes = routes,
         .n_routes = api_routes_count,
@@ -1957,12 +1983,13 @@ static void metrics_task(PGconn *conn, void *arg)
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,
         .limits = conn ? view_queue_limits(conn, &err) : NULL,
         .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
-        .tokens = flow ? flow->tokens : NULL,
-        .n_tokens = flow ? flow->n_tokens : 0,
+        .tokens = asked ? tokens : NULL,
+        .n_tokens = n_tokens,
         .mgrs = a->mgrs,
     };
     size_t len;
     char *text = metrics_render(a->metrics, &node, &len);
+    free(tokens);
     view_open_counts_free(node.open_counts);
     view_queue_limits_free(node.limits);
     view_key_backlog_free(node.backlog);
@@ -1975,34 +2002,49 @@ static void metrics_read(Req *r)
     dbpool_submit(api_of(r)->pool, metrics_task, r);
 }
 
-/* Manager thread: the leader's token buckets are in; read the rest. */
+static void flow_ask_next(FlowAsk *f);
+
+/* Manager thread: a leader's token buckets are in; the next, or the rest. */
 static void metrics_flow_done(MgrCmd *c, void *ud)
 {
-    Req *r = ud;
-    r->on_resume = metrics_read;
-    req_resume(r);
+    FlowAsk *f = ud;
+    if (f->next < f->n) {
+        flow_ask_next(f);
+        return;
+    }
+    f->r->on_resume = metrics_read;
+    req_resume(f->r);
+}
+
+static void flow_ask_next(FlowAsk *f)
+{
+    Api *a = api_of(f->r);
+    int i = f->next++;
+    manager_send(shards_manager(a->mgrs, f->shard[i]), f->cmds[i]);
 }
 
 static void h_metrics(Req *r, char *const *p)
 {
     Api *a = api_of(r);
-    /* The token buckets of the queues of the shards this node leads. (One
-     * shard's, for now: the first led.) */
-    int led = -1;
-    for (int sh = 0; sh < shards_count(a->mgrs) && led < 0; sh++)
-        if (shards_leads(a->mgrs, sh))
-            led = sh;
-    if (led < 0) {
+    FlowAsk *f = xcalloc(1, sizeof *f);
+    f->r = r;
+    for (int sh = 0; sh < shards_count(a->mgrs); sh++)
+        if (shards_leads(a->mgrs, sh)) {
+            MgrCmd *c = mgrcmd_new(MC_QUEUE_FLOW);
+            c->done = metrics_flow_done;
+            c->ud = f;
+            f->shard[f->n] = sh;
+            f->cmds[f->n++] = c;
+        }
+    if (!f->n) {
+        free(f);
         metrics_read(r);
         return;
     }
-    MgrCmd *c = mgrcmd_new(MC_QUEUE_FLOW);
-    c->done = metrics_flow_done;
-    c->alive = cmd_alive;
-    c->ud = r;
-    keep_cmd(r, c);
+    r->state = f;
+    r->free_state = flow_ask_free;
     req_park(r);
-    manager_send(shards_manager(a->mgrs, led), c);
+    flow_ask_next(f);
 }
 
 const Route api_routes[] = {

@@ -141,6 +141,17 @@ static void render_managers(SBuf *b, const ShardSet *set)
                         fam->figure(m));
         }
     }
+    sbuf_puts(b, "# HELP workd_writer_busy_seconds_total Time the leader's writer session had a "
+                 "commit out (its rate is the writer's busy share).\n"
+                 "# TYPE workd_writer_busy_seconds_total counter\n");
+    for (int s = 0; s < n; s++) {
+        shard_labels(labels, sizeof labels, NULL, s, n);
+        sbuf_printf(b,
+                    labels[0] ? "workd_writer_busy_seconds_total{%s} %.6f\n"
+                              : "workd_writer_busy_seconds_total%s %.6f\n",
+                    labels,
+                    (double)atomic_load(&manager_stats(shards_manager(set, s))->busy_us) / 1e6);
+    }
     /* Retention runs in shard 0's manager. */
     const Manager *mgr = shards_manager(set, 0);
     const RetentionStats *rs = manager_retention_stats(mgr);

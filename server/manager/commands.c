@@ -325,6 +325,10 @@ static ClusterView *cluster_view(Manager *m, int64_t now)
     v->leader = xstrdup(m->cfg.advertise_url);
     v->term = atomic_load(&m->term);
     v->now = now;
+    v->shard = m->cfg.shard;
+    v->busy_permille = atomic_load(&m->stats.window_busy_permille);
+    v->commit_mean_us = atomic_load(&m->stats.window_commit_mean_us);
+    v->commit_p99_us = atomic_load(&m->stats.window_commit_p99_us);
     v->workers = xcalloc(ws_worker_count(m->ws) + 1, sizeof *v->workers);
     size_t pos = 0;
     const WsWorker *w;

@@ -529,6 +529,9 @@ WARN_UNUSED static int land_flight(Manager *m)
     MgrCmd *head = f->done_head;
     eventlist_free(&f->batch);
     memmove(&m->flights[0], &m->flights[1], --m->n_flights * sizeof *m->flights);
+    if (!m->n_flights)
+        atomic_fetch_add(&m->stats.busy_us,
+                         b.tv_sec * 1000000LL + b.tv_nsec / 1000 - m->busy_from_us);
     m->last_db_ok = mono_ms();
     answer_list(m, head);
     return 0;
@@ -595,6 +598,8 @@ WARN_UNUSED static int commit_batch(Manager *m)
     memset(f, 0, sizeof *f);
     f->part = m->part;
     clock_gettime(CLOCK_MONOTONIC, &f->sent);
+    if (m->n_flights == 1)
+        m->busy_from_us = f->sent.tv_sec * 1000000LL + f->sent.tv_nsec / 1000;
     int rc =
         journal_append_send(m->conn, m->cfg.shard, m->part, &m->batch, rows, nrows, m->inbox_ack,
                             m->n_inbox_ack, m->n_flights > 1 ? &after : NULL, &err);
@@ -858,8 +863,39 @@ WARN_UNUSED static int land_answered(Manager *m)
 
 /* One round as leader: wait for mail, a deadline or the database; then decide,
  * commit once, reply. */
+/* Closes the stats window when it is due (ManagerStats.window_*). */
+static void stats_window(Manager *m)
+{
+    int64_t now = mono_ms() * 1000;
+    const Histogram *h = &m->stats.commit_us;
+    if (m->window_us && now - m->window_us < STATS_WINDOW_MS * 1000)
+        return;
+    int64_t busy = atomic_load(&m->stats.busy_us), count = atomic_load(&h->count),
+            sum = atomic_load(&h->sum);
+    if (m->window_us) {
+        int64_t n = count - m->window_count, at = 0, seen = 0;
+        atomic_store(&m->stats.window_busy_permille,
+                     (busy - m->window_busy_us) * 1000 / (now - m->window_us));
+        atomic_store(&m->stats.window_commit_mean_us, n ? (sum - m->window_sum_us) / n : 0);
+        for (int i = 0; i < HISTOGRAM_BUCKETS && n; i++) {
+            seen += atomic_load(&h->buckets[i]) - m->window_buckets[i];
+            at = h->bounds[i];
+            if (seen * 100 >= n * 99)
+                break;
+        }
+        atomic_store(&m->stats.window_commit_p99_us, at);
+    }
+    m->window_us = now;
+    m->window_busy_us = busy;
+    m->window_count = count;
+    m->window_sum_us = sum;
+    for (int i = 0; i < HISTOGRAM_BUCKETS; i++)
+        m->window_buckets[i] = atomic_load(&h->buckets[i]);
+}
+
 static void lead_round(Manager *m)
 {
+    stats_window(m);
     if (land_answered(m) != 0)
         return;
     int64_t now = wall_ms();

@@ -20,6 +20,9 @@
 
 typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
 
+/* The window of ManagerStats.window_* (a leader's recent writer figures). */
+#define STATS_WINDOW_MS 10000
+
 /* Bytes of a pulled job's answer beside its payload, at most: the fields
  * (id, queue, deadline...: 512) and the trace context (traceparent and a
  * tracestate of 512 bytes, escaped). A pull answer of --max-reply-bytes holds
@@ -129,6 +132,9 @@ typedef struct ClusterQueue {
 typedef struct ClusterView {
     char *leader; /* advertise URL */
     int64_t term;
+    int shard;
+    /* the writer over the last stats window (ManagerStats) */
+    int64_t busy_permille, commit_mean_us, commit_p99_us;
     int64_t now; /* when the view was taken (silent_ms is from it) */
     ClusterWorker *workers;
     size_t n_workers;
@@ -252,6 +258,11 @@ typedef struct ManagerStats {
     atomic_llong appends_behind; /* appends sent while another was being committed */
     atomic_llong open_work, workers, waiting_pulls;
     atomic_llong inbox_taken; /* SQL submissions taken into the log (new or existing ids) */
+    atomic_llong busy_us;     /* time with an append out: the writer session at work */
+    /* Over the last full window of STATS_WINDOW_MS while leading: the
+     * writer's busy share (per mille), and its commits' mean and 99th
+     * percentile (the histogram bucket's bound), in microseconds. */
+    atomic_llong window_busy_permille, window_commit_mean_us, window_commit_p99_us;
     atomic_llong
         inbox_refused; /* SQL submissions refused when taken (an id with another payload) */
 } ManagerStats;

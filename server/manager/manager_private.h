@@ -62,6 +62,10 @@ struct Manager {
     EventList batch;                /* events of this round, applied, not yet committed */
     Flight flights[MAX_FLIGHTS];    /* appends sent, outcome not yet read: oldest first */
     size_t n_flights;
+    int64_t busy_from_us; /* when the flights out began (the first sent after none) */
+    /* the stats window (ManagerStats.window_*): its start, and the figures then */
+    int64_t window_us, window_busy_us, window_count, window_sum_us;
+    int64_t window_buckets[HISTOGRAM_BUCKETS];
     HMap proj;             /* work id -> ProjRow: what the batch makes of its rows */
     bool inbox_due;        /* workd_inbox may hold submissions (NOTIFY, or the poll) */
     int64_t inbox_read_ms; /* when it was last read */

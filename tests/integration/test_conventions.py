@@ -5,10 +5,8 @@ client across a node kill, and clear refusals of what a client got wrong (an
 unknown query parameter, a bad item of a bulk submission)."""
 
 import json
-import os
 import queue
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +15,8 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from harness import REPO_ROOT, Skip, http, run_tests, wait_leader, wait_until  # noqa: E402
+from harness import (REPO_ROOT, Skip, http, promtool, run_tests, wait_leader,  # noqa: E402
+                     wait_until)
 from workd import JSON, expect, leader_of, pull, complete, submit  # noqa: E402
 
 ES_DIR = REPO_ROOT / "tests" / "eventsource"
@@ -72,11 +71,6 @@ def test_head_on_every_get_route(cluster):
     r = http("PUT", leader + "/healthz")
     expect(r, 405, "PUT /healthz")
     assert set(r.headers["Allow"].split(", ")) == {"GET", "HEAD"}, r.headers
-
-
-def promtool():
-    exe = shutil.which("promtool") or str(REPO_ROOT / "tools" / "promtool" / "promtool")
-    return exe if os.access(exe, os.X_OK) else None
 
 
 def test_metrics_pass_promtool(cluster):

@@ -3,11 +3,12 @@ manager per shard, each with its own leader lock, term and log; a queue's
 work lives in one shard (FNV-1a of its name), and a client or worker sees
 one cluster."""
 
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-from harness import http, run_tests, wait_until  # noqa: E402
+from harness import http, promtool, run_tests, wait_until  # noqa: E402
 from workd import (JSON, complete, expect, get_work, pull, submit,  # noqa: E402
                    wait_status)
 
@@ -150,6 +151,30 @@ def test_ids_and_dependencies_across_shards(cluster):
     jobs = pull(s.url, "w", queues=[q1])
     assert [j["id"] for j in jobs] == ["child"], jobs
     assert int(cluster.psql("SELECT count(*) FROM workd_open WHERE id = 'job-1'")) == 0
+
+
+def test_metrics_and_cluster_show_each_shard(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    for shard, (q,) in qs.items():
+        expect(http("PUT", f"{s.url}/queues/{q}", {"rate": {"limit": 5, "per": 1}}, JSON), 200,
+               f"a rate limit on {q}")
+        submit(s.url, {"queue": q, "payload": shard})
+    text = expect(http("GET", s.url + "/metrics"), 200, "metrics").text
+    for shard, (q,) in qs.items():
+        assert f'workd_commit_events_count{{shard="{shard}"}}' in text, text[:2000]
+        assert f'workd_open_work{{shard="{shard}"}} 1' in text, "each shard's open work"
+        assert f'workd_queue_rate_tokens{{queue="{q}"}}' in text, \
+            f"the token bucket of {q} (shard {shard}) must be there"
+    exe = promtool()
+    if exe:
+        r = subprocess.run([exe, "check", "metrics"], input=text.encode(), capture_output=True,
+                           timeout=30)
+        assert r.returncode == 0, f"promtool: {r.stdout.decode()}{r.stderr.decode()}"
+    c = expect(http("GET", s.url + "/cluster"), 200, "GET /cluster").json()
+    assert [(x["shard"], x["open_total"]) for x in c["shards"]] == [(0, 1), (1, 1)], c["shards"]
+    assert c["open_total"] == 2 and set(c["open"]) == {qs[0][0], qs[1][0]}, c
 
 
 def test_a_submission_across_shards_is_refused(cluster):

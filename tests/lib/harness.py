@@ -51,6 +51,12 @@ class Skip(Exception):
 
 # ------------------------------------------------------------------ helpers
 
+def promtool():
+    """Prometheus's checker (scripts/install-promtool makes tools/promtool), or None."""
+    exe = shutil.which("promtool") or str(REPO_ROOT / "tools" / "promtool" / "promtool")
+    return exe if os.access(exe, os.X_OK) else None
+
+
 def free_port():
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

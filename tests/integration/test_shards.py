@@ -177,6 +177,46 @@ def test_metrics_and_cluster_show_each_shard(cluster):
     assert c["open_total"] == 2 and set(c["open"]) == {qs[0][0], qs[1][0]}, c
 
 
+def test_sql_submissions_go_to_their_queues_shard(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "3", *FAST])
+    wait_until(lambda: all_led(cluster, 3), 15, what="the shards to elect a leader")
+    qs = queues_per_shard(3)
+    for shard, (q,) in qs.items():
+        cluster.psql(f"SELECT workd.submit('{{\"n\": {shard}}}', id => 'sql-{shard}', "
+                     f"queue => '{q}')")
+    for shard, (q,) in qs.items():
+        w = wait_status(s.url, f"sql-{shard}", "pending")
+        assert w["queue"] == q and w["payload"] == {"n": shard}, w
+    rows = cluster.psql("SELECT string_agg(id || ':' || shard, ',' ORDER BY id) FROM workd_open")
+    assert rows == "sql-0:0,sql-1:1,sql-2:2", f"each taken by its queue's shard: {rows}"
+    assert cluster.psql("SELECT count(*) FROM workd_inbox") == "0"
+
+
+def test_a_schedule_fires_in_its_queues_shard(cluster):
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    spec = {"cron": "* * * * * *", "overlap": "allow",
+            "work": {"queue": qs[1][0], "payload": {"tick": True}}}
+    expect(http("PUT", s.url + "/schedules/every-second", spec, JSON), 200, "PUT a schedule")
+    assert cluster.psql("SELECT shard FROM workd_schedules WHERE name = 'every-second'") == "1"
+    wait_until(lambda: int(cluster.psql("SELECT count(*) FROM workd_open")) >= 2, 10,
+               what="two ticks")
+    rows = cluster.psql("SELECT count(*), count(DISTINCT id), min(shard), max(shard)"
+                        " FROM workd_open")
+    n = int(rows.split("|")[0])
+    assert rows == f"{n}|{n}|1|1", f"every tick's work once, in shard 1: {rows}"
+    # Moved to a queue of the other shard: refused (it would fire in both).
+    moved = {**spec, "work": {"queue": qs[0][0], "payload": {}}}
+    r = http("PUT", s.url + "/schedules/every-second", moved, JSON)
+    expect(r, 409, "a schedule moved to another shard's queue")
+    assert r.json()["type"].endswith("/schedule-moves-shard"), r.text
+    expect(http("POST", s.url + "/schedules/every-second/pause"), 200, "pause it")
+    expect(http("DELETE", s.url + "/schedules/every-second"), 204, "delete it")
+    expect(http("PUT", s.url + "/schedules/every-second", moved, JSON), 200, "then move it")
+    assert cluster.psql("SELECT shard FROM workd_schedules WHERE name = 'every-second'") == "0"
+
+
 def test_a_submission_across_shards_is_refused(cluster):
     s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
     qs = queues_per_shard(2)

@@ -294,6 +294,7 @@ async function loadCluster() {
       h('dt', {}, 'Workers'), h('dd', {}, `${workers.length} (${busy} of ${slots} slots busy)`),
       h('dt', {}, 'Open work'), h('dd', {}, c.open_total),
       ...storageRows(c.storage)),
+    ...shardsTable(c.shards || [], nodes),
     h('h3', {}, `Front-end nodes (${nodes.length})`),
     h('div', {class: 'scroll'}, h('table', {id: 'nodes'},
       h('thead', {}, h('tr', {}, h('th', {}, 'Node'), h('th', {}, 'URL'), h('th', {}, 'Roles'),
@@ -308,6 +309,30 @@ async function loadCluster() {
           h('tbody', {}, workerRows)))
       : h('p', {class: 'muted', id: 'workers'},
           'No worker is registered. Start one: workd-worker --server URL --demo'));
+}
+
+/** The shards of the manager (a cluster of several): each one's leader,
+ * term, open work, and its writer over the last 10 s. */
+function shardsTable(shards, nodes) {
+  if (shards.length < 2) return [];
+  const nodeOf = (url) => (nodes.find((n) => n.url === url) || {}).id || url;
+  const rows = shards.map((x) => h('tr', {'data-shard': x.shard},
+    h('td', {class: 'num'}, x.shard),
+    h('td', {class: 'mono'}, nodeOf(x.leader)),
+    h('td', {class: 'num'}, x.term),
+    h('td', {class: 'num'}, x.open_total),
+    h('td', {class: 'num', title: 'share of the last 10 s with a commit out'},
+      `${Math.round(x.writer_busy * 100)} %`),
+    h('td', {class: 'num'}, `${x.commit_mean_ms.toFixed(1)} / ${x.commit_p99_ms.toFixed(1)} ms`)));
+  return [
+    h('h3', {}, `Shards (${shards.length})`),
+    h('div', {class: 'scroll'}, h('table', {id: 'shards'},
+      h('thead', {}, h('tr', {}, h('th', {class: 'num'}, 'Shard'), h('th', {}, 'Leader'),
+                                 h('th', {class: 'num'}, 'Term'), h('th', {class: 'num'}, 'Open'),
+                                 h('th', {class: 'num'}, 'Writer busy'),
+                                 h('th', {class: 'num'}, 'Commit mean / p99'))),
+      h('tbody', {}, rows))),
+  ];
 }
 
 // ----------------------------------------------------------------- webhooks

@@ -156,6 +156,7 @@ def test_compose_cluster():
     env.update({f"WORKD_{k}_TOKEN": v for k, v in tokens.items()})
     env["WORKD_CLUSTER_SECRET"] = secrets.token_hex(16)
     env["WORKD_LB_PORT"] = str(port)
+    env["WORKD_SHARDS"] = "2"  # two writers, one on each server node
     env.pop("COMPOSE_PROFILES", None)
     c = Compose(env)
     lb = f"http://127.0.0.1:{port}"
@@ -204,6 +205,13 @@ def test_compose_cluster():
             return r.status == 200 and len(r.json()["workers"]) >= WORKERS and r.json()
         cluster = wait_until(workers_registered, 60, interval=0.5, ignore=(OSError,),
                              what=f"{WORKERS} workers to register")
+
+        def shards_spread():
+            r = http("GET", lb + "/cluster", headers=admin, timeout=5)
+            leaders = [x["leader"] for x in r.json().get("shards", [])] if r.status == 200 else []
+            return len(leaders) == 2 and len(set(leaders)) == 2 and r.json()
+        cluster = wait_until(shards_spread, 90, interval=1, ignore=(OSError,),
+                             what="the two shards to be led by the two server nodes")
 
         ids = []
         items = [{"id": f"bulk-{i}", "payload": i % 20} for i in range(60)]

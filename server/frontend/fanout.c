@@ -36,8 +36,7 @@ static void fan_release(Fan *f)
         fan_finish(f);
 }
 
-/* A problem+json body as an Err ("https://workd.dev/problems/TYPE"). */
-static void problem_of(const json_t *body, int status, Err *err)
+void fan_problem(const json_t *body, int status, Err *err)
 {
     const char *type = json_string_value(json_object_get(body, "type"));
     const char *detail = json_string_value(json_object_get(body, "detail"));
@@ -56,7 +55,7 @@ static void part_done(void *ud, const ProxyReply *reply)
     } else {
         out->body = reply->len ? json_loadb(reply->body, reply->len, 0, NULL) : NULL;
         if (out->status >= 400)
-            problem_of(out->body, out->status, &out->err);
+            fan_problem(out->body, out->status, &out->err);
     }
     Fan *f = part->fan;
     free(part);

@@ -30,6 +30,10 @@ typedef void (*FanMerge)(Req *r, FanReply *replies, size_t n, void *ud);
  * handed to merge, which owns it from then on. */
 void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge, void *ud);
 
+/* A shard leader's problem+json answer (NULL: none) as an Err, its type
+ * taken from "https://workd.dev/problems/TYPE". */
+void fan_problem(const json_t *body, int status, Err *err);
+
 /* The first reply that is an error (status >= 400), or NULL. */
 const FanReply *fan_first_error(const FanReply *replies, size_t n);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fanout.h"
 #include "util.h"
 
 /* Where the next worker starts taking: the shards take turns being first. */
@@ -133,16 +134,10 @@ static void call_done(void *ud, const ProxyReply *reply)
     json_t *body = !reply->err && reply->len ? json_loadb(reply->body, reply->len, 0, NULL) : NULL;
     bool ok = !reply->err && reply->status == 200 && json_is_object(body);
     if (!ok && !pl->first_err.status) {
-        if (reply->err) {
+        if (reply->err)
             pl->first_err = *reply->err;
-        } else {
-            const char *type = json_string_value(json_object_get(body, "type"));
-            const char *detail = json_string_value(json_object_get(body, "detail"));
-            const char *slash = type ? strrchr(type, '/') : NULL;
-            err_set(&pl->first_err, reply->status ? reply->status : 502,
-                    slash ? slash + 1 : "internal", "%s",
-                    detail ? detail : "a shard's leader refused the pull");
-        }
+        else
+            fan_problem(body, reply->status ? reply->status : 502, &pl->first_err);
     }
     if (pl->answered) {
         /* a late peek: nothing to do */

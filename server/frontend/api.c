@@ -379,7 +379,11 @@ static void forward_again(Req *r, const MgrCmd *c)
 static void cmd_reply(Req *r)
 {
     const MgrCmd *c = r->state;
-    if (c->status == 503 && !strcmp(c->err.type, "not-leader") && !r->forwarded)
+    /* Leadership moved, or another shard is creating the same id (its
+     * commit will tell this one what the id is): asked again, through the
+     * proxy's retries. */
+    if (c->status == 503 &&
+        (!strcmp(c->err.type, "not-leader") || !strcmp(c->err.type, "id-busy")) && !r->forwarded)
         forward_again(r, c);
     else if (c->status >= 400)
         req_finish_problem(r, &c->err);

@@ -254,7 +254,8 @@ static bool retryable(Fwd *f, long status)
     if (status == 502 || status == 504)
         return true;
     return status == 503 && f->resp.data &&
-           (strstr(f->resp.data, "/not-leader") || strstr(f->resp.data, "/leader-unavailable"));
+           (strstr(f->resp.data, "/not-leader") || strstr(f->resp.data, "/leader-unavailable") ||
+            strstr(f->resp.data, "/id-busy"));
 }
 
 static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
@@ -364,6 +365,10 @@ static void *proxy_main(void *arg)
         while ((msg = curl_multi_info_read(p->multi, &left)))
             if (msg->msg == CURLMSG_DONE)
                 on_done(p, msg->easy_handle, msg->data.result, mono_ms());
+        /* A retry on_done just scheduled may be due before the others. */
+        for (const Fwd *f = p->waiting; f; f = f->next)
+            if (f->next_try < next_wake)
+                next_wake = f->next_try;
         int timeout = (int)(next_wake - mono_ms());
         if (p->waiting && timeout > 0)
             ; /* wait for the earliest retry */

@@ -166,7 +166,14 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     }
     Err err = {0};
     BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
-    if (submit_refused(m, c, known, &err) != 0 || parents_elsewhere(m, c, kn, n_kn, &err) != 0) {
+    for (size_t i = 0; i < c->n_items && !err.status; i++)
+        if (id_busy(m, c->items[i].id))
+            err_set(&err, 503, "id-busy",
+                    "work '%s' is being submitted in another shard of this cluster at this "
+                    "moment; retry",
+                    c->items[i].id);
+    if (err.status || submit_refused(m, c, known, &err) != 0 ||
+        parents_elsewhere(m, c, kn, n_kn, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else if (ws_decide_submit_in(m->ws, c->items, c->n_items, kn, n_kn, c->batch_id ? &bo : NULL,
                                    now, &tmp, res, &err) != 0) {
@@ -915,7 +922,7 @@ static int lookup_submit(Manager *m, MgrCmd *c, IdList *ids)
 {
     for (size_t i = 0; i < c->n_items; i++) {
         if (!c->items[i].generated)
-            want_known(m, ids, c->items[i].id);
+            want_claimed(m, ids, c->items[i].id);
         for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
             want_known(m, ids, c->items[i].after[j]);
     }

@@ -294,6 +294,41 @@ static void reject_all(Manager *m, MgrCmd *list, const char *why)
 /* Gives up leadership: the state is dropped (the log is the truth), the
  * session is closed so that the lock is released at once, and everything in
  * flight is answered 503 so that callers retry against the next leader. */
+/* Empties m->busy (it owns its keys, each also its value). */
+static void busy_clear(Manager *m)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->busy, &i, &k, &v);)
+        free(v);
+    hmap_free(&m->busy);
+    hmap_init(&m->busy);
+}
+
+static void claims_push(int64_t **v, size_t *n, const int64_t *add, size_t n_add)
+{
+    if (!n_add)
+        return;
+    *v = xrealloc(*v, (*n + n_add) * sizeof **v);
+    memcpy(*v + *n, add, n_add * sizeof *add);
+    *n += n_add;
+}
+
+/* Forgets every claim and busy id: the session that held them is gone. */
+static void claims_clear(Manager *m)
+{
+    free(m->claims);
+    free(m->claims_free);
+    m->claims = m->claims_free = NULL;
+    m->n_claims = m->n_claims_free = 0;
+    for (size_t i = 0; i < m->n_flights; i++) {
+        free(m->flights[i].claims);
+        m->flights[i].claims = NULL;
+        m->flights[i].n_claims = 0;
+    }
+    busy_clear(m);
+}
+
 void step_down(Manager *m, const char *why)
 {
     if (m->ws) {
@@ -320,6 +355,7 @@ void step_down(Manager *m, const char *why)
         }
         eventlist_free(&f->batch);
     }
+    claims_clear(m); /* the session that held them closes below */
     m->n_flights = 0;
     /* Every answer still held was decided from a state that includes what
      * was not committed: a 404 or 409 may be as wrong as a 202. */
@@ -528,6 +564,8 @@ WARN_UNUSED static int land_flight(Manager *m)
      * of the round that are not even sent yet; they travel with its append. */
     MgrCmd *head = f->done_head;
     eventlist_free(&f->batch);
+    claims_push(&m->claims_free, &m->n_claims_free, f->claims, f->n_claims);
+    free(f->claims);
     memmove(&m->flights[0], &m->flights[1], --m->n_flights * sizeof *m->flights);
     if (!m->n_flights)
         atomic_fetch_add(&m->stats.busy_us,
@@ -574,6 +612,9 @@ WARN_UNUSED static int commit_batch(Manager *m)
             Flight *last = &m->flights[m->n_flights - 1];
             take_done(m, &last->done_head, &last->done_tail);
         }
+        /* Nothing of this round's to commit: its claims may go. */
+        claims_push(&m->claims_free, &m->n_claims_free, m->claims, m->n_claims);
+        m->n_claims = 0;
         return 0;
     }
     if (m->n_flights == MAX_FLIGHTS && land_flight(m) != 0)
@@ -598,6 +639,10 @@ WARN_UNUSED static int commit_batch(Manager *m)
     memset(f, 0, sizeof *f);
     f->part = m->part;
     clock_gettime(CLOCK_MONOTONIC, &f->sent);
+    f->claims = m->claims; /* held until it has committed */
+    f->n_claims = m->n_claims;
+    m->claims = NULL;
+    m->n_claims = 0;
     if (m->n_flights == 1)
         m->busy_from_us = f->sent.tv_sec * 1000000LL + f->sent.tv_nsec / 1000;
     int rc =
@@ -689,8 +734,58 @@ void want_known(Manager *m, IdList *l, const char *id)
     if (l->n == l->cap) {
         l->cap = l->cap ? l->cap * 2 : 16;
         l->ids = xrealloc(l->ids, l->cap * sizeof *l->ids);
+        l->claim = xrealloc(l->claim, l->cap * sizeof *l->claim);
     }
+    l->claim[l->n] = false;
     l->ids[l->n++] = (char *)id;
+}
+
+void want_claimed(Manager *m, IdList *l, const char *id)
+{
+    size_t before = l->n;
+    want_known(m, l, id);
+    if (l->n > before && m->cfg.shards > 1)
+        l->claim[before] = true;
+}
+
+bool id_busy(const Manager *m, const char *id)
+{
+    return m->busy.len && hmap_get(&m->busy, id);
+}
+
+/* Releases the claims whose appends committed; then claims the ids of l
+ * marked so, noting those another shard's leader holds. Every append out
+ * has landed (settle). -1: the leader stepped down. */
+WARN_UNUSED static int claim_ids(Manager *m, const IdList *l)
+{
+    Err err = {0};
+    busy_clear(m);
+    if (journal_release(m->conn, m->claims_free, m->n_claims_free, &err) != 0) {
+        step_down(m, err.msg);
+        return -1;
+    }
+    m->n_claims_free = 0;
+    char **ids = xcalloc(l->n + 1, sizeof *ids);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (l->claim[i])
+            ids[n++] = l->ids[i];
+    int64_t *keys = xcalloc(n + 1, sizeof *keys);
+    bool *busy = xcalloc(n + 1, sizeof *busy);
+    int rc = n ? journal_claim(m->conn, ids, n, keys, busy, &err) : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (busy[i]) {
+            char *id = xstrdup(ids[i]);
+            hmap_put(&m->busy, id, id);
+        } else
+            claims_push(&m->claims, &m->n_claims, &keys[i], 1);
+    }
+    free(ids);
+    free(keys);
+    free(busy);
+    if (rc != 0)
+        step_down(m, err.msg);
+    return rc;
 }
 
 /* want_known for an id made for the lookup: l owns it. */
@@ -704,6 +799,7 @@ void want_known_made(Manager *m, IdList *l, char *id)
 static void idlist_free(IdList *l)
 {
     free(l->ids);
+    free(l->claim);
     for (size_t i = 0; i < l->n_made; i++)
         free(l->made[i]);
     free(l->made);
@@ -718,6 +814,8 @@ WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
         return 0;
     Err err = {0};
     if (settle(m) != 0)
+        return -1;
+    if (m->cfg.shards > 1 && claim_ids(m, l) != 0)
         return -1;
     if (journal_known(m->conn, l->ids, l->n, known, &err) != 0) {
         step_down(m, err.msg);
@@ -736,7 +834,7 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
     IdList l = {0};
     for (size_t i = 0; i < tmp->len; i++)
         if (tmp->items[i].type == EV_ACCEPTED && !hmap_get(&m->finished, tmp->items[i].work_id))
-            want_known(m, &l, tmp->items[i].work_id);
+            want_claimed(m, &l, tmp->items[i].work_id);
     KnownSet known;
     int rc = lookup_known(m, &l, &known);
     idlist_free(&l);
@@ -747,9 +845,9 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
         Event *e = &tmp->items[i];
         const char *why = NULL;
         if (e->type == EV_ACCEPTED)
-            why = id_taken(m, &known, e->work_id) ? "duplicate-id"
-                  : tick_isolated(m, e->work_id)  ? "append-refused"
-                                                  : NULL;
+            why = id_taken(m, &known, e->work_id) || id_busy(m, e->work_id) ? "duplicate-id"
+                  : tick_isolated(m, e->work_id)                            ? "append-refused"
+                                                                            : NULL;
         if (!why) {
             tmp->items[kept++] = *e;
             continue;
@@ -898,6 +996,17 @@ static void lead_round(Manager *m)
     stats_window(m);
     if (land_answered(m) != 0)
         return;
+    /* Claims of ids whose appends committed go at once when nothing is out:
+     * another shard's leader may be waiting for one. */
+    if (!m->n_flights && m->n_claims_free) {
+        Err err = {0};
+        if (journal_pipeline_end(m->conn, &err) != 0 ||
+            journal_release(m->conn, m->claims_free, m->n_claims_free, &err) != 0) {
+            step_down(m, err.msg);
+            return;
+        }
+        m->n_claims_free = 0;
+    }
     int64_t now = wall_ms();
     int64_t next = ws_next_deadline(m->ws);
     int64_t w = earliest_waiter(m);
@@ -936,10 +1045,12 @@ static void lead_round(Manager *m)
         Err err = {0};
         if (settle(m) != 0)
             return;
-        if (journal_ping(m->conn, &err) != 0) {
+        if (journal_ping(m->conn, &err) != 0 ||
+            journal_release(m->conn, m->claims_free, m->n_claims_free, &err) != 0) {
             step_down(m, err.msg);
             return;
         }
+        m->n_claims_free = 0;
         m->last_db_ok = mono_ms();
     }
     now = wall_ms();
@@ -1074,6 +1185,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
         goto cleanup;
     m->progress = progress_new(&cfg->progress);
     hmap_init(&m->suspects);
+    hmap_init(&m->busy);
     WebhooksConfig wc = {.database_url = cfg->database_url,
                          .pause_after_ms = cfg->webhook_pause_after_ms,
                          .timeout_ms = cfg->webhook_timeout_ms,
@@ -1132,6 +1244,8 @@ void manager_free(Manager *m)
     progress_free(m->progress);
     suspects_clear(m);
     hmap_free(&m->suspects);
+    claims_clear(m);
+    hmap_free(&m->busy);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

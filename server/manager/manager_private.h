@@ -23,6 +23,8 @@ typedef struct Flight {
     int part;                      /* the part it appends into */
     MgrCmd *done_head, *done_tail; /* replies to send once it (and those before) committed */
     struct timespec sent;
+    int64_t *claims; /* the ids its round claimed (journal_claim), released once it committed */
+    size_t n_claims;
 } Flight;
 
 /* At most this many appends out at once: one being committed while the next
@@ -81,11 +83,18 @@ struct Manager {
      * suspect is decided alone in its round (its append is then its own) and
      * one refused twice is refused (409 append-refused) or, a tick, skipped. */
     HMap suspects;
+    /* Claims of new ids, with several shards (journal_claim): this round's,
+     * and those whose appends committed (released at the next lookup or
+     * health check); ids another shard's leader holds (key: the id). */
+    int64_t *claims, *claims_free;
+    size_t n_claims, n_claims_free;
+    HMap busy;
 };
 
 /* Collects ids that are not open (the database must say what they are). */
 typedef struct IdList {
-    char **ids; /* borrowed, but for those also in made */
+    char **ids;  /* borrowed, but for those also in made */
+    bool *claim; /* ids[i] may be created this round: claimed first (several shards) */
     size_t n, cap;
     char **made; /* ids made for the lookup (a batch's callback), owned */
     size_t n_made;
@@ -103,6 +112,11 @@ void step_down(Manager *m, const char *why);
 void emit(Manager *m, EventList *tmp, int64_t now);
 int settle(Manager *m) WARN_UNUSED;
 void want_known(Manager *m, IdList *l, const char *id);
+/* want_known for an id the round may create (a submission's, a tick's). */
+void want_claimed(Manager *m, IdList *l, const char *id);
+/* Whether another shard's leader is creating id now (its claim is held):
+ * the command waits for that commit (503 id-busy, retried by the node). */
+bool id_busy(const Manager *m, const char *id);
 void want_known_made(Manager *m, IdList *l, char *id);
 
 /* ---- commands.c: the command table ---- */

@@ -1328,6 +1328,48 @@ int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *k
     return 0;
 }
 
+int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *busy, Err *err)
+{
+    SBuf arr;
+    sbuf_init(&arr);
+    sbuf_puts(&arr, "{");
+    for (size_t i = 0; i < n; i++) {
+        sbuf_puts(&arr, i ? "," : "");
+        db_array_text(&arr, ids[i]);
+    }
+    sbuf_puts(&arr, "}");
+    const char *params[] = {arr.data};
+    /* A key of one bigint: apart from the leader locks' two int4 keys. */
+    PGresult *r = db_exec_cached(c, "workd_claim",
+                                 "SELECT h, pg_try_advisory_lock(h)"
+                                 "  FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n),"
+                                 "       LATERAL hashtextextended(k.id, 0) AS h ORDER BY k.n",
+                                 1, params, "claiming new ids", err);
+    sbuf_free(&arr);
+    if (!r)
+        return -1;
+    for (size_t i = 0; i < n && (int)i < PQntuples(r); i++) {
+        busy[i] = strcmp(PQgetvalue(r, (int)i, 1), "t") != 0;
+        keys[i] = busy[i] ? 0 : db_int(r, (int)i, 0);
+    }
+    PQclear(r);
+    return 0;
+}
+
+int journal_release(PGconn *c, const int64_t *keys, size_t n, Err *err)
+{
+    if (!n)
+        return 0;
+    char *arr = seqs_array(keys, n);
+    const char *params[] = {arr};
+    PGresult *r = db_exec_cached(c, "workd_release",
+                                 "SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) k",
+                                 1, params, "releasing claims", err);
+    free(arr);
+    PQclear(r);
+    return r ? 0 : -1;
+}
+
 void journal_known_free(KnownSet *k)
 {
     for (size_t i = 0; i < k->n; i++)

@@ -119,6 +119,18 @@ typedef struct KnownSet {
     size_t n;
 } KnownSet;
 int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err) WARN_UNUSED;
+
+/* ---- claims of new ids (a cluster of several shards) ---- */
+/* Two shards' leaders may take the same new id at once, and the database's
+ * primary key would refuse the second append, after its leader had applied
+ * it. So with several shards a leader claims the ids it may create before it
+ * looks them up: a session advisory lock on each id's hash (keys[i]; 0 when
+ * busy[i]: another session holds it), held until its append has committed.
+ * A leader that finds one busy waits for the other's commit and looks again. */
+int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *busy,
+                  Err *err) WARN_UNUSED;
+/* Releases claims of this session (their appends committed, or wrote nothing). */
+int journal_release(PGconn *c, const int64_t *keys, size_t n, Err *err) WARN_UNUSED;
 void journal_known_free(KnownSet *k);
 /* Dead work of a queue and key (NULL: any), oldest first, at most limit. */
 int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,

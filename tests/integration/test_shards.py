@@ -5,6 +5,7 @@ one cluster."""
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -215,6 +216,36 @@ def test_a_schedule_fires_in_its_queues_shard(cluster):
     expect(http("DELETE", s.url + "/schedules/every-second"), 204, "delete it")
     expect(http("PUT", s.url + "/schedules/every-second", moved, JSON), 200, "then move it")
     assert cluster.psql("SELECT shard FROM workd_schedules WHERE name = 'every-second'") == "0"
+
+
+def test_one_id_submitted_to_two_shards_at_once_is_one_job(cluster):
+    """Two shards may take the same new id in the same moment: the database's
+    primary key refuses the second, whose leader steps down once, and its
+    retry finds the first. Every client gets 202, and each id is one job."""
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    answers = {}
+
+    def send(i, q):
+        r = http("POST", s.url + "/work", {"id": f"twin-{i}", "queue": q, "payload": i}, JSON,
+                 timeout=60)
+        answers[(i, q)] = (r.status, r.json().get("created") if r.status == 202 else r.text)
+
+    for i in range(30):
+        ts = [threading.Thread(target=send, args=(i, q)) for (q,) in qs.values()]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    bad = {k: v for k, v in answers.items() if v[0] != 202}
+    assert not bad, f"every submission is accepted (one of each pair as existing): {bad}"
+    for i in range(30):
+        created = [answers[(i, q)][1] for (q,) in qs.values()]
+        assert sorted(created) == [False, True], f"twin-{i}: created {created}"
+    rows = cluster.psql("SELECT count(*), count(DISTINCT id) FROM workd_open"
+                        " WHERE id LIKE 'twin-%'")
+    assert rows == "30|30", f"each id is one job: {rows}"
 
 
 def test_a_submission_across_shards_is_refused(cluster):

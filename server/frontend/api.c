@@ -1981,8 +1981,7 @@ static void metrics_task(PGconn *conn, void *arg)
     MetricsNode node = {
         .routes = routes,
         .n_routes = api_routes_count,
-        .leader_term = leaderinfo_get(a->leader, 0, url, sizeof url),
-        .is_leader = shards_leads(a->mgrs, 0),
+        .shards = a->shards,
         .database_up = listener_db_ok(a->listener),
         .open_counts = conn ? view_open_counts(conn, &err) : NULL,
         .limits = conn ? view_queue_limits(conn, &err) : NULL,
@@ -1991,6 +1990,8 @@ static void metrics_task(PGconn *conn, void *arg)
         .n_tokens = n_tokens,
         .mgrs = a->mgrs,
     };
+    for (int sh = 0; sh < a->shards; sh++)
+        node.leader_terms[sh] = leaderinfo_get(a->leader, sh, url, sizeof url);
     size_t len;
     char *text = metrics_render(a->metrics, &node, &len);
     free(tokens);

@@ -211,11 +211,24 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
         snprintf(labels, sizeof labels, "route=\"%s\"", node->routes[i]);
         histogram_render(&b, "workd_http_request_duration_seconds", labels, &m->latency[i]);
     }
+    /* Each shard's (no label in a cluster of one shard). */
+    int n = node->shards > 1 ? node->shards : 1;
+    char labels[48];
+    sbuf_puts(&b, "# HELP workd_leader_term The term of the leader this node knows.\n"
+                  "# TYPE workd_leader_term gauge\n");
+    for (int s = 0; s < n; s++) {
+        shard_labels(labels, sizeof labels, NULL, s, n);
+        sbuf_printf(&b, labels[0] ? "workd_leader_term{%s} %lld\n" : "workd_leader_term%s %lld\n",
+                    labels, (long long)node->leader_terms[s]);
+    }
+    sbuf_puts(&b, "# HELP workd_is_leader 1 while this node leads.\n"
+                  "# TYPE workd_is_leader gauge\n");
+    for (int s = 0; s < n; s++) {
+        shard_labels(labels, sizeof labels, NULL, s, n);
+        sbuf_printf(&b, labels[0] ? "workd_is_leader{%s} %d\n" : "workd_is_leader%s %d\n", labels,
+                    shards_leads(node->mgrs, s) ? 1 : 0);
+    }
     sbuf_printf(&b,
-                "# HELP workd_leader_term The term of the leader this node knows.\n"
-                "# TYPE workd_leader_term gauge\nworkd_leader_term %lld\n"
-                "# HELP workd_is_leader 1 while this node leads.\n"
-                "# TYPE workd_is_leader gauge\nworkd_is_leader %d\n"
                 "# HELP workd_database_up 1 while this node's listener session is up.\n"
                 "# TYPE workd_database_up gauge\nworkd_database_up %d\n"
                 "# HELP workd_sse_subscribers Open result streams on this node.\n"
@@ -230,8 +243,7 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
                 "# TYPE workd_proxy_retries_total counter\nworkd_proxy_retries_total %lld\n"
                 "# HELP workd_proxy_failures_total Forwards that no leader answered in time.\n"
                 "# TYPE workd_proxy_failures_total counter\nworkd_proxy_failures_total %lld\n",
-                (long long)node->leader_term, node->is_leader ? 1 : 0, node->database_up ? 1 : 0,
-                (long long)atomic_load(&m->sse_subscribers),
+                node->database_up ? 1 : 0, (long long)atomic_load(&m->sse_subscribers),
                 (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
                 (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
                 (long long)atomic_load(&m->proxy_failures));

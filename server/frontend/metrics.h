@@ -12,6 +12,7 @@
 
 #include "histogram.h"
 #include "manager.h"
+#include "shard.h"
 #include "util.h"
 #include "view.h"
 
@@ -42,10 +43,11 @@ void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklo
 /* ---- rendering ---- */
 /* What /metrics shows of this node besides its counters; all borrowed. */
 typedef struct MetricsNode {
-    const char *const *routes; /* the route names, by route index (http.h) */
-    size_t n_routes;           /* below METRICS_ROUTES */
-    int64_t leader_term;       /* of the leader this node knows */
-    bool is_leader, database_up;
+    const char *const *routes;        /* the route names, by route index (http.h) */
+    size_t n_routes;                  /* below METRICS_ROUTES */
+    int shards;                       /* the cluster's */
+    int64_t leader_terms[SHARDS_MAX]; /* of each shard's leader this node knows */
+    bool database_up;
     /* Open work by queue (view_open_counts); NULL: unknown, no queue metrics. */
     OpenCounts *open_counts;
     /* The queues' flow control (metrics_render_flow); each may be NULL. */

@@ -371,8 +371,7 @@ static void test_metrics_render_names_routes_and_the_unmatched(void **state)
     OpenCounts open = {.items = &q, .len = 1};
     MetricsNode node = {.routes = routes,
                         .n_routes = 2,
-                        .leader_term = 7,
-                        .is_leader = false,
+                        .leader_terms = {7},
                         .database_up = true,
                         .open_counts = &open,
                         .mgrs = NULL};

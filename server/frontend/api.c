@@ -1410,7 +1410,7 @@ static void h_fail(Req *r, char *const *p)
  * the seq it has always been, refused as any seq is (invalid-parameter). */
 WARN_UNUSED static int parse_cursor(Req *r, const char *text, Cursor *out, Err *err)
 {
-    int n = hub_shards(api_of(r)->hub);
+    int n = api_of(r)->shards;
     if (n > 1)
         return cursor_parse(text, n, out, err);
     cursor_zero(out, 1);
@@ -1471,7 +1471,7 @@ static void h_work_list(Req *r, char *const *p)
         return;
     }
     if (!before)
-        cursor_zero(&b, hub_shards(api_of(r)->hub));
+        cursor_zero(&b, api_of(r)->shards);
     if (l < 1 || l > 500) {
         problem(r, 400, "invalid-parameter", "'limit' must be from 1 to 500");
         return;
@@ -1657,7 +1657,7 @@ static void results_stream(Req *r, const char *per_work)
 {
     Err err = {0};
     Cursor after;
-    cursor_zero(&after, hub_shards(api_of(r)->hub)); /* a work's stream starts with its history */
+    cursor_zero(&after, api_of(r)->shards); /* a work's stream starts with its history */
     const char *last = req_header(r, "Last-Event-ID");
     const char *q_after = req_query(r, "after");
     const char *from = last && *last ? last : q_after;

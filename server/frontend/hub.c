@@ -613,10 +613,9 @@ static void catch_up(PGconn *conn, void *arg)
      * was made: read without the lock. A work's events are all in its
      * shard's log: which one, the table says (none yet: nothing to read). */
     if (!failed && s->work_id && only == SUB_UNKNOWN) {
-        bool found = false;
-        int shard = 0;
-        failed = view_work_shard(conn, s->work_id, &shard, &found, &err) != 0;
-        if (!failed && found)
+        int shard = -1;
+        failed = view_work_shard(conn, s->work_id, &shard, &err) != 0;
+        if (!failed && shard >= 0 && shard < h->n)
             only = shard;
     }
     int behind = 0;

@@ -685,22 +685,6 @@ WARN_UNUSED static int tail_records(PGconn *c, int shard, ResultsPage *pg, bool 
     }
 }
 
-int view_work_shard(PGconn *c, const char *id, int *shard, bool *found, Err *err)
-{
-    const char *params[] = {id};
-    PGresult *r = db_exec(c,
-                          "SELECT shard FROM workd_open WHERE id = $1"
-                          " UNION ALL "
-                          "SELECT shard FROM workd_done WHERE id = $1 LIMIT 1",
-                          1, params, "reading a work item's shard", err);
-    if (!r)
-        return -1;
-    *found = PQntuples(r) > 0;
-    *shard = *found ? (int)db_int(r, 0, 0) : 0;
-    PQclear(r);
-    return 0;
-}
-
 int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t max_bytes,
                         bool progress, const char *work_id, ResultList *out, bool *at_end, Err *err)
 {

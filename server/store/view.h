@@ -176,10 +176,6 @@ void view_results_clear(ResultList *l);
 /* A new zeroed slot at the end of l (valid until the next push). */
 ResultEvent *view_results_push(ResultList *l);
 
-/* The shard whose log holds work item id's events (*found false, *shard 0 if
- * no row has the id). */
-int view_work_shard(PGconn *c, const char *id, int *shard, bool *found, Err *err) WARN_UNUSED;
-
 /* Events of shard `shard` after seq that finish work (completed, dead,
  * cancelled) and, with progress, progress events, oldest first, each with
  * its shard; of work_id only if not NULL (then of its own shard, whatever

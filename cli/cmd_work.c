@@ -426,14 +426,15 @@ int cmd_list(Cli *cli, int argc, char **argv)
         "list", "workd list [flags]",
         "Lists work, newest first (GET /work), with filters. --before pages: pass the\n"
         "`next_before` that --json shows (or that the last line names)."};
-    const char *status = NULL, *queue = NULL;
-    OptNum limit = {0}, before = {0};
+    const char *status = NULL, *queue = NULL, *before = NULL;
+    OptNum limit = {0};
     const Flag flags[] = {
         {"status", FLAG_STR, &status, "STATUS",
          "waiting, pending, scheduled, running, completed, dead or cancelled"},
         {"queue", FLAG_STR, &queue, "NAME", "only this queue"},
         {"limit", FLAG_INT, &limit, "N", "items at most (default 50, max 500)"},
-        {"before", FLAG_INT, &before, "SEQ", "the page after the one that named this"},
+        {"before", FLAG_STR, &before, "CURSOR",
+         "the page after the one that named this (a seq, or a seq per shard joined by '.')"},
     };
     Strs pos = {0};
     int rc;
@@ -457,9 +458,9 @@ int cmd_list(Cli *cli, int argc, char **argv)
     }
     size_t n = strlen(path);
     snprintf(path + n, sizeof path - n, "limit=%lld", (long long)(limit.set ? limit.i : 50));
-    if (before.set) {
-        n = strlen(path);
-        snprintf(path + n, sizeof path - n, "&before=%lld", (long long)before.i);
+    if (before) {
+        strcat(path, "&before=");
+        client_escape(before, path, sizeof path);
     }
     Err err = {0};
     if (client_call(cli->client, "GET", path, NULL, true, 0, &ans, &err) != 0) {
@@ -493,8 +494,10 @@ int cmd_list(Cli *cli, int argc, char **argv)
     }
     table_print(t, stdout, cli->tty);
     json_t *next = json_object_get(ans, "next_before");
-    if (json_is_integer(next))
+    if (json_is_integer(next)) /* a cluster of one shard: a seq */
         printf("(more: workd list --before %lld)\n", (long long)json_integer_value(next));
+    else if (json_is_string(next)) /* of several: a cursor */
+        printf("(more: workd list --before %s)\n", json_string_value(next));
 cleanup:
     json_decref(ans);
     strs_free(&pos);

@@ -726,13 +726,24 @@ const queuePanel = {
 
 // --------------------------------------------------------------------- feed
 
+/** Whether the event id `id` is nothing new after `last`: an id is each
+ *  shard's seq joined by '.' (a plain seq in a cluster of one shard), and an
+ *  event is new when one of its seqs is past the last id's. */
+function idCovered(id, last) {
+  const a = id.split('.').map(BigInt), b = last.split('.').map(BigInt);
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    if ((a[i] ?? 0n) > (b[i] ?? 0n)) return false;
+  }
+  return true;
+}
+
 /** The live results: an EventSource on /results. The browser reconnects by
  *  itself after a dropped connection and sends Last-Event-ID; when the server
  *  refuses the stream (401, 503) the browser gives up and we reconnect with
  *  ?after= the last event seen, after checking the token. */
 const feed = {
   es: null,
-  lastId: null, // seq of the last event shown
+  lastId: null, // id of the last event shown (a seq, or a seq per shard joined by '.')
   timer: null,
   backoff: 1000,
   count: 0,
@@ -807,9 +818,9 @@ const feed = {
   },
 
   event(ev) {
-    const seq = Number(ev.lastEventId);
-    if (this.lastId !== null && seq && seq <= this.lastId) return; // seen already
-    if (seq) this.lastId = seq;
+    const id = ev.lastEventId;
+    if (this.lastId !== null && id && idCovered(id, this.lastId)) return; // seen already
+    if (id) this.lastId = id;
     let d;
     try { d = JSON.parse(ev.data); } catch { return; }
     this.count++;

@@ -238,15 +238,14 @@ WARN_UNUSED static int finish_config(ServerConfig *c, Err *err)
 static void on_commit(CommitStage stage, int shard, const EventList *events, void *ud)
 {
     Server *s = ud;
-    (void)shard; /* one shard's log, in this version of the hub */
     if (!s->hub)
         return;
     if (stage == COMMIT_BEGIN)
-        hub_claim(s->hub, events->items[0].seq, events->items[events->len - 1].seq);
+        hub_claim(s->hub, shard, events->items[0].seq, events->items[events->len - 1].seq);
     else if (stage == COMMIT_DONE)
-        hub_publish_committed(s->hub, events);
+        hub_publish_committed(s->hub, shard, events);
     else
-        hub_unclaim(s->hub);
+        hub_unclaim(s->hub, shard);
 }
 
 /* The database watch as api.c sees it (ApiDbWatch). */
@@ -261,9 +260,9 @@ static bool dbwatch_stalled_of(void *w, char *why, size_t whylen)
 }
 
 /* Applies the migrations, waiting for a database that is not up yet (compose,
- * a restart), and reads where the log ends. 0: ready; 1: a signal came
- * meanwhile; -1: logged. */
-static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
+ * a restart), and reads the shard count and where each shard's log ends. 0:
+ * ready; 1: a signal came meanwhile; -1: logged. */
+static int prepare_database(Server *s, const sigset_t *sigs, Cursor *last)
 {
     Err err = {0};
     int applied;
@@ -283,7 +282,10 @@ static int prepare_database(Server *s, const sigset_t *sigs, int64_t *last_seq)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    int rc = c && view_last_seq(c, 0, last_seq, &err) == 0 ? 0 : -1;
+    int rc = c ? 0 : -1;
+    cursor_zero(last, s->shards);
+    for (int k = 0; rc == 0 && k < s->shards; k++)
+        rc = view_last_seq(c, k, &last->seq[k], &err) == 0 ? 0 : -1;
     PQfinish(c);
     if (rc != 0)
         log_error("cannot read the event log: %s", err.msg);
@@ -428,7 +430,7 @@ static int serve(Server *s)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int64_t last_seq = 0;
+    Cursor last_seq = {.n = 1};
     int ready = prepare_database(s, &sigs, &last_seq);
     if (ready != 0)
         return ready > 0 ? 0 : 1;
@@ -451,7 +453,7 @@ static int serve(Server *s)
         !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
         goto cleanup;
     s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
-                     s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, last_seq);
+                     s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, &last_seq);
     if ((s->cfg.role_manager && start_manager(s, &err) != 0) ||
         start_front(s, started_ms, &err) != 0)
         goto cleanup;

@@ -1096,8 +1096,9 @@ static void get_task(PGconn *conn, void *arg)
     }
     if (t->wait_ms > 0 && !t->waited && !is_final(w->status)) {
         int64_t after = w->updated_seq;
+        int shard = w->shard;
         view_work_free(w);
-        hub_wait(api_of(r)->hub, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
+        hub_wait(api_of(r)->hub, shard, t->id, after, mono_ms() + t->wait_ms, get_refire, t);
         listener_wake(api_of(r)->listener); /* to answer at the deadline, not after it */
         return;
     }
@@ -1409,10 +1410,21 @@ static void h_fail(Req *r, char *const *p)
     worker_cmd(r, p, "work id", MC_REPORTS, parse_fail);
 }
 
+/* A cursor of this cluster's shards (cursor.h): in a cluster of one shard
+ * the seq it has always been, refused as any seq is (invalid-parameter). */
+WARN_UNUSED static int parse_cursor(Req *r, const char *text, Cursor *out, Err *err)
+{
+    int n = api_of(r)->shards;
+    if (n > 1)
+        return cursor_parse(text, n, out, err);
+    cursor_zero(out, 1);
+    return parse_seq(text, &out->seq[0], err);
+}
+
 typedef struct ListTask {
     Req *r;
     char *status, *queue;
-    int64_t before;
+    Cursor before;
     int limit;
 } ListTask;
 
@@ -1421,7 +1433,7 @@ static void list_task(PGconn *conn, void *arg)
     ListTask *t = arg;
     Err err = {0};
     WorkList *l =
-        conn ? view_work_list(conn, t->status, t->queue, t->before, t->limit, &err) : NULL;
+        conn ? view_work_list(conn, t->status, t->queue, &t->before, t->limit, &err) : NULL;
     if (!l) {
         if (!conn)
             err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
@@ -1455,12 +1467,15 @@ static void h_work_list(Req *r, char *const *p)
         problem(r, 400, "invalid-parameter", "'queue' is not a valid queue name");
         return;
     }
-    int64_t b = 0, l = 50;
-    if ((before && parse_seq(before, &b, &err) != 0) ||
+    int64_t l = 50;
+    Cursor b;
+    if ((before && parse_cursor(r, before, &b, &err) != 0) ||
         (limit && parse_seq(limit, &l, &err) != 0)) {
         req_finish_problem(r, &err);
         return;
     }
+    if (!before)
+        cursor_zero(&b, api_of(r)->shards);
     if (l < 1 || l > 500) {
         problem(r, 400, "invalid-parameter", "'limit' must be from 1 to 500");
         return;
@@ -1645,11 +1660,12 @@ static ssize_t no_stream(void *cls, uint64_t pos, char *buf, size_t max)
 static void results_stream(Req *r, const char *per_work)
 {
     Err err = {0};
-    int64_t after = per_work ? 0 : -1; /* a work's stream starts with its history */
+    Cursor after;
+    cursor_zero(&after, api_of(r)->shards); /* a work's stream starts with its history */
     const char *last = req_header(r, "Last-Event-ID");
     const char *q_after = req_query(r, "after");
     const char *from = last && *last ? last : q_after;
-    if (from && parse_seq(from, &after, &err) != 0) {
+    if (from && parse_cursor(r, from, &after, &err) != 0) {
         req_finish_problem(r, &err);
         return;
     }
@@ -1688,8 +1704,8 @@ static void results_stream(Req *r, const char *per_work)
         return;
     }
     /* A work's own stream ends with the work; /results?work_id= goes on. */
-    r->stream = hub_subscribe(api_of(r)->hub, r->conn, after, work_id, queue,
-                              progress && !strcmp(progress, "true"), per_work != NULL, &err);
+    r->stream = hub_subscribe(api_of(r)->hub, r->conn, from || per_work ? &after : NULL, work_id,
+                              queue, progress && !strcmp(progress, "true"), per_work != NULL, &err);
     if (!r->stream) {
         req_finish_problem(r, &err);
         return;

@@ -1,4 +1,4 @@
-/* hub: see hub.h. One mutex guards the ring, the subscribers and the waiters.
+/* hub: see hub.h. One mutex guards the rings, the subscribers and the waiters.
  * A connection is resumed outside the mutex: a suspended connection cannot be
  * closed by libmicrohttpd, so the subscriber stays valid until it is resumed. */
 #include "hub.h"
@@ -12,13 +12,14 @@
 #include "log.h"
 #include "util.h"
 
-#define RING_CAP 8192    /* events, at most; and at most Hub.ring_bytes */
+#define RING_CAP 8192    /* events in all shards' rings, at most; and at most Hub.ring_bytes */
 #define CATCHUP_PAGE 500 /* events per read from the table, at most; and about Hub.buffer_bytes */
 
 typedef struct Entry {
     int64_t seq;
-    bool progress; /* a progress event (only subscribers that asked get it) */
-    bool ends;     /* the work's end (completed, dead, cancelled): its stream ends here */
+    uint64_t arrival; /* hub-wide: the order the shards' events came in */
+    bool progress;    /* a progress event (only subscribers that asked get it) */
+    bool ends;        /* the work's end (completed, dead, cancelled): its stream ends here */
     char *work_id;
     char *queue;
     char *frame;
@@ -30,7 +31,8 @@ typedef struct Sub {
     struct MHD_Connection *conn;
     char *work_id, *queue; /* filters, NULL: any */
     bool progress;         /* wants progress events too */
-    int64_t cursor;        /* everything up to here was sent or skipped */
+    Cursor cursor;         /* everything up to here was sent or skipped */
+    int only;              /* the one shard followed (a work's), or SUB_ALL or SUB_UNKNOWN */
     SBuf out;              /* unsent output: at most Hub.buffer_bytes, or one event */
     size_t out_pos;
     bool suspended, catching_up, closed, keepalive_due;
@@ -40,7 +42,12 @@ typedef struct Sub {
     struct Sub *prev, *next;
 } Sub;
 
+/* Sub.only: every shard, or a work's whose shard is not known yet (every
+ * shard until it is). */
+enum { SUB_ALL = -1, SUB_UNKNOWN = -2 };
+
 typedef struct Waiter {
+    int shard;
     char *work_id;
     int64_t after_seq, deadline;
     void (*fn)(void *);
@@ -60,6 +67,18 @@ typedef struct Rate {
     struct Rate *next;
 } Rate;
 
+/* One shard's newest events, in its seq order. */
+typedef struct HubShard {
+    Entry *ring;
+    size_t cap;           /* RING_CAP / shards entries */
+    int64_t ring_bytes;   /* Hub.ring_bytes / shards */
+    size_t head, len;     /* oldest entry at head */
+    size_t bytes;         /* of the frames in the ring */
+    int64_t covered_from; /* every finished event with seq > this is in the ring... */
+    int64_t scanned_upto; /* ...up to this seq */
+    int64_t claimed_upto; /* the manager of this node publishes up to this seq */
+} HubShard;
+
 struct Hub {
     pthread_mutex_t lock;
     Rate *rates;
@@ -67,12 +86,9 @@ struct Hub {
     Metrics *metrics;
     int64_t keepalive_ms, max_subs;
     int64_t ring_bytes, buffer_bytes; /* budgets (hub.h) */
-    Entry ring[RING_CAP];
-    size_t head, len;     /* oldest entry at head */
-    size_t bytes;         /* of the frames in the ring */
-    int64_t covered_from; /* every finished event with seq > this is in the ring... */
-    int64_t scanned_upto; /* ...up to this seq */
-    int64_t claimed_upto; /* the manager of this node publishes up to this seq */
+    int n;                            /* shards */
+    HubShard *shard;                  /* n of them */
+    uint64_t arrivals;                /* events published so far */
     Sub *subs;
     int64_t nsubs;
     Waiter *waiters;
@@ -82,7 +98,7 @@ struct Hub {
 /* ---- lifetime ---- */
 
 Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_subscribers,
-             int64_t ring_bytes, int64_t buffer_bytes, int64_t last_seq)
+             int64_t ring_bytes, int64_t buffer_bytes, const Cursor *last)
 {
     Hub *h = xcalloc(1, sizeof *h);
     pthread_mutex_init(&h->lock, NULL);
@@ -92,8 +108,28 @@ Hub *hub_new(DbPool *pool, Metrics *metrics, int64_t keepalive_ms, int64_t max_s
     h->max_subs = max_subscribers;
     h->ring_bytes = ring_bytes;
     h->buffer_bytes = buffer_bytes;
-    h->covered_from = h->scanned_upto = h->claimed_upto = last_seq;
+    h->n = last->n;
+    h->shard = xcalloc((size_t)h->n, sizeof *h->shard);
+    for (int k = 0; k < h->n; k++) {
+        HubShard *hs = &h->shard[k];
+        hs->cap = RING_CAP / (size_t)h->n;
+        hs->ring = xcalloc(hs->cap, sizeof *hs->ring);
+        hs->ring_bytes = ring_bytes / h->n;
+        hs->covered_from = hs->scanned_upto = hs->claimed_upto = last->seq[k];
+    }
     return h;
+}
+
+int hub_shards(const Hub *h)
+{
+    return h->n;
+}
+
+/* Shard k's entry i, oldest first. */
+static Entry *entry_at(const Hub *h, int k, size_t i)
+{
+    const HubShard *hs = &h->shard[k];
+    return &hs->ring[(hs->head + i) % hs->cap];
 }
 
 static void entry_clear(Entry *e)
@@ -126,14 +162,16 @@ typedef enum {
 
 /* Takes the waiters that `why` ends off the list, under the lock; the caller
  * fires them with fire_all once it has released the lock. */
-static Fire *take_waiters(Hub *h, TakeWhy why, const char *work_id, int64_t v, size_t *nf)
+static Fire *take_waiters(Hub *h, TakeWhy why, int shard, const char *work_id, int64_t v,
+                          size_t *nf)
 {
     Fire *fires = NULL;
     *nf = 0;
     for (Waiter **pw = &h->waiters; *pw;) {
         Waiter *w = *pw;
         bool take = why == TAKE_ALL ||
-                    (why == TAKE_FINISHED && !strcmp(w->work_id, work_id) && v > w->after_seq) ||
+                    (why == TAKE_FINISHED && w->shard == shard && !strcmp(w->work_id, work_id) &&
+                     v > w->after_seq) ||
                     (why == TAKE_DUE && w->deadline <= v);
         if (!take) {
             pw = &w->next;
@@ -158,11 +196,11 @@ static void fire_all(Fire *f, size_t n)
 /* Called with the lock held: takes the waiters that `why` ends, releases the
  * lock, then resumes the n connections of wake (collected under the lock) and
  * fires those waiters. */
-static void unlock_then_wake(Hub *h, struct MHD_Connection **wake, size_t n, TakeWhy why,
+static void unlock_then_wake(Hub *h, struct MHD_Connection **wake, size_t n, TakeWhy why, int shard,
                              const char *work_id, int64_t v)
 {
     size_t nf;
-    Fire *fires = take_waiters(h, why, work_id, v, &nf);
+    Fire *fires = take_waiters(h, why, shard, work_id, v, &nf);
     pthread_mutex_unlock(&h->lock);
     resume_all(wake, n);
     fire_all(fires, nf);
@@ -179,7 +217,7 @@ void hub_shutdown(Hub *h)
             s->suspended = false;
             wake[n++] = s->conn;
         }
-    unlock_then_wake(h, wake, n, TAKE_ALL, NULL, 0);
+    unlock_then_wake(h, wake, n, TAKE_ALL, 0, NULL, 0);
 }
 
 void hub_free(Hub *h)
@@ -192,8 +230,12 @@ void hub_free(Hub *h)
         free(r->queue);
         free(r);
     }
-    for (size_t i = 0; i < RING_CAP; i++)
-        entry_clear(&h->ring[i]);
+    for (int k = 0; k < h->n; k++) {
+        for (size_t i = 0; i < h->shard[k].cap; i++)
+            entry_clear(&h->shard[k].ring[i]);
+        free(h->shard[k].ring);
+    }
+    free(h->shard);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
@@ -279,23 +321,27 @@ void hub_rates_free(HubRates *r)
 void hub_publish(Hub *h, ResultEvent *ev)
 {
     int64_t seq = ev->seq;
+    if (ev->shard < 0 || ev->shard >= h->n)
+        return; /* not a shard of this cluster: cannot happen */
     pthread_mutex_lock(&h->lock);
-    if (seq <= h->scanned_upto) {
+    HubShard *hs = &h->shard[ev->shard];
+    if (seq <= hs->scanned_upto) {
         pthread_mutex_unlock(&h->lock);
         return; /* already have it */
     }
     size_t frame_len = ev->frame_len;
     /* Room by count and by bytes; the newest event always fits, alone. */
-    while (h->len && (h->len == RING_CAP || h->bytes + frame_len > (size_t)h->ring_bytes)) {
-        Entry *old = &h->ring[h->head];
-        h->covered_from = old->seq;
-        h->bytes -= old->len;
+    while (hs->len && (hs->len == hs->cap || hs->bytes + frame_len > (size_t)hs->ring_bytes)) {
+        Entry *old = &hs->ring[hs->head];
+        hs->covered_from = old->seq;
+        hs->bytes -= old->len;
         entry_clear(old);
-        h->head = (h->head + 1) % RING_CAP;
-        h->len--;
+        hs->head = (hs->head + 1) % hs->cap;
+        hs->len--;
     }
-    Entry *e = &h->ring[(h->head + h->len) % RING_CAP];
+    Entry *e = &hs->ring[(hs->head + hs->len) % hs->cap];
     e->seq = seq;
+    e->arrival = h->arrivals++;
     e->progress = ev->type == EV_PROGRESS;
     e->ends = ends_work(ev);
     e->work_id = ev->work_id;
@@ -303,9 +349,9 @@ void hub_publish(Hub *h, ResultEvent *ev)
     e->frame = ev->frame;
     e->len = frame_len;
     ev->work_id = ev->queue = ev->frame = NULL; /* the ring's now */
-    h->bytes += frame_len;
-    h->len++;
-    h->scanned_upto = seq;
+    hs->bytes += frame_len;
+    hs->len++;
+    hs->scanned_upto = seq;
     if (!e->progress && ev->type != EV_BATCH) /* a batch's end is not a job's */
         count_rate(h, e->queue, ev->type, wall_ms());
 
@@ -317,66 +363,74 @@ void hub_publish(Hub *h, ResultEvent *ev)
             wake[n++] = s->conn;
         }
     /* A progress event ends no wait: only the work's finish does. */
-    unlock_then_wake(h, wake, n, e->progress ? TAKE_NONE : TAKE_FINISHED, e->work_id, seq);
+    unlock_then_wake(h, wake, n, e->progress ? TAKE_NONE : TAKE_FINISHED, ev->shard, e->work_id,
+                     seq);
 }
 
-void hub_publish_committed(Hub *h, const EventList *events)
+void hub_publish_committed(Hub *h, int shard, const EventList *events)
 {
     if (!events->len)
         return;
     int64_t first = events->items[0].seq, last = events->items[events->len - 1].seq;
-    if (hub_scanned_upto(h) < first - 1)
+    if (hub_scanned_upto(h, shard) < first - 1)
         return; /* a gap before this commit: the listener reads it all in order */
     for (size_t i = 0; i < events->len; i++)
         if (event_is_published(events->items[i].type)) {
             ResultEvent ev;
             view_result_of(&events->items[i], &ev);
+            ev.shard = shard;
             hub_publish(h, &ev);
             view_result_clear(&ev);
         }
-    hub_scanned(h, last);
+    hub_scanned(h, shard, last);
 }
 
-bool hub_claim(Hub *h, int64_t first, int64_t last)
+bool hub_claim(Hub *h, int shard, int64_t first, int64_t last)
 {
+    if (shard < 0 || shard >= h->n)
+        return false;
     pthread_mutex_lock(&h->lock);
+    HubShard *hs = &h->shard[shard];
     /* Right after what the hub has, or after the claim of an append still
      * out (the manager sends one behind another). */
-    bool in_order = h->scanned_upto == first - 1 ||
-                    (h->claimed_upto > h->scanned_upto && h->claimed_upto == first - 1);
+    bool in_order = hs->scanned_upto == first - 1 ||
+                    (hs->claimed_upto > hs->scanned_upto && hs->claimed_upto == first - 1);
     if (in_order)
-        h->claimed_upto = last;
+        hs->claimed_upto = last;
     pthread_mutex_unlock(&h->lock);
     return in_order;
 }
 
-void hub_unclaim(Hub *h)
+void hub_unclaim(Hub *h, int shard)
 {
+    if (shard < 0 || shard >= h->n)
+        return;
     pthread_mutex_lock(&h->lock);
-    h->claimed_upto = h->scanned_upto;
+    h->shard[shard].claimed_upto = h->shard[shard].scanned_upto;
     pthread_mutex_unlock(&h->lock);
 }
 
-bool hub_claimed(Hub *h, int64_t seq)
+bool hub_claimed(Hub *h, int shard, int64_t seq)
 {
     pthread_mutex_lock(&h->lock);
-    bool covered = seq <= h->scanned_upto || seq <= h->claimed_upto;
+    const HubShard *hs = &h->shard[shard];
+    bool covered = seq <= hs->scanned_upto || seq <= hs->claimed_upto;
     pthread_mutex_unlock(&h->lock);
     return covered;
 }
 
-void hub_scanned(Hub *h, int64_t seq)
+void hub_scanned(Hub *h, int shard, int64_t seq)
 {
     pthread_mutex_lock(&h->lock);
-    if (seq > h->scanned_upto)
-        h->scanned_upto = seq;
+    if (seq > h->shard[shard].scanned_upto)
+        h->shard[shard].scanned_upto = seq;
     pthread_mutex_unlock(&h->lock);
 }
 
-int64_t hub_scanned_upto(Hub *h)
+int64_t hub_scanned_upto(Hub *h, int shard)
 {
     pthread_mutex_lock(&h->lock);
-    int64_t v = h->scanned_upto;
+    int64_t v = h->shard[shard].scanned_upto;
     pthread_mutex_unlock(&h->lock);
     return v;
 }
@@ -397,7 +451,7 @@ void hub_tick(Hub *h, int64_t now)
             wake[n++] = s->conn;
         }
     }
-    unlock_then_wake(h, wake, n, TAKE_DUE, NULL, now);
+    unlock_then_wake(h, wake, n, TAKE_DUE, 0, NULL, now);
 }
 
 int64_t hub_next_deadline(Hub *h)
@@ -415,13 +469,14 @@ int64_t hub_next_deadline(Hub *h)
 
 static void catch_up(PGconn *conn, void *arg);
 
-/* Index of the first ring entry with seq > cursor (len if none). */
-static size_t ring_after(const Hub *h, int64_t cursor)
+/* Index of the first entry of shard k's ring with seq > cursor (len if
+ * none). */
+static size_t ring_after(const Hub *h, int k, int64_t cursor)
 {
-    size_t lo = 0, hi = h->len;
+    size_t lo = 0, hi = h->shard[k].len;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (h->ring[(h->head + mid) % RING_CAP].seq <= cursor)
+        if (entry_at(h, k, mid)->seq <= cursor)
             lo = mid + 1;
         else
             hi = mid;
@@ -429,32 +484,68 @@ static size_t ring_after(const Hub *h, int64_t cursor)
     return lo;
 }
 
-/* Moves what the subscriber may send next into s->out (hub locked). Returns
- * true if a catch-up read from the table must be started. */
-static bool fill(Hub *h, Sub *s, int64_t now)
+static bool follows(const Sub *s, int k)
 {
-    if (s->cursor < h->covered_from)
-        return true;
-    size_t budget = (size_t)h->buffer_bytes, i = ring_after(h, s->cursor);
-    for (; i < h->len; i++) {
-        const Entry *e = &h->ring[(h->head + i) % RING_CAP];
+    return s->only < 0 || s->only == k;
+}
+
+/* Appends an event's frame to s->out behind its id: the subscriber's cursor
+ * once it has this event, seq of shard k (the seq itself in a cluster of one
+ * shard). */
+static void put_event(Hub *h, Sub *s, int k, int64_t seq, const char *frame, size_t len)
+{
+    char id[CURSOR_TEXT_MAX];
+    Cursor after = s->cursor;
+    cursor_advance(&after, k, seq);
+    cursor_format(&after, id, sizeof id);
+    sbuf_printf(&s->out, "id: %s\n", id);
+    sbuf_append(&s->out, frame, len);
+    atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+}
+
+/* Moves what the subscriber may send next into s->out (hub locked): the
+ * rings' events past its cursor, the shards merged by arrival. Returns true
+ * if a catch-up read from the table must be started (a shard it follows has
+ * dropped events it has not had). */
+static bool fill(Hub *h, Sub *s)
+{
+    size_t at[SHARDS_MAX];
+    for (int k = 0; k < h->n; k++) {
+        if (!follows(s, k))
+            continue;
+        if (s->cursor.seq[k] < h->shard[k].covered_from)
+            return true;
+        at[k] = ring_after(h, k, s->cursor.seq[k]);
+    }
+    size_t budget = (size_t)h->buffer_bytes;
+    for (;;) {
+        int pick = -1;
+        for (int k = 0; k < h->n; k++)
+            if (follows(s, k) && at[k] < h->shard[k].len &&
+                (pick < 0 || entry_at(h, k, at[k])->arrival < entry_at(h, pick, at[pick])->arrival))
+                pick = k;
+        if (pick < 0)
+            break;
+        const Entry *e = entry_at(h, pick, at[pick]);
         if (wants(s, e->work_id, e->queue, e->progress)) {
             if (s->out.len && s->out.len + e->len > budget)
                 break; /* the rest when this is sent */
-            sbuf_append(&s->out, e->frame, e->len);
-            atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+            put_event(h, s, pick, e->seq, e->frame, e->len);
             s->ended = s->until_end && e->ends;
         }
-        s->cursor = e->seq;
+        s->cursor.seq[pick] = e->seq;
+        at[pick]++;
         if (s->ended)
             return false;
     }
-    if (i == h->len && h->scanned_upto > s->cursor)
-        s->cursor = h->scanned_upto;
+    /* A shard whose ring it has read to the end: nothing more of it up to
+     * what the hub has scanned. */
+    for (int k = 0; k < h->n; k++)
+        if (follows(s, k) && at[k] == h->shard[k].len)
+            cursor_advance(&s->cursor, k, h->shard[k].scanned_upto);
     if (s->keepalive_due && s->out.len == 0)
         sbuf_puts(&s->out, ": keep-alive\n\n");
     s->keepalive_due = false;
-    (void)now;
     return false;
 }
 
@@ -478,7 +569,7 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
         int64_t now = mono_ms();
         if (!s->catching_up && (!s->retry_at_ms || now >= s->retry_at_ms)) {
             s->retry_at_ms = 0;
-            start_catch_up = fill(h, s, now);
+            start_catch_up = fill(h, s);
             if (start_catch_up)
                 s->catching_up = true;
         }
@@ -500,46 +591,81 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-/* Reads a page of finished events after the subscriber's cursor from the table
- * (read-pool thread), then wakes the subscriber. */
+/* Reads a page of finished events after the subscriber's cursor from the
+ * table, of each shard it follows whose ring has dropped what it has not had
+ * (read-pool thread), then wakes the subscriber. The pages are merged by the
+ * events' time: roughly chronological, exactly in order within a shard. */
 static void catch_up(PGconn *conn, void *arg)
 {
     Sub *s = arg;
     Hub *h = s->hub;
     pthread_mutex_lock(&h->lock);
-    int64_t cursor = s->cursor, covered = h->covered_from;
+    Cursor cursor = s->cursor, covered = s->cursor;
+    for (int k = 0; k < h->n; k++)
+        covered.seq[k] = h->shard[k].covered_from;
+    int only = s->only;
     pthread_mutex_unlock(&h->lock);
-    ResultList rows = {0};
+    ResultList rows[SHARDS_MAX] = {{0}};
+    bool at_end[SHARDS_MAX] = {0}, read[SHARDS_MAX] = {0};
     Err err = {0};
-    bool at_end = false;
+    bool failed = !conn;
     /* work_id and progress are the subscriber's own, never changed after it
-     * was made: read without the lock. */
-    int n = conn ? view_finished_after(conn, 0, cursor, CATCHUP_PAGE, h->buffer_bytes, s->progress,
-                                       s->work_id, &rows, &at_end, &err)
-                 : -1;
+     * was made: read without the lock. A work's events are all in its
+     * shard's log: which one, the table says (none yet: nothing to read). */
+    if (!failed && s->work_id && only == SUB_UNKNOWN) {
+        int shard = -1;
+        failed = view_work_shard(conn, s->work_id, &shard, &err) != 0;
+        if (!failed && shard >= 0 && shard < h->n)
+            only = shard;
+    }
+    int behind = 0;
+    for (int k = 0; k < h->n; k++)
+        behind += (only < 0 || only == k) && cursor.seq[k] < covered.seq[k];
+    for (int k = 0; k < h->n && !failed; k++) {
+        if (!((only < 0 || only == k) && cursor.seq[k] < covered.seq[k]))
+            continue;
+        read[k] = true;
+        if (s->work_id && only == SUB_UNKNOWN) {
+            at_end[k] = true; /* no such work as of the read */
+            continue;
+        }
+        failed = view_finished_after(conn, k, cursor.seq[k], CATCHUP_PAGE,
+                                     h->buffer_bytes / (behind ? behind : 1), s->progress,
+                                     s->work_id, &rows[k], &at_end[k], &err) < 0;
+    }
     pthread_mutex_lock(&h->lock);
-    if (n < 0) {
+    if (failed) {
         if (conn)
             log_warn("results stream catch-up failed, retrying: %s", err.msg);
         s->retry_at_ms = mono_ms() + 1000;
     } else {
-        for (size_t i = 0; i < rows.len; i++) {
-            const ResultEvent *ev = &rows.items[i];
+        s->only = only;
+        size_t at[SHARDS_MAX] = {0};
+        for (;;) {
+            int pick = -1;
+            for (int k = 0; k < h->n; k++)
+                if (at[k] < rows[k].len &&
+                    (pick < 0 || rows[k].items[at[k]].at < rows[pick].items[at[pick]].at))
+                    pick = k;
+            if (pick < 0)
+                break;
+            const ResultEvent *ev = &rows[pick].items[at[pick]++];
             if (wants(s, ev->work_id, ev->queue, ev->type == EV_PROGRESS)) {
-                sbuf_append(&s->out, ev->frame, ev->frame_len);
-                atomic_fetch_add(&h->metrics->sse_events_sent, 1);
+                put_event(h, s, pick, ev->seq, ev->frame, ev->frame_len);
                 s->ended = s->until_end && ends_work(ev);
             }
-            s->cursor = ev->seq;
+            s->cursor.seq[pick] = ev->seq;
             if (s->ended)
                 break;
         }
-        /* The last page saw every finished event committed before it started,
+        /* A last page saw every finished event committed before it started,
          * including all that the ring had already dropped. */
-        if (at_end && s->cursor < covered)
-            s->cursor = covered;
+        for (int k = 0; k < h->n; k++)
+            if (read[k] && at_end[k] && at[k] == rows[k].len)
+                cursor_advance(&s->cursor, k, covered.seq[k]);
     }
-    view_results_clear(&rows);
+    for (int k = 0; k < h->n; k++)
+        view_results_clear(&rows[k]);
     s->catching_up = false;
     bool wake = s->suspended;
     s->suspended = false;
@@ -568,7 +694,7 @@ static void sub_free(void *cls)
     free(s);
 }
 
-struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t after,
+struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, const Cursor *after,
                                    const char *work_id, const char *queue, bool progress,
                                    bool until_end, Err *err)
 {
@@ -587,7 +713,10 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
     s->queue = xstrdup(queue);
     s->progress = progress;
     s->until_end = until_end && work_id;
-    s->cursor = after >= 0 ? after : h->scanned_upto;
+    s->only = !work_id ? SUB_ALL : h->n == 1 ? 0 : SUB_UNKNOWN;
+    cursor_zero(&s->cursor, h->n);
+    for (int k = 0; k < h->n; k++)
+        s->cursor.seq[k] = after ? after->seq[k] : h->shard[k].scanned_upto;
     sbuf_init(&s->out);
     /* The first bytes tell proxies and clients the stream is open, and where it
      * starts: its id becomes the client's Last-Event-ID, so a client that
@@ -595,10 +724,13 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
      * with an id and no data is dispatched by browsers but dropped, id and
      * all, by some clients (npm's eventsource 2): a "ready" event with data
      * is honoured by every client, and ignored by handlers of results. */
+    char id[CURSOR_TEXT_MAX];
+    cursor_format(&s->cursor, id, sizeof id);
+    /* "after" is the id: a number in a cluster of one shard, else a string. */
     sbuf_printf(&s->out,
-                ": workd results stream\nretry: 1000\nid: %lld\nevent: ready\ndata: "
-                "{\"after\":%lld}\n\n",
-                (long long)s->cursor, (long long)s->cursor);
+                ": workd results stream\nretry: 1000\nid: %s\nevent: ready\ndata: "
+                "{\"after\":%s%s%s}\n\n",
+                id, h->n > 1 ? "\"" : "", id, h->n > 1 ? "\"" : "");
     s->last_write_ms = mono_ms();
     s->next = h->subs;
     if (h->subs)
@@ -617,16 +749,20 @@ struct MHD_Response *hub_subscribe(Hub *h, struct MHD_Connection *conn, int64_t 
 
 /* ---- waiters ---- */
 
-void hub_wait(Hub *h, const char *work_id, int64_t after_seq, int64_t deadline_ms,
+void hub_wait(Hub *h, int shard, const char *work_id, int64_t after_seq, int64_t deadline_ms,
               void (*fn)(void *arg), void *arg)
 {
+    if (shard < 0 || shard >= h->n)
+        shard = 0; /* not a shard of this cluster: cannot happen */
     pthread_mutex_lock(&h->lock);
     bool now = h->stopping;
-    for (size_t i = ring_after(h, after_seq); i < h->len && !now; i++)
-        now = !h->ring[(h->head + i) % RING_CAP].progress &&
-              !strcmp(h->ring[(h->head + i) % RING_CAP].work_id, work_id);
+    for (size_t i = ring_after(h, shard, after_seq); i < h->shard[shard].len && !now; i++) {
+        const Entry *e = entry_at(h, shard, i);
+        now = !e->progress && !strcmp(e->work_id, work_id);
+    }
     if (!now) {
         Waiter *w = xcalloc(1, sizeof *w);
+        w->shard = shard;
         w->work_id = xstrdup(work_id);
         w->after_seq = after_seq;
         w->deadline = deadline_ms;

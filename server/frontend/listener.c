@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -42,39 +43,66 @@ static void drop(Listener *l, const char *why)
     atomic_store(&l->db_ok, false);
 }
 
-/* Every shard's leader, from the database. */
-WARN_UNUSED static int refresh_leader(Listener *l)
+/* Re-reads the leader of every shard in `which` (a bit per shard). */
+WARN_UNUSED static int refresh_leader(Listener *l, uint64_t which)
 {
-    Err err = {0};
-    char url[256];
-    int64_t term;
     int n = leaderinfo_shards(l->cfg.leader);
-    for (int s = 0; s < n; s++) {
-        if (view_leader(l->conn, s, &term, url, sizeof url, &err) != 0) {
+    for (int k = 0; k < n; k++) {
+        if (!(which >> k & 1))
+            continue;
+        Err err = {0};
+        char url[256];
+        int64_t term;
+        if (view_leader(l->conn, k, &term, url, sizeof url, &err) != 0) {
             drop(l, err.msg);
             return -1;
         }
-        if (leaderinfo_set(l->cfg.leader, s, url, term) && term) {
+        if (leaderinfo_set(l->cfg.leader, k, url, term) && term) {
             if (n == 1)
                 log_info("leader is %s (term %lld)", url, (long long)term);
             else
-                log_info("leader of shard %d is %s (term %lld)", s, url, (long long)term);
+                log_info("leader of shard %d is %s (term %lld)", k, url, (long long)term);
         }
     }
     return 0;
 }
 
-/* Reads finished events past what the hub has, up to `notified` (a seq known
- * to be committed before this read started). */
-WARN_UNUSED static int pump(Listener *l, int64_t notified)
+/* Every shard, as refresh_leader's `which`. */
+#define ALL_SHARDS UINT64_MAX
+
+/* A notification's payload: "<seq>" or "<term>" for shard 0, "<shard>:<seq>"
+ * or "<shard>:<term>" for the others (journal_notify_payload). False if it
+ * names no shard of this cluster's n. */
+static bool parse_payload(const char *text, int n, int *shard, int64_t *v)
 {
-    if (hub_claimed(l->cfg.hub, notified))
+    char *end;
+    const char *colon = strchr(text, ':');
+    long s = 0;
+    if (colon) {
+        s = strtol(text, &end, 10);
+        if (end != colon)
+            return false;
+        text = colon + 1;
+    }
+    long long x = strtoll(text, &end, 10);
+    if (end == text || *end || s < 0 || s >= n)
+        return false;
+    *shard = (int)s;
+    *v = x;
+    return true;
+}
+
+/* Reads shard k's finished events past what the hub has, up to `notified` (a
+ * seq of shard k known to be committed before this read started). */
+WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
+{
+    if (hub_claimed(l->cfg.hub, k, notified))
         return 0; /* read, or this node's own commit, published by its manager */
     for (;;) {
         ResultList rows = {0};
         Err err = {0};
         bool at_end = false;
-        int n = view_finished_after(l->conn, 0, hub_scanned_upto(l->cfg.hub), PAGE,
+        int n = view_finished_after(l->conn, k, hub_scanned_upto(l->cfg.hub, k), PAGE,
                                     l->cfg.page_bytes, true, NULL, &rows, &at_end, &err);
         if (n < 0) {
             view_results_clear(&rows);
@@ -85,7 +113,7 @@ WARN_UNUSED static int pump(Listener *l, int64_t notified)
             hub_publish(l->cfg.hub, &rows.items[i]);
         view_results_clear(&rows);
         if (at_end) {
-            hub_scanned(l->cfg.hub, notified);
+            hub_scanned(l->cfg.hub, k, notified);
             return 0;
         }
     }
@@ -119,21 +147,30 @@ WARN_UNUSED static int connect_listen(Listener *l)
     if (l->down_logged)
         log_info("listener reached the database again");
     l->down_logged = false;
-    int64_t last = 0;
-    if (view_last_seq(l->conn, 0, &last, &err) != 0) {
-        drop(l, err.msg);
+    if (refresh_leader(l, ALL_SHARDS) != 0)
         return -1;
+    for (int k = 0; k < hub_shards(l->cfg.hub); k++) {
+        int64_t last = 0;
+        if (view_last_seq(l->conn, k, &last, &err) != 0) {
+            drop(l, err.msg);
+            return -1;
+        }
+        /* After a failover each log must go on from where it was: with
+         * synchronous replication the new primary has every event this node
+         * saw committed. */
+        int64_t seen = hub_scanned_upto(l->cfg.hub, k);
+        char of[32] = "";
+        if (k)
+            snprintf(of, sizeof of, " of shard %d", k);
+        if (last < seen)
+            log_error("the event log%s on this database server ends at seq %lld, but this node "
+                      "already saw seq %lld: committed events were lost (a failover to a standby "
+                      "that was not synchronous?); results after seq %lld may be missing from "
+                      "streams",
+                      of, (long long)last, (long long)seen, (long long)last);
+        if (pump(l, k, last) != 0)
+            return -1;
     }
-    /* After a failover the log must go on from where it was: with synchronous
-     * replication the new primary has every event this node saw committed. */
-    int64_t seen = hub_scanned_upto(l->cfg.hub);
-    if (last < seen)
-        log_error("the event log on this database server ends at seq %lld, but this node already "
-                  "saw seq %lld: committed events were lost (a failover to a standby that was not "
-                  "synchronous?); results after seq %lld may be missing from streams",
-                  (long long)last, (long long)seen, (long long)last);
-    if (refresh_leader(l) != 0 || pump(l, last) != 0)
-        return -1;
     atomic_store(&l->db_ok, true);
     return 0;
 }
@@ -234,22 +271,41 @@ static void *listener_main(void *arg)
                 drop(l, PQerrorMessage(l->conn));
                 break;
             }
-            int64_t notified = -1;
-            bool leader_changed = false;
+            int shards = hub_shards(l->cfg.hub);
+            int64_t notified[SHARDS_MAX];
+            bool any = false;
+            uint64_t leaders = first && suspect ? ALL_SHARDS : 0;
+            for (int k = 0; k < shards; k++)
+                notified[k] = -1;
             PGnotify *n;
             while ((n = PQnotifies(l->conn))) {
-                if (!strcmp(n->relname, "workd_events")) {
-                    int64_t seq = strtoll(n->extra, NULL, 10);
-                    if (seq > notified)
-                        notified = seq;
+                int k;
+                int64_t v;
+                bool events = !strcmp(n->relname, "workd_events");
+                if (!parse_payload(n->extra, shards, &k, &v)) {
+                    /* Not a shard of this cluster (it cannot grow under a
+                     * running node): events are left to the next
+                     * notification, the leaders all read again. */
+                    log_warn("listener: notification '%s' on %s names no shard of %d", n->extra,
+                             n->relname, shards);
+                    if (!events)
+                        leaders = ALL_SHARDS;
+                } else if (events) {
+                    if (v > notified[k])
+                        notified[k] = v;
+                    any = true;
                 } else {
-                    leader_changed = true;
+                    leaders |= (uint64_t)1 << k;
                 }
                 PQfreemem(n);
             }
-            if (((leader_changed || (first && suspect)) && refresh_leader(l) != 0) || notified < 0)
+            if ((leaders && refresh_leader(l, leaders) != 0) || !any)
                 break;
-            if (pump(l, notified) != 0)
+            int rc = 0;
+            for (int k = 0; k < shards && rc == 0; k++)
+                if (notified[k] >= 0)
+                    rc = pump(l, k, notified[k]);
+            if (rc != 0)
                 break;
         }
     }

@@ -111,8 +111,16 @@ json_t *render_work_list(const WorkList *l)
                       at_json(w->created_at), "finished_at", at_json(w->finished_at), "worker_id",
                       str_json(w->worker_id), "last_error", str_json(w->last_error)));
     }
-    return json_pack("{s:o, s:o}", "items", items, "next_before",
-                     l->next_before ? json_integer(l->next_before) : json_null());
+    /* A seq in a cluster of one shard, else a cursor's text (cursor.h). */
+    json_t *next = json_null();
+    if (l->more && l->next_before.n == 1) {
+        next = json_integer(l->next_before.seq[0]);
+    } else if (l->more) {
+        char text[CURSOR_TEXT_MAX];
+        cursor_format(&l->next_before, text, sizeof text);
+        next = json_string(text);
+    }
+    return json_pack("{s:o, s:o}", "items", items, "next_before", next);
 }
 
 /* ---- queues ---- */

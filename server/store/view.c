@@ -274,14 +274,14 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         "       workd_epoch_ms(run_at), workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, workd_epoch_ms(deadline), NULL, last_error,"
         "       updated_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate'"
+        "       trace->>'tracestate', shard"
         "  FROM workd_open WHERE id = $1"
         " UNION ALL "
         "SELECT id, queue, priority, payload::text, status, attempts, max_attempts, timeout_ms,"
         "       NULL, workd_epoch_ms(created_at), workd_epoch_ms(started_at),"
         "       workd_epoch_ms(finished_at), worker_id, NULL, result::text, last_error,"
         "       finished_seq, key, after::text, after_policy, batch, trace->>'traceparent',"
-        "       trace->>'tracestate'"
+        "       trace->>'tracestate', shard"
         "  FROM workd_done WHERE id = $1"
         " LIMIT 1",
         1, params, "reading work", err);
@@ -317,6 +317,7 @@ WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
         .worker_id = str_or_null(r, 0, 12),
         .last_error = str_or_null(r, 0, 15),
         .updated_seq = db_int(r, 0, 16),
+        .shard = (int)db_int(r, 0, 23),
         .after = PQgetisnull(r, 0, 18) ? xcalloc(1, sizeof(char *)) : strv_of_json(r, 0, 18),
         .run_anyway = policy && !strcmp(policy, "run"),
         .traceparent = str_or_null(r, 0, 21),
@@ -548,7 +549,7 @@ void view_result_of(const Event *e, ResultEvent *out)
     const char *status = event_type_name(e->type);
     SBuf b;
     sbuf_init(&b);
-    sbuf_printf(&b, "id: %lld\nevent: %s\ndata: ", (long long)e->seq, status);
+    sbuf_printf(&b, "event: %s\ndata: ", status);
     size_t off = b.len;
     json_t *o = event_result_json(e);
     if (json_dump_callback(o, sbuf_dump, &b, JSON_COMPACT) != 0)
@@ -606,6 +607,7 @@ typedef struct ResultsPage {
     int64_t max_bytes, bytes;
     bool progress;
     bool full; /* a limit was reached: the page ends here */
+    int shard; /* whose log is read */
 } ResultsPage;
 
 static int keep_result(const LogLine *l, int64_t term, void *ud, Err *err)
@@ -626,6 +628,7 @@ static int keep_result(const LogLine *l, int64_t term, void *ud, Err *err)
         return -1;
     ResultEvent *r = view_results_push(pg->out);
     view_result_of(&e, r);
+    r->shard = pg->shard;
     event_clear(&e);
     pg->bytes += (int64_t)r->data_len;
     return 1;
@@ -686,7 +689,7 @@ int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t 
                         bool progress, const char *work_id, ResultList *out, bool *at_end, Err *err)
 {
     size_t before = out->len;
-    ResultsPage pg = {out, after, limit + (int)before, max_bytes, 0, progress, false};
+    ResultsPage pg = {out, after, limit + (int)before, max_bytes, 0, progress, false, shard};
     if (!work_id) {
         if (tail_records(c, shard, &pg, at_end, err) != 0)
             return -1;
@@ -697,6 +700,7 @@ int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t 
     bool found, cut;
     if (work_seqs(c, work_id, after, limit + 1, &seqs, &shard, &found, &cut, err) != 0)
         return -1;
+    pg.shard = shard;
     int rc = log_read_seqs(c, shard, &seqs, keep_result, &pg, err);
     free(seqs.v);
     if (rc != 0)
@@ -705,14 +709,16 @@ int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t 
     return (int)(out->len - before);
 }
 
-WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
-                         int limit, Err *err)
+/* One shard's work newest first by accepted seq, as view_work_list pages it. */
+static PGresult *list_shard(PGconn *c, const char *status, const char *queue, int shard,
+                            int64_t before, int limit, Err *err)
 {
-    char b[24], l[16];
+    char b[24], l[16], sh[16];
     snprintf(b, sizeof b, "%lld", (long long)before);
     snprintf(l, sizeof l, "%d", limit);
-    const char *params[] = {status, queue, b, l};
-    PGresult *r = db_exec(
+    snprintf(sh, sizeof sh, "%d", shard);
+    const char *params[] = {status, queue, b, l, sh};
+    return db_exec(
         c,
         "SELECT * FROM ("
         "  SELECT id, queue, priority,"
@@ -721,7 +727,7 @@ WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64
         "         attempts, max_attempts, workd_epoch_ms(created_at), workd_epoch_ms(finished_at),"
         "         worker_id, last_error, accepted_seq"
         "    FROM workd_open"
-        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "   WHERE shard = $5::int AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
         "     AND ($2::text IS NULL OR queue = $2)"
         "     AND ($1::text IS NULL OR $1 IN ('waiting', 'pending', 'scheduled', 'running', "
         "'dead'))"
@@ -729,32 +735,56 @@ WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64
         "  SELECT id, queue, priority, status, attempts, max_attempts, workd_epoch_ms(created_at),"
         "         workd_epoch_ms(finished_at), worker_id, last_error, accepted_seq"
         "    FROM workd_done"
-        "   WHERE ($3::bigint = 0 OR accepted_seq < $3::bigint)"
+        "   WHERE shard = $5::int AND ($3::bigint = 0 OR accepted_seq < $3::bigint)"
         "     AND ($2::text IS NULL OR queue = $2)"
         "     AND ($1::text IS NULL OR $1 IN ('completed', 'cancelled'))"
         ") w"
         " WHERE $1::text IS NULL OR w.status = $1"
         " ORDER BY accepted_seq DESC LIMIT $4::int",
-        4, params, "listing work", err);
-    if (!r)
-        return NULL;
-    int n = PQntuples(r);
-    WorkList *o = xcalloc(1, sizeof *o);
-    o->items = xcalloc((size_t)n + 1, sizeof *o->items);
-    o->len = (size_t)n;
-    for (int i = 0; i < n; i++)
-        o->items[i] = (WorkSummary){.id = xstrdup(db_str(r, i, 0)),
-                                    .queue = xstrdup(db_str(r, i, 1)),
-                                    .status = xstrdup(db_str(r, i, 3)),
-                                    .priority = (int)db_int(r, i, 2),
-                                    .attempts = (int)db_int(r, i, 4),
-                                    .max_attempts = (int)db_int(r, i, 5),
-                                    .created_at = time_or_none(r, i, 6),
-                                    .finished_at = time_or_none(r, i, 7),
-                                    .worker_id = str_or_null(r, i, 8),
-                                    .last_error = str_or_null(r, i, 9)};
-    o->next_before = n == limit && n > 0 ? db_int(r, n - 1, 10) : 0;
-    PQclear(r);
+        5, params, "listing work", err);
+}
+
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, const Cursor *before,
+                         int limit, Err *err)
+{
+    int n = before->n;
+    PGresult *r[SHARDS_MAX] = {0};
+    int at[SHARDS_MAX] = {0};
+    WorkList *o = NULL;
+    for (int s = 0; s < n; s++)
+        if (!(r[s] = list_shard(c, status, queue, s, before->seq[s], limit, err)))
+            goto cleanup;
+    /* Each shard's page in its order, merged newest created first and cut at
+     * limit: each shard's next `before` is the last of its rows taken, so
+     * that pages neither skip nor repeat. */
+    o = xcalloc(1, sizeof *o);
+    o->items = xcalloc((size_t)limit + 1, sizeof *o->items);
+    o->next_before = *before;
+    while (o->len < (size_t)limit) {
+        int s = -1;
+        for (int k = 0; k < n; k++)
+            if (at[k] < PQntuples(r[k]) &&
+                (s < 0 || db_int(r[k], at[k], 6) > db_int(r[s], at[s], 6)))
+                s = k;
+        if (s < 0)
+            break;
+        int i = at[s]++;
+        o->items[o->len++] = (WorkSummary){.id = xstrdup(db_str(r[s], i, 0)),
+                                           .queue = xstrdup(db_str(r[s], i, 1)),
+                                           .status = xstrdup(db_str(r[s], i, 3)),
+                                           .priority = (int)db_int(r[s], i, 2),
+                                           .attempts = (int)db_int(r[s], i, 4),
+                                           .max_attempts = (int)db_int(r[s], i, 5),
+                                           .created_at = time_or_none(r[s], i, 6),
+                                           .finished_at = time_or_none(r[s], i, 7),
+                                           .worker_id = str_or_null(r[s], i, 8),
+                                           .last_error = str_or_null(r[s], i, 9)};
+        o->next_before.seq[s] = db_int(r[s], i, 10);
+    }
+    o->more = o->len == (size_t)limit && limit > 0;
+cleanup:
+    for (int s = 0; s < n; s++)
+        PQclear(r[s]);
     return o;
 }
 

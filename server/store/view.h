@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cursor.h"
 #include "err.h"
 #include "event.h"
 
@@ -43,7 +44,8 @@ typedef struct WorkView {
     json_t *result;                                                /* JSON null unless completed */
     int64_t run_at, created_at, started_at, finished_at, deadline; /* or VIEW_NO_TIME */
     char *worker_id, *last_error;                                  /* NULL: none */
-    int64_t updated_seq; /* the last event that changed it */
+    int64_t updated_seq; /* the last event that changed it (a seq of its shard's log) */
+    int shard;           /* whose log holds its events */
     char **after;        /* its parents (strv, never NULL) */
     bool run_anyway;
     char *traceparent, *tracestate; /* the producer's trace context; NULL: none */
@@ -91,13 +93,16 @@ typedef struct WorkSummary {
 typedef struct WorkList {
     WorkSummary *items;
     size_t len;
-    int64_t next_before; /* the `before` of the next page; 0: none */
+    bool more;          /* the page is full: next_before pages on */
+    Cursor next_before; /* the `before` of the next page */
 } WorkList;
 
 /* Work newest first, filtered by status (NULL: any; "scheduled" and "pending"
- * are told apart by run_at) and queue (NULL: any), before accepted seq
- * `before` (0: from the newest), at most limit (view_work_list_free). */
-WorkList *view_work_list(PGconn *c, const char *status, const char *queue, int64_t before,
+ * are told apart by run_at) and queue (NULL: any), at most limit
+ * (view_work_list_free). `before` holds an accepted seq per shard (0: from
+ * that shard's newest): each shard's work accepted before it, newest accepted
+ * first, merged newest created first (one query per shard). */
+WorkList *view_work_list(PGconn *c, const char *status, const char *queue, const Cursor *before,
                          int limit, Err *err) WARN_UNUSED;
 void view_work_list_free(WorkList *l);
 
@@ -141,11 +146,13 @@ void view_batch_free(BatchView *b);
 /* ---- the results stream ---- */
 /* One published event (event_is_published) as /results and webhooks send it,
  * typed for filtering, with its frame built once:
- * "id: <seq>\nevent: <status>\ndata: <json>\n\n", the JSON (data_off,
- * data_len) being the object a client reads ({seq, id, queue, status, at,
- * ...}). Owns its strings (view_result_clear); whoever keeps them may take
- * them and leave NULL behind. */
+ * "event: <status>\ndata: <json>\n\n" (a stream puts its own "id:" line
+ * before it: hub.h), the JSON (data_off, data_len) being the object a client
+ * reads ({seq, id, queue, status, at, ...}). Owns its strings
+ * (view_result_clear); whoever keeps them may take them and leave NULL
+ * behind. */
 typedef struct ResultEvent {
+    int shard; /* whose log holds it: view_finished_after sets it, view_result_of leaves 0 */
     int64_t seq;
     int64_t at;     /* ms since the epoch */
     EventType type; /* EV_COMPLETED, EV_DEAD, EV_CANCELLED, EV_PROGRESS or EV_BATCH */
@@ -170,11 +177,11 @@ void view_results_clear(ResultList *l);
 ResultEvent *view_results_push(ResultList *l);
 
 /* Events of shard `shard` after seq that finish work (completed, dead,
- * cancelled) and, with progress, progress events, oldest first; of work_id
- * only if not NULL (then of its own shard, whatever shard says: after is a
- * seq of that one), at
- * most limit and about max_bytes of event data (at least one event, so a
- * large result still gets through), appended to out. Sets *at_end when no
+ * cancelled) and, with progress, progress events, oldest first, each with
+ * its shard; of work_id only if not NULL (then of its own shard, whatever
+ * shard says: after is a seq of that one), at most limit and about
+ * max_bytes of event data (at least one event, so a large result still gets
+ * through), appended to out. Sets *at_end when no
  * such event is left after the ones appended (as of the read). Returns the
  * number appended, or -1. */
 int view_finished_after(PGconn *c, int shard, int64_t after, int limit, int64_t max_bytes,

@@ -50,9 +50,18 @@ Figures (per scenario; the summary adds them up over the whole log):
     python3 tests/chaos/chaos.py --short     # ~60-90 s, run by CTest
     python3 tests/chaos/chaos.py --long      # ~5-8 min, `make chaos`
 
+With ``--shards N`` the cluster is made with N shards of the manager on
+``--servers`` nodes (2 by default then): the clients spread their work over
+queues of every shard, a leader kill kills shard 0's leader (the others on
+that node move with it), a backend termination ends one shard's writer at
+random, and every subscriber must see each shard's results in that shard's
+``seq`` order (the shards interleave as they commit).
+
+    python3 tests/chaos/chaos.py --short --shards 4     # CTest's chaos/short-shards
+
 Options: --bin-dir DIR, --seed N, --only KIND[,KIND...], --timeout S (hard
 overall bound), --keep (keep the cluster's temporary directory), --artifacts DIR
-(where logs are copied when the run fails).
+(where logs are copied when the run fails), --shards N, --servers N.
 """
 
 import argparse
@@ -77,7 +86,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 import harness  # noqa: E402
 from harness import Cluster, WaitTimeout, http, wait_leader, wait_until  # noqa: E402
-from workd import JSON, leader_of  # noqa: E402
+from workd import JSON, leader_of, shard_of  # noqa: E402
 
 WORKER_TIMEOUT_S = 2.0
 SERVER_ARGS = ["--election-interval", "100ms", "--worker-timeout", f"{int(WORKER_TIMEOUT_S)}s",
@@ -197,6 +206,8 @@ class Client(threading.Thread):
         wid = f"{self.run_.tag}-c{self.idx}-{self.n}"
         body = {"id": wid, "payload": self.n % 1000, "max_attempts": MAX_ATTEMPTS,
                 "timeout": JOB_TIMEOUT_S}
+        if self.run_.queues:  # several shards: every one of them gets work
+            body["queue"] = self.run_.queues[self.n % len(self.run_.queues)]
         self.run_.born[wid] = now()
         self.node += 1
         backoff, tries = 0.05, []
@@ -251,8 +262,8 @@ class Subscriber(threading.Thread):
         self.node = idx
         self.seen = []            # (t_recv, seq, work_id, event)
         self.last_id = None       # the last complete event's id: sent as Last-Event-ID
-        self.last_seq = 0
-        self.out_of_order = []    # (seq, previous seq)
+        self.last_seq = {}        # shard -> the last seq seen of it
+        self.out_of_order = []    # (shard, seq, previous seq)
         self.connections = []     # (t, url, Last-Event-ID sent, outcome)
         self.url = None           # node currently streaming to us (200 received)
         self.stop_flag = False
@@ -352,11 +363,15 @@ class Subscriber(threading.Thread):
             conn.close()
 
     def _event(self, ev_id, ev_type, text):
-        seq = int(ev_id)
-        work_id = json.loads(text)["id"]
-        if seq <= self.last_seq:
-            self.out_of_order.append((seq, self.last_seq))
-        self.last_seq = max(self.last_seq, seq)
+        # The id is a cursor (one seq per shard); the event's own seq and its
+        # queue's shard say where it is: order holds within a shard.
+        data = json.loads(text)
+        seq, work_id = data["seq"], data["id"]
+        shard = shard_of(data.get("queue", ""), self.run_.shards)
+        last = self.last_seq.get(shard, 0)
+        if seq <= last:
+            self.out_of_order.append((shard, seq, last))
+        self.last_seq[shard] = max(last, seq)
         self.seen.append((now(), seq, work_id, ev_type))
         self.last_id = ev_id
 
@@ -455,6 +470,16 @@ class Chaos:
         self.terminate_no = 0
         self.phase = "setup"
         self.scenario_no = 0
+        self.shards = args.shards
+        self.queues = []  # with several shards: a few queues of each
+        for i in range(1000):
+            q = f"chaos-{i}"
+            if sum(1 for x in self.queues if shard_of(x, self.shards) == shard_of(q, self.shards)) < 2:
+                self.queues.append(q)
+            if len(self.queues) == 2 * self.shards:
+                break
+        if self.shards == 1:
+            self.queues = []
 
     # ------------------------------------------------------------ utilities
     def log(self, msg):
@@ -536,10 +561,14 @@ class Chaos:
     # ---------------------------------------------------------------- setup
     def setup(self):
         p = self.prof
-        for i in range(p["servers"]):
-            s = self.cluster.start_server(f"s{i + 1}", extra_args=SERVER_ARGS)
+        shard_args = ["--shards", str(self.shards)] if self.shards > 1 else []
+        for i in range(self.args.servers or p["servers"]):
+            s = self.cluster.start_server(f"s{i + 1}", extra_args=SERVER_ARGS + shard_args)
             wait_leader(s.url)
             self.servers.append(s)
+        if self.shards > 1:
+            self.poll(lambda: self.psql("SELECT count(*) FROM workd_shards") == str(self.shards),
+                      30, "every shard to elect a leader")
         self.urls = [s.url for s in self.servers]
         for i in range(p["workers"]):
             self.start_worker(self.urls[i % len(self.urls)])
@@ -622,10 +651,13 @@ class Chaos:
     def fault_backend_terminate(self):
         self.terminate_no += 1
         if self.terminate_no % 2:
+            shard = self.rng.randrange(self.shards)
             sql = ("SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_locks l JOIN "
                    "pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND "
-                   "l.objid = 1 AND l.granted AND a.application_name = 'workd-manager'")
-            what = "the leader's session (advisory lock holder)"
+                   f"l.objid = {1 if shard == 0 else 1000 + shard} AND l.objsubid = 2 AND "
+                   "l.granted AND a.application_name LIKE 'workd-manager%'")
+            what = (f"shard {shard}'s leader's session (advisory lock holder)" if self.shards > 1
+                    else "the leader's session (advisory lock holder)")
         else:
             sql = ("SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
                    "WHERE application_name = 'workd-listener'")
@@ -920,8 +952,8 @@ class Chaos:
                           f"in the log: {extra[:10]}")
             unordered += len(s.out_of_order)
             if s.out_of_order:
-                self.fail(f"subscriber {s.name_} got events out of seq order "
-                          f"(seq, previous): {s.out_of_order[:10]}")
+                self.fail(f"subscriber {s.name_} got events out of their shard's seq order "
+                          f"(shard, seq, previous): {s.out_of_order[:10]}")
                 s.out_of_order.clear()
             reconnects += sum(1 for c in s.connections if c[3] == "200" and c[0] >= self.t_scenario)
         figs["sse_missing"] = missing
@@ -1055,9 +1087,14 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated fault kinds to run (and mixed)")
     ap.add_argument("--timeout", type=float, default=None, help="hard overall bound in seconds")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--shards", type=int, default=1, help="shards of the manager (default 1)")
+    ap.add_argument("--servers", type=int, default=None,
+                    help="server nodes (default: the profile's, 2 with --shards)")
     ap.add_argument("--artifacts", default=None,
                     help="where to copy logs when the run fails (default: a new /tmp dir)")
     args = ap.parse_args()
+    if args.shards > 1 and not args.servers:
+        args.servers = 2
     mode = "long" if args.long else "short"
     prof = PROFILES[mode]
     plan = prof["plan"]
@@ -1074,7 +1111,8 @@ def main():
         if not (bin_dir / exe).exists():
             print(f"chaos: FAIL: {bin_dir / exe} does not exist (build first, or --bin-dir)")
             return 2
-    print(f"chaos: mode={mode} seed={seed} hard_timeout_s={hard:.0f} bin_dir={bin_dir} "
+    print(f"chaos: mode={mode} shards={args.shards} seed={seed} hard_timeout_s={hard:.0f} "
+          f"bin_dir={bin_dir} "
           f"plan={','.join(f'{k}x{n}' for k, n in plan)}", flush=True)
 
     def on_alarm(_sig, _frame):
@@ -1129,7 +1167,7 @@ def main():
     def total(key):
         return sum(f.get(key) or 0 for f in figs)
     worst = [f["worst_recovery_ms"] for f in figs if f.get("worst_recovery_ms") is not None]
-    print(f"chaos summary mode={mode} seed={seed} scenarios={len(figs)} "
+    print(f"chaos summary mode={mode} shards={args.shards} seed={seed} scenarios={len(figs)} "
           f"faults={total('faults')} submitted={sm.get('submitted', total('submitted'))} "
           f"completed={sm.get('completed', total('completed'))} "
           f"lost={sm.get('lost', total('lost'))} "

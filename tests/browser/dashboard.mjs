@@ -32,6 +32,7 @@ const {values: opt} = parseArgs({
     token: {type: 'string'},
     rendezvous: {type: 'boolean', default: false},
     subscription: {type: 'string'},
+    shards: {type: 'string', default: '1'},
     chromium: {type: 'string', default: '/usr/bin/chromium'},
   },
 });
@@ -128,6 +129,17 @@ async function open() {
   const leader = await page.textContent('#cluster-leader');
   check(leader.startsWith('http://'), `the leader is shown: ${leader}`);
   await page.locator('#nodes tbody tr').first().waitFor();
+  const shards = Number(opt.shards);
+  if (shards > 1) {
+    begin(`the cluster panel lists the ${shards} shards with their leaders`);
+    await page.locator(`#shards tr[data-shard="${shards - 1}"]`).waitFor();
+    const rows = await page.locator('#shards tbody tr').count();
+    check(rows === shards, `${rows} rows in the shards table, not ${shards}`);
+    const first = await page.textContent('#shards tr[data-shard="0"]');
+    check(/%/.test(first) && / ms/.test(first), `a shard's writer and commit times: ${first}`);
+  } else {
+    check(!(await page.locator('#shards').count()), 'a cluster of one shard has no shards table');
+  }
   const storage = await page.textContent('#cluster-storage');
   check(/ in \d+ parts, open work /.test(storage), `the history's size is shown: ${storage}`);
   const retention = await page.textContent('#cluster-retention');

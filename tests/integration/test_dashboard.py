@@ -150,6 +150,24 @@ def test_dashboard_in_chromium(cluster):
     print(f"screenshots: {shot}, {shot.with_name('dashboard-work.png')}")
 
 
+def test_dashboard_of_a_sharded_cluster_in_chromium(cluster):
+    """Two shards on two nodes: the cluster panel's shards table, and the whole
+    walk (the form, the live feed merging both shards' results, the work
+    page) as on a cluster of one shard."""
+    ensure_browser()
+    args = ["--shards", "2"]
+    a = cluster.start_server("a", extra_args=args)
+    b = cluster.start_server("b", extra_args=args)
+    for s in (a, b):
+        wait_leader(s.url)
+    wait_until(lambda: cluster.psql("SELECT count(*) FROM workd_shards") == "2", 20,
+               what="both shards to elect a leader")
+    cluster.start_worker("w1", a.url, ["--demo", "--demo-delay", "50ms"])
+    wait_worker(a.url, "w1")
+    shot = artifacts() / "dashboard-shards.png"
+    run_browser(["--url", b.url, "--worker", "w1", "--screenshot", str(shot), "--shards", "2"])
+
+
 def test_dashboard_with_tokens(cluster):
     ensure_browser()
     s = cluster.start_server("s1", env={"WORKD_TOKENS": TOKENS})

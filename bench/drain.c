@@ -13,7 +13,7 @@
 #include "results.h"
 
 static struct {
-    char *server;
+    char *server, *queues;
     int64_t jobs, batch, timeout_ms;
     bool sync;
 } o;
@@ -23,6 +23,10 @@ static const OptSpec options[] = {
      "node to submit to and follow /results on", 0, 0},
     {"jobs", OPT_INT, &o.jobs, "20000", "jobs to submit and drain", 1, 10000000},
     {"batch", OPT_INT, &o.batch, "1000", "jobs per bulk POST /work", 1, 100000},
+    {"queues", OPT_STRING, &o.queues, "",
+     "queues to spread the jobs over, comma-separated: each gets an equal share, submitted in "
+     "batches of one queue taken in turn (none: no queue named, the default queue)",
+     0, 0},
     {"timeout", OPT_DURATION, &o.timeout_ms, "120s", "give up when the drain takes longer", 1000,
      3600000},
     {"sync", OPT_BOOL, &o.sync, "false",
@@ -86,17 +90,31 @@ static int64_t started_at(Mc *m, const char *server, const char *id)
     return at;
 }
 
-static int submit_all(Mc *m, Drain *d)
+/* Submits d->n jobs, ids PREFIX0.. in the order sent. With queues, queue q
+ * gets n / nq jobs (the first n % nq one more), each batch of one queue (a
+ * bulk submission may not span shards), the queues taken in turn. */
+static int submit_all(Mc *m, Drain *d, char *const *queues)
 {
     char url[600];
     snprintf(url, sizeof url, "%s/work", o.server);
+    size_t nq = strv_len(queues), slots = nq ? nq : 1;
+    size_t *left = xcalloc(slots, sizeof *left);
+    for (size_t q = 0; q < slots; q++)
+        left[q] = d->n / slots + (q < d->n % slots);
     SBuf b;
     sbuf_init(&b);
-    for (size_t i = 0; i < d->n;) {
+    int rc = -1;
+    for (size_t i = 0, q = 0; i < d->n; q = (q + 1) % slots) {
+        if (!left[q])
+            continue;
         sbuf_reset(&b);
         sbuf_puts(&b, "[");
-        for (size_t k = 0; k < (size_t)o.batch && i < d->n; k++, i++)
-            sbuf_printf(&b, "%s{\"id\":\"%s%zu\",\"payload\":%zu}", k ? "," : "", d->prefix, i, i);
+        for (size_t k = 0; k < (size_t)o.batch && left[q]; k++, i++, left[q]--) {
+            sbuf_printf(&b, "%s{\"id\":\"%s%zu\",\"payload\":%zu", k ? "," : "", d->prefix, i, i);
+            if (nq)
+                sbuf_printf(&b, ",\"queue\":\"%s\"", queues[q]);
+            sbuf_puts(&b, "}");
+        }
         sbuf_puts(&b, "]");
         Err err = {0};
         char *body = NULL;
@@ -105,13 +123,15 @@ static int submit_all(Mc *m, Drain *d)
             fprintf(stderr, "workd-bench drain: bulk submission answered %ld: %.300s\n", st,
                     st ? body : err.msg);
             free(body);
-            sbuf_free(&b);
-            return -1;
+            goto out;
         }
         free(body);
     }
+    rc = 0;
+out:
     sbuf_free(&b);
-    return 0;
+    free(left);
+    return rc;
 }
 
 int bench_drain(int argc, char **argv)
@@ -128,6 +148,7 @@ int bench_drain(int argc, char **argv)
     id_generate(rnd);
     snprintf(d.prefix, sizeof d.prefix, "d%.8s-", rnd);
     d.seen = xcalloc(d.n, 1);
+    char **queues = strv_split(o.queues);
     Results res;
     results_start(&res, m, o.server, on_result, &d);
     Err err = {0};
@@ -136,7 +157,7 @@ int bench_drain(int argc, char **argv)
         goto out;
     }
     int64_t t0 = mono_us();
-    if (submit_all(m, &d) != 0)
+    if (submit_all(m, &d, queues) != 0)
         goto out;
     double submit_s = (double)(mono_us() - t0) / 1e6;
     fprintf(stderr, "workd-bench drain: %zu jobs submitted in %.2f s\n", d.n, submit_s);
@@ -176,6 +197,7 @@ out:
     results_stop(&res);
     mc_free(m);
     free(d.seen);
+    strv_free(queues);
     config_free(options, NOPT);
     return rc;
 }

@@ -10,7 +10,7 @@
 #include "stats.h"
 
 static struct {
-    char *server;
+    char *server, *queues;
     int64_t rate, seconds_ms, warmup_ms;
 } o;
 
@@ -21,6 +21,9 @@ static const OptSpec options[] = {
     {"seconds", OPT_DURATION, &o.seconds_ms, "10s", "how long to send (all of it measured)", 100,
      3600000},
     {"warmup", OPT_DURATION, &o.warmup_ms, "0s", "send this long first, unmeasured", 0, 600000},
+    {"queues", OPT_STRING, &o.queues, "",
+     "queues to submit to, comma-separated, job i to the (i mod count)th (none: no queue named)", 0,
+     0},
 };
 #define NOPT (sizeof options / sizeof options[0])
 
@@ -40,6 +43,9 @@ int bench_latency(int argc, char **argv)
     Load l;
     size_t total = (size_t)((o.seconds_ms + o.warmup_ms) * o.rate / 1000) + 16;
     load_init(&l, m, o.server, total, 30000);
+    char **queues = strv_split(o.queues);
+    l.queues = queues;
+    l.n_queues = strv_len(queues);
     Results res;
     results_start(&res, m, o.server, load_on_result, &l);
     Err err = {0};
@@ -77,6 +83,7 @@ out:
     fflush(stdout);
     results_stop(&res);
     load_free(&l);
+    strv_free(queues);
     mc_free(m);
     config_free(options, NOPT);
     return rc;

@@ -49,11 +49,13 @@ bool load_submit(Load *l)
     if (l->n >= l->max_jobs)
         return false;
     size_t i = l->n++;
-    char body[128];
+    char body[384], queue[256] = "";
+    if (l->n_queues)
+        snprintf(queue, sizeof queue, ",\"queue\":\"%s\"", l->queues[i % l->n_queues]);
     if (l->anonymous)
-        snprintf(body, sizeof body, "{\"payload\":%zu}", i);
+        snprintf(body, sizeof body, "{\"payload\":%zu%s}", i, queue);
     else
-        snprintf(body, sizeof body, "{\"id\":\"%s%zu\",\"payload\":%zu}", l->prefix, i, i);
+        snprintf(body, sizeof body, "{\"id\":\"%s%zu\",\"payload\":%zu%s}", l->prefix, i, i, queue);
     l->jobs[i].sent_us = mono_us();
     McReq *q = mc_start(l->mc, "POST", l->url, body, l->call_timeout_ms, on_answer, l);
     q->tag = (int64_t)i;

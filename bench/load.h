@@ -33,6 +33,10 @@ typedef struct Load {
     size_t limit;
     bool chain;
     bool anonymous; /* submit without ids (the server names the jobs): no result matching */
+    /* job i goes to queues[i % n_queues] (n_queues 0: no queue named); borrowed, set by the
+     * caller after load_init and kept alive as long as the Load */
+    char *const *queues;
+    size_t n_queues;
 } Load;
 
 void load_init(Load *l, Mc *m, const char *server, size_t max_jobs, int64_t call_timeout_ms);

@@ -13,10 +13,15 @@ static void open_stream(Results *r);
 /* One frame (without its blank line): id:, event:, data: and comment lines. */
 static void frame(Results *r, const char *p, size_t n, int64_t recv_us, int64_t recv_wall)
 {
-    const char *end = p + n;
+    const char *end = p + n, *id_line = NULL;
+    size_t id_len = 0;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *eol = nl ? nl : end;
+        if ((size_t)(eol - p) > 3 && !memcmp(p, "id:", 3)) {
+            id_line = p + 3 + (p[3] == ' ');
+            id_len = (size_t)(eol - id_line);
+        }
         if ((size_t)(eol - p) > 5 && !memcmp(p, "data:", 5)) {
             const char *d = p + 5;
             if (*d == ' ')
@@ -34,8 +39,10 @@ static void frame(Results *r, const char *p, size_t n, int64_t recv_us, int64_t 
                               .recv_wall_us = recv_wall};
                 if (at && time_parse(at, &e.at_ms, NULL) != 0)
                     e.at_ms = -1;
-                if (e.seq > r->last_seq)
-                    r->last_seq = e.seq;
+                if (id_line && id_len < sizeof r->cursor) {
+                    memcpy(r->cursor, id_line, id_len);
+                    r->cursor[id_len] = '\0';
+                }
                 r->events++;
                 r->fn(&e, r->ud);
             }
@@ -91,9 +98,9 @@ static void on_done(McReq *q)
 
 static void open_stream(Results *r)
 {
-    char url[600];
-    if (r->last_seq >= 0)
-        snprintf(url, sizeof url, "%s?after=%lld", r->url, (long long)r->last_seq);
+    char url[sizeof r->url + sizeof r->cursor + 8];
+    if (r->cursor[0])
+        snprintf(url, sizeof url, "%s?after=%s", r->url, r->cursor);
     else
         snprintf(url, sizeof url, "%s", r->url);
     r->req = mc_stream(r->mc, url, on_data, on_done, r);
@@ -105,7 +112,6 @@ void results_start(Results *r, Mc *m, const char *server, ResultsFn fn, void *ud
     r->mc = m;
     r->fn = fn;
     r->ud = ud;
-    r->last_seq = -1;
     sbuf_init(&r->buf);
     snprintf(r->url, sizeof r->url, "%s/results", server);
     open_stream(r);

@@ -1,6 +1,6 @@
 /* results: follows GET /results (server-sent events) over an Mc and hands over
  * each finished work item with the moment its frame arrived. A stream that
- * ends is reopened at once after the last seq seen (?after=), so nothing is
+ * ends is reopened at once after the last event id seen (?after=), so nothing is
  * missed or seen twice. */
 #ifndef WORKD_BENCH_RESULTS_H
 #define WORKD_BENCH_RESULTS_H
@@ -28,10 +28,13 @@ typedef struct Results {
     char url[512];
     ResultsFn fn;
     void *ud;
-    McReq *req;       /* the stream in flight, NULL when none */
-    SBuf buf;         /* bytes of an unfinished frame */
-    int64_t last_seq; /* -1 until an event was seen */
-    bool open;        /* the stream answered 200 and sent its first bytes */
+    McReq *req; /* the stream in flight, NULL when none */
+    SBuf buf;   /* bytes of an unfinished frame */
+    /* the id of the last result frame, "" until one came: where a reopened stream
+     * resumes (?after=). An id is a cursor: the event's seq in a cluster of one
+     * shard, each shard's last seq joined by '.' in one of several (up to 64). */
+    char cursor[64 * 20 + 1];
+    bool open; /* the stream answered 200 and sent its first bytes */
     bool stopping;
     size_t events, reconnects;
     int fails; /* reopenings in a row that never got an answer */

@@ -9,7 +9,7 @@
 #include "stats.h"
 
 static struct {
-    char *server;
+    char *server, *queues;
     int64_t jobs, clients;
     bool ids;
 } o;
@@ -20,6 +20,9 @@ static const OptSpec options[] = {
     {"clients", OPT_INT, &o.clients, "16", "concurrent clients (connections)", 1, 4096},
     {"ids", OPT_BOOL, &o.ids, "false", "give each job an id of ours (else the server names them)",
      0, 0},
+    {"queues", OPT_STRING, &o.queues, "",
+     "queues to submit to, comma-separated, job i to the (i mod count)th (none: no queue named)", 0,
+     0},
 };
 #define NOPT (sizeof options / sizeof options[0])
 
@@ -38,6 +41,9 @@ int bench_submit(int argc, char **argv)
     Load l;
     load_init(&l, m, o.server, (size_t)o.jobs, 30000);
     l.anonymous = !o.ids;
+    char **queues = strv_split(o.queues);
+    l.queues = queues;
+    l.n_queues = strv_len(queues);
     int64_t t0 = mono_us();
     load_closed_loop(&l, (size_t)o.clients, (size_t)o.jobs);
     double secs = (double)(mono_us() - t0) / 1e6;
@@ -54,6 +60,7 @@ int bench_submit(int argc, char **argv)
     int rc = l.failed ? 1 : 0;
     samples_free(&s);
     load_free(&l);
+    strv_free(queues);
     mc_free(m);
     config_free(options, NOPT);
     return rc;

@@ -356,16 +356,31 @@ static json_t *strv_json(char *const *v)
     return a;
 }
 
+/* A subscription's place: `key` is shard 0's seq (all of it in a cluster of
+ * one shard, as before shards), and with several shards `keys` is every
+ * shard's, in shard order (migration 0020 folds it). */
+static void encode_place(json_t *o, const char *key, const char *keys, const Cursor *c)
+{
+    json_object_set_new(o, key, json_integer(c->n ? c->seq[0] : 0));
+    if (c->n <= 1)
+        return;
+    json_t *a = json_array();
+    for (int k = 0; k < c->n; k++)
+        json_array_append_new(a, json_integer(c->seq[k]));
+    json_object_set_new(o, keys, a);
+}
+
 /* {name, url, secret (when known), queues, kinds, paused, paused_reason,
- * deleted: false, start, cursor (a reset only)}, or {name, deleted: true,
- * start}. The database keeps the secret out of the log (migration 0016). */
+ * deleted: false, start (starts), cursor (cursors; a reset only)}, or {name,
+ * deleted: true, start (starts)}. The database keeps the secret out of the log
+ * (migration 0016). */
 static void encode_subscription(const Event *e, json_t *o)
 {
     const Subscription *s = e->sub;
     json_object_set_new(o, "name", json_string(s->name));
     if (e->sub_deleted) {
         json_object_set_new(o, "deleted", json_true());
-        json_object_set_new(o, "start", json_integer(e->sub_start));
+        encode_place(o, "start", "starts", &e->sub_start);
         return;
     }
     json_object_set_new(o, "url", json_string(s->url ? s->url : ""));
@@ -377,15 +392,15 @@ static void encode_subscription(const Event *e, json_t *o)
     json_object_set_new(o, "paused_reason",
                         s->paused_reason ? json_string(s->paused_reason) : json_null());
     json_object_set_new(o, "deleted", json_false());
-    json_object_set_new(o, "start", json_integer(e->sub_start));
+    encode_place(o, "start", "starts", &e->sub_start);
     if (e->sub_reset)
-        json_object_set_new(o, "cursor", json_integer(s->cursor));
+        encode_place(o, "cursor", "cursors", &s->cursor);
 }
 
 static void encode_sub_cursor(const Event *e, json_t *o)
 {
     json_object_set_new(o, "name", json_string(e->sub->name));
-    json_object_set_new(o, "cursor", json_integer(e->sub->cursor));
+    encode_place(o, "cursor", "cursors", &e->sub->cursor);
 }
 
 typedef void (*Encoder)(const Event *e, json_t *o);
@@ -731,6 +746,26 @@ static char **get_strv(json_t *d, const char *key)
     return event_strv(json_object_get(d, key));
 }
 
+/* A place encode_place wrote: `keys` when the event has it (several shards),
+ * else `key` as a cursor of one shard. */
+WARN_UNUSED static int get_place(json_t *d, const char *key, const char *keys, Cursor *out,
+                                 int required, Err *err)
+{
+    json_t *a = json_object_get(d, keys);
+    if (json_is_array(a) && json_array_size(a) >= 1 && json_array_size(a) <= SHARDS_MAX) {
+        cursor_zero(out, (int)json_array_size(a));
+        for (size_t k = 0; k < json_array_size(a); k++) {
+            if (!json_is_integer(json_array_get(a, k)))
+                return err_set(err, 500, "bad-event", "event field '%s' holds a non-integer",
+                               keys);
+            out->seq[k] = json_integer_value(json_array_get(a, k));
+        }
+        return 0;
+    }
+    cursor_zero(out, 1);
+    return get_int(d, key, &out->seq[0], required, err);
+}
+
 /* The name every subscription event carries, into a new out->sub. */
 static int decode_sub_named(json_t *data, const char *type, Event *out, Err *err)
 {
@@ -747,7 +782,7 @@ static int decode_sub_named(json_t *data, const char *type, Event *out, Err *err
 static int decode_subscription(json_t *data, const char *type, Event *out, Err *err)
 {
     if (decode_sub_named(data, type, out, err) != 0 ||
-        get_int(data, "start", &out->sub_start, 0, err) != 0)
+        get_place(data, "start", "starts", &out->sub_start, 0, err) != 0)
         return -1;
     out->sub_deleted = json_is_true(json_object_get(data, "deleted"));
     if (out->sub_deleted)
@@ -761,9 +796,10 @@ static int decode_subscription(json_t *data, const char *type, Event *out, Err *
         s->kinds = xcalloc(1, sizeof *s->kinds);
     s->paused = json_is_true(json_object_get(data, "paused"));
     s->paused_reason = get_str(data, "paused_reason");
-    json_t *cursor = json_object_get(data, "cursor");
-    out->sub_reset = json_is_integer(cursor);
-    s->cursor = out->sub_reset ? json_integer_value(cursor) : 0;
+    out->sub_reset = json_is_integer(json_object_get(data, "cursor"));
+    if (out->sub_reset)
+        return get_place(data, "cursor", "cursors", &s->cursor, 1, err);
+    cursor_zero(&s->cursor, out->sub_start.n);
     return 0;
 }
 
@@ -771,7 +807,7 @@ static int decode_sub_cursor(json_t *data, const char *type, Event *out, Err *er
 {
     if (decode_sub_named(data, type, out, err) != 0)
         return -1;
-    return get_int(data, "cursor", &out->sub->cursor, 1, err);
+    return get_place(data, "cursor", "cursors", &out->sub->cursor, 1, err);
 }
 
 typedef int (*Decoder)(json_t *data, const char *type, Event *out, Err *err);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cron.h"
+#include "cursor.h"
 #include "err.h"
 #include "tz.h"
 
@@ -111,7 +112,7 @@ typedef struct Subscription {
     char **kinds;  /* strv of completed, dead, cancelled; never NULL but in a deletion */
     bool paused;
     char *paused_reason; /* why workd paused it; NULL: an operator's pause, or running */
-    int64_t cursor;      /* every event up to this seq was delivered or skipped */
+    Cursor cursor;       /* every event of each shard up to its seq was delivered or skipped */
 } Subscription;
 
 /* One event. Strings and JSON values are owned by the event (event_clear frees
@@ -155,8 +156,8 @@ typedef struct Event {
     Subscription *sub;
     bool sub_deleted;  /* EV_SUBSCRIPTION: it is deleted */
     bool sub_reset;    /* EV_SUBSCRIPTION: deliveries restart after sub->cursor ("after") */
-    int64_t sub_start; /* EV_SUBSCRIPTION: the log's end when it was decided: where a new
-                          subscription without sub_reset starts */
+    Cursor sub_start;  /* EV_SUBSCRIPTION: every shard's log's end when it was decided: where
+                          a new subscription without sub_reset starts */
     /* EV_ACCEPTED: dependencies and batches */
     char **after;    /* parents named (NULL-terminated), NULL: none */
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */

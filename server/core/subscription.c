@@ -48,8 +48,8 @@ static Event *sub_event(EventType type, const char *name, int64_t now, EventList
     return e;
 }
 
-int subs_decide_set(const SubscriptionSet *s, const Subscription *set, bool reset, int64_t start,
-                    int64_t now, EventList *out, Err *err)
+int subs_decide_set(const SubscriptionSet *s, const Subscription *set, bool reset,
+                    const Cursor *start, int64_t now, EventList *out, Err *err)
 {
     if (!subs_get(s, set->name) && subs_count(s) >= SUBS_MAX)
         return err_set(err, 409, "too-many-subscriptions",
@@ -60,32 +60,32 @@ int subs_decide_set(const SubscriptionSet *s, const Subscription *set, bool rese
     e->sub = xcalloc(1, sizeof *e->sub);
     subscription_copy(e->sub, set);
     e->sub_reset = reset;
+    e->sub_start = *start;
     if (!reset)
-        e->sub->cursor = 0;
-    e->sub_start = start;
+        cursor_zero(&e->sub->cursor, start->n);
     return 0;
 }
 
-int subs_decide_delete(const SubscriptionSet *s, const char *name, int64_t start, int64_t now,
-                       EventList *out, Err *err)
+int subs_decide_delete(const SubscriptionSet *s, const char *name, const Cursor *start,
+                       int64_t now, EventList *out, Err *err)
 {
     if (!subs_get(s, name))
         return err_set(err, 404, "not-found", "no webhook subscription with that name");
     Event *e = sub_event(EV_SUBSCRIPTION, name, now, out);
     e->sub_deleted = true;
-    e->sub_start = start;
+    e->sub_start = *start;
     return 0;
 }
 
-void subs_decide_cursor(const SubscriptionSet *s, const char *name, int64_t cursor, int64_t now,
-                        EventList *out)
+void subs_decide_cursor(const SubscriptionSet *s, const char *name, const Cursor *cursor,
+                        int64_t now, EventList *out)
 {
     if (subs_get(s, name))
-        sub_event(EV_SUB_CURSOR, name, now, out)->sub->cursor = cursor;
+        sub_event(EV_SUB_CURSOR, name, now, out)->sub->cursor = *cursor;
 }
 
 bool subs_decide_pause(const SubscriptionSet *s, const char *name, const char *reason,
-                       int64_t start, int64_t now, EventList *out)
+                       const Cursor *start, int64_t now, EventList *out)
 {
     const Subscription *x = subs_get(s, name);
     if (!x || x->paused || !x->secret)
@@ -95,11 +95,11 @@ bool subs_decide_pause(const SubscriptionSet *s, const char *name, const char *r
     e->at = now;
     e->sub = xcalloc(1, sizeof *e->sub);
     subscription_copy(e->sub, x);
-    e->sub->cursor = 0; /* not a reset: it keeps its own */
+    cursor_zero(&e->sub->cursor, start->n); /* not a reset: it keeps its own */
     e->sub->paused = true;
     free(e->sub->paused_reason);
     e->sub->paused_reason = xstrdup(reason);
-    e->sub_start = start; /* unused: it exists */
+    e->sub_start = *start; /* unused: it exists */
     return true;
 }
 
@@ -137,8 +137,12 @@ void subs_apply(SubscriptionSet *s, const Event *e)
     } else if (e->type == EV_SUB_CURSOR) {
         /* Cursors only move forward; an operator's reset is a subscription event. */
         Subscription *x = hmap_get(&s->by_name, e->sub->name);
-        if (x && e->sub->cursor > x->cursor)
-            x->cursor = e->sub->cursor;
+        if (x)
+            for (int k = 0; k < e->sub->cursor.n; k++) {
+                if (k >= x->cursor.n) /* a cursor of one shard restored, say */
+                    x->cursor.seq[x->cursor.n++] = 0;
+                cursor_advance(&x->cursor, k, e->sub->cursor.seq[k]);
+            }
     }
 }
 

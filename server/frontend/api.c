@@ -1802,8 +1802,9 @@ static void h_subscription_put(Req *r, char *const *p)
     MgrCmd *c = mgrcmd_new(MC_SUBSCRIPTION_SET);
     c->name = xstrdup(p[0]);
     c->sub = xcalloc(1, sizeof *c->sub);
-    if (!body || parse_subscription(body, p[0], api_of(r)->cfg.webhook_allow, c->sub, &c->sub_reset,
-                                    &err) != 0) {
+    Api *a = api_of(r);
+    if (!body || parse_subscription(body, p[0], a->shards, a->cfg.webhook_allow, c->sub,
+                                    &c->sub_reset, &err) != 0) {
         json_decref(body);
         mgrcmd_free(c);
         req_finish_problem(r, &err);

@@ -251,8 +251,8 @@ WARN_UNUSED static int sub_url(const char *url, const NetPolicy *allow, Err *err
     return 0;
 }
 
-int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, Subscription *out,
-                       bool *reset, Err *err)
+int parse_subscription(json_t *body, const char *name, int shards, const NetPolicy *allow,
+                       Subscription *out, bool *reset, Err *err)
 {
     memset(out, 0, sizeof *out);
     *reset = false;
@@ -282,9 +282,24 @@ int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, S
         err_set(err, 400, "invalid-field", "'paused' must be true or false");
         goto cleanup;
     }
-    if (after && (!json_is_integer(after) || json_integer_value(after) < 0)) {
+    if (after && shards <= 1 && (!json_is_integer(after) || json_integer_value(after) < 0)) {
         err_set(err, 400, "invalid-field",
                 "'after' must be an event seq (0: from the start of the kept history)");
+        goto cleanup;
+    }
+    /* With several shards: an event id (a cursor's text), or a number as
+     * the text of a cursor of shard 0's alone. */
+    char num[24] = "";
+    if (after && json_is_integer(after))
+        snprintf(num, sizeof num, "%lld", (long long)json_integer_value(after));
+    Err cerr = {0};
+    if (after && shards > 1 &&
+        ((!json_is_integer(after) && !json_is_string(after)) ||
+         cursor_parse(json_is_string(after) ? json_string_value(after) : num, shards, &out->cursor,
+                      &cerr) != 0)) {
+        err_set(err, 400, "invalid-field",
+                "'after' must be an event id: a seq per shard joined by '.', as GET "
+                "/subscriptions shows a cursor (\"0\": from the start of the kept history)");
         goto cleanup;
     }
     out->name = xstrdup(name);
@@ -292,7 +307,12 @@ int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, S
     out->secret = xstrdup(secret);
     out->paused = paused && json_is_true(paused);
     *reset = after != NULL;
-    out->cursor = after ? json_integer_value(after) : 0;
+    if (shards <= 1) {
+        cursor_zero(&out->cursor, 1);
+        out->cursor.seq[0] = after ? json_integer_value(after) : 0;
+    } else if (!after) {
+        cursor_zero(&out->cursor, shards);
+    }
     return 0;
 cleanup:
     subscription_clear(out);

@@ -30,11 +30,13 @@ int parse_progress_batch(json_t *body, size_t max_batch, ProgressUpdate **u, siz
 /* A subscription: {url, secret, queues, kinds, paused, after}. On success
  * *out is all of it, named name (its strings the caller's: subscription_clear):
  * queues NULL for every queue, kinds in a fixed order (completed, dead,
- * cancelled), no paused_reason, and cursor "after" when *reset (else 0). On
+ * cancelled), no paused_reason, and cursor "after" when *reset (else at 0), a
+ * cursor of the cluster's shards: "after" is a seq when there is one shard,
+ * else an event id's text (cursor.h) or a number read as that text. On
  * failure *out is empty. A URL whose host is an address that allow
  * (netpolicy.h; NULL: none beside public ones) refuses is refused at once (a
  * name is checked when a delivery resolves it). */
-int parse_subscription(json_t *body, const char *name, const NetPolicy *allow, Subscription *out,
-                       bool *reset, Err *err) WARN_UNUSED;
+int parse_subscription(json_t *body, const char *name, int shards, const NetPolicy *allow,
+                       Subscription *out, bool *reset, Err *err) WARN_UNUSED;
 
 #endif

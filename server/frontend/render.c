@@ -349,6 +349,17 @@ static char *url_redacted(const char *url)
     return sbuf_steal(&b);
 }
 
+/* A subscription's place: a seq in a cluster of one shard, else a cursor's
+ * text (cursor.h). */
+static json_t *place_json(const Cursor *c)
+{
+    if (c->n <= 1)
+        return json_integer(c->seq[0]);
+    char text[CURSOR_TEXT_MAX];
+    cursor_format(c, text, sizeof text);
+    return json_string(text);
+}
+
 json_t *render_subscription(const SubscriptionView *v, bool deleted)
 {
     const Subscription *s = &v->sub;
@@ -362,8 +373,8 @@ json_t *render_subscription(const SubscriptionView *v, bool deleted)
     json_object_set_new(o, "kinds", strv_json(s->kinds));
     json_object_set_new(o, "paused", json_boolean(s->paused));
     json_object_set_new(o, "paused_reason", str_json(s->paused_reason));
-    json_object_set_new(o, "cursor", json_integer(s->cursor));
-    json_object_set_new(o, "delivered_upto", json_integer(d->delivered_upto));
+    json_object_set_new(o, "cursor", place_json(&s->cursor));
+    json_object_set_new(o, "delivered_upto", place_json(&d->delivered_upto));
     json_object_set_new(o, "lag", json_integer(d->lag));
     json_object_set_new(o, "delivered", json_integer(d->delivered));
     json_object_set_new(o, "last_delivered_at", render_time(d->last_delivered_at));
@@ -383,5 +394,5 @@ json_t *render_subscriptions(const SubscriptionViews *l)
     json_t *arr = json_array();
     for (size_t i = 0; i < l->len; i++)
         json_array_append_new(arr, render_subscription(&l->items[i], false));
-    return json_pack("{s:o, s:I}", "subscriptions", arr, "last_seq", (json_int_t)l->last_seq);
+    return json_pack("{s:o, s:o}", "subscriptions", arr, "last_seq", place_json(&l->last_seq));
 }

@@ -520,6 +520,19 @@ static int view_by_name(const void *a, const void *b)
     return strcmp(((const SubscriptionView *)a)->sub.name, ((const SubscriptionView *)b)->sub.name);
 }
 
+/* Every shard's log's end as this leader knows it: its own exactly, the
+ * others' as the webhooks thread last heard (none of theirs committed since
+ * is behind it). */
+static Cursor logs_end(Manager *m)
+{
+    Cursor end;
+    cursor_zero(&end, m->cfg.shards);
+    if (m->webhooks)
+        webhooks_ends(m->webhooks, &end);
+    end.seq[0] = m->last_seq;
+    return end;
+}
+
 static void handle_subscription_set(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     (void)known;
@@ -528,8 +541,9 @@ static void handle_subscription_set(Manager *m, MgrCmd *c, const KnownSet *known
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
-    /* A new subscription starts at the log's end unless it names a cursor. */
-    if (subs_decide_set(subs, c->sub, c->sub_reset, m->last_seq, now, &tmp, &err) != 0) {
+    /* A new subscription starts at the logs' end unless it names a cursor. */
+    Cursor end = logs_end(m);
+    if (subs_decide_set(subs, c->sub, c->sub_reset, &end, now, &tmp, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         emit(m, &tmp, now);
@@ -548,7 +562,8 @@ static void handle_subscription_delete(Manager *m, MgrCmd *c, const KnownSet *kn
     EventList tmp;
     eventlist_init(&tmp);
     Err err = {0};
-    if (subs_decide_delete(subs, c->name, m->last_seq, now, &tmp, &err) != 0) {
+    Cursor end = logs_end(m);
+    if (subs_decide_delete(subs, c->name, &end, now, &tmp, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
     } else {
         add_view(c, subs_get(subs, c->name)); /* as it was */
@@ -590,7 +605,7 @@ static void handle_sub_cursor(Manager *m, MgrCmd *c, const KnownSet *known, int6
     (void)known;
     EventList tmp;
     eventlist_init(&tmp);
-    subs_decide_cursor(ws_subscriptions(m->ws), c->name, c->cursor, now, &tmp);
+    subs_decide_cursor(ws_subscriptions(m->ws), c->name, &c->sub->cursor, now, &tmp);
     emit(m, &tmp, now);
     eventlist_free(&tmp);
     cmd_ok(c, 204);
@@ -602,7 +617,8 @@ static void handle_sub_pause(Manager *m, MgrCmd *c, const KnownSet *known, int64
     (void)known;
     EventList tmp;
     eventlist_init(&tmp);
-    if (subs_decide_pause(ws_subscriptions(m->ws), c->name, c->reason, m->last_seq, now, &tmp))
+    Cursor end = logs_end(m);
+    if (subs_decide_pause(ws_subscriptions(m->ws), c->name, c->reason, &end, now, &tmp))
         emit(m, &tmp, now);
     eventlist_free(&tmp);
     cmd_ok(c, 204);

@@ -706,7 +706,15 @@ static void campaign(Manager *m)
         return;
     ws_adopt_running_workers(m->ws, now);
     if (m->webhooks) { /* shard 0: the subscriptions' home */
-        SubscriptionList *subs = view_subscriptions(m->conn, &err);
+        SubscriptionList *subs = view_subscriptions(m->conn, m->cfg.shards, &err);
+        Cursor end;
+        cursor_zero(&end, m->cfg.shards);
+        end.seq[0] = m->last_seq; /* the other shards' ends: read below, as the thread does */
+        for (int k = 1; subs && k < m->cfg.shards; k++)
+            if (view_last_seq(m->conn, k, &end.seq[k], &err) != 0) {
+                view_subscriptions_free(subs);
+                subs = NULL;
+            }
         if (!subs) {
             log_error("won the lock but could not read the webhook subscriptions: %s", err.msg);
             step_down(m, "recovery failed");
@@ -714,7 +722,7 @@ static void campaign(Manager *m)
         }
         for (size_t i = 0; i < subs->len; i++) /* secrets included: the log keeps none */
             ws_subscription_restore(m->ws, &subs->items[i]);
-        webhooks_lead(m->webhooks, subs, m->last_seq);
+        webhooks_lead(m->webhooks, subs, &end);
     }
     atomic_store(&m->leader, true);
     atomic_fetch_add(&m->stats.elections_won, 1);
@@ -1135,11 +1143,12 @@ static void own_cmd_done(MgrCmd *c, void *ud)
     mgrcmd_free(c);
 }
 
-static void webhooks_cursor(void *ud, const char *name, int64_t cursor)
+static void webhooks_cursor(void *ud, const char *name, const Cursor *cursor)
 {
     MgrCmd *c = mgrcmd_new(MC_SUB_CURSOR);
     c->name = xstrdup(name);
-    c->cursor = cursor;
+    c->sub = xcalloc(1, sizeof *c->sub);
+    c->sub->cursor = *cursor;
     c->done = own_cmd_done;
     manager_send(ud, c);
 }
@@ -1187,6 +1196,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     hmap_init(&m->suspects);
     hmap_init(&m->busy);
     WebhooksConfig wc = {.database_url = cfg->database_url,
+                         .shards = m->cfg.shards,
                          .pause_after_ms = cfg->webhook_pause_after_ms,
                          .timeout_ms = cfg->webhook_timeout_ms,
                          .backoff_base_ms = cfg->webhook_backoff_base_ms,

@@ -88,7 +88,7 @@ typedef enum {
     MC_SUBSCRIPTION_SET,    /* name, sub, sub_reset -> subs: the subscription as GET shows it */
     MC_SUBSCRIPTION_DELETE, /* name -> subs: the subscription as it was */
     MC_SUBSCRIPTION_GET,    /* name, or NULL for all -> subs */
-    MC_SUB_CURSOR,          /* name, cursor: from the webhooks thread -> (204) */
+    MC_SUB_CURSOR,          /* name, sub->cursor: from the webhooks thread -> (204) */
     MC_SUB_PAUSE,           /* name, reason: from the webhooks thread -> (204) */
     MC_QUEUE_FLOW,          /* -> tokens: the starts each rate-limited queue allows now */
     MC_COUNT                /* not a command: how many kinds (commands.c has an entry for each) */
@@ -149,9 +149,9 @@ typedef struct ClusterView {
 /* How a subscription's deliveries go on the leader (the webhooks thread's
  * figures, webhooks.h). Times are ms since the epoch; 0: none. */
 typedef struct Deliveries {
-    int64_t delivered_upto; /* every event up to here was delivered or skipped (the cursor
-                               not recorded yet) */
-    int64_t lag;            /* events in the log after delivered_upto */
+    Cursor delivered_upto; /* every event up to here was delivered or skipped (the cursor
+                              not recorded yet) */
+    int64_t lag;           /* events in the logs after delivered_upto, every shard's */
     int64_t delivered;      /* deliveries acknowledged since this node leads */
     int64_t last_delivered_at;
     int failures; /* failed deliveries in a row */
@@ -171,7 +171,7 @@ typedef struct SubscriptionView {
 typedef struct SubscriptionViews {
     SubscriptionView *items; /* by name */
     size_t len;
-    int64_t last_seq; /* the log's end as the deliveries know it */
+    Cursor last_seq; /* every shard's log's end as the deliveries know it */
 } SubscriptionViews;
 
 /* A command and, once done, its reply. The sender allocates it with
@@ -212,9 +212,10 @@ typedef struct MgrCmd {
     bool peek, ready;
     ProgressUpdate *updates; /* MC_PROGRESS: n_updates of them, each answered in place */
     size_t n_updates;
-    Subscription *sub; /* MC_SUBSCRIPTION_SET: all of it, its secret included */
-    bool sub_reset;    /* MC_SUBSCRIPTION_SET: deliveries restart after sub->cursor ("after") */
-    int64_t cursor;    /* MC_SUB_CURSOR: every event up to here was delivered or skipped */
+    /* MC_SUBSCRIPTION_SET: all of it, its secret included; MC_SUB_CURSOR: its
+     * cursor alone (every event up to it was delivered or skipped) */
+    Subscription *sub;
+    bool sub_reset; /* MC_SUBSCRIPTION_SET: deliveries restart after sub->cursor ("after") */
     char *reason;      /* MC_SUB_PAUSE: why workd pauses it */
     /* reply: typed, written as JSON by the front-end (api.c, render.c) */
     int status;              /* HTTP status: 200, 202, 204, or the error's */

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "config.h"
+#include "cursor.h"
 #include "db.h"
 #include "journal.h"
 #include "log.h"
@@ -35,12 +36,14 @@ typedef struct Sub {
     int kinds; /* cfg.kinds as K_* bits */
     bool paused, dead;
     unsigned gen;       /* bumped when the cursor is reset: older reads are dropped */
-    int64_t cursor;     /* recorded */
-    int64_t done;       /* every event up to here was delivered or skipped */
-    int64_t read_upto;  /* every event up to here is in pending or was skipped */
-    ResultList pending; /* matching events after done, oldest first, from pending_at */
+    Cursor cursor;      /* recorded */
+    Cursor done;        /* every event up to here was delivered or skipped */
+    Cursor read_upto;   /* every event up to here is in pending or was skipped */
+    ResultList pending; /* matching events after done, each shard's oldest first, from
+                           pending_at */
     size_t pending_at;
-    int64_t flushed, flushed_ms;
+    Cursor flushed;
+    int64_t flushed_ms;
     bool delivered_since_flush;
     /* the delivery in flight (thread only) */
     CURL *easy;
@@ -50,6 +53,7 @@ typedef struct Sub {
     char refused[160];      /* why the last address tried was refused ("": none) */
     size_t resp_bytes;      /* of the answer, read and dropped */
     bool capped;            /* the answer went past RESPONSE_MAX: reading stopped */
+    int fly_shard;
     int64_t fly_seq;
     /* failures */
     int failures;
@@ -68,12 +72,52 @@ struct Webhooks {
     CURLM *multi;
     pthread_mutex_t lock;
     bool leading;
-    int64_t last_seq;
+    /* Every shard's log's end: shard 0's as its manager committed it, the
+     * others' as their NOTIFYs said (several shards only). */
+    Cursor last;
     Sub *subs;
     Sub *graveyard;
-    PGconn *conn; /* thread only; closed while not leading */
+    /* thread only; closed while not leading. With several shards it LISTENs
+     * for every shard's commits while leading. */
+    PGconn *conn;
     bool db_down_logged;
 };
+
+/* c, as a place of the cluster's shards (zero beyond its own). */
+static Cursor fit(const Webhooks *w, const Cursor *c)
+{
+    Cursor out;
+    cursor_zero(&out, w->cfg.shards);
+    for (int k = 0; k < c->n && k < out.n; k++)
+        out.seq[k] = c->seq[k];
+    return out;
+}
+
+static bool same_place(const Cursor *a, const Cursor *b)
+{
+    return cursor_le(a, b) && cursor_le(b, a);
+}
+
+/* Events of every shard from a to b (0 where b is not ahead). */
+static int64_t distance(const Cursor *a, const Cursor *b)
+{
+    int64_t d = 0;
+    for (int k = 0; k < b->n; k++) {
+        int64_t x = k < a->n ? a->seq[k] : 0;
+        if (b->seq[k] > x)
+            d += b->seq[k] - x;
+    }
+    return d;
+}
+
+/* "seq 812" for shard 0's events, "shard 2 seq 77" for the others'. */
+static void event_label(int shard, int64_t seq, char *out, size_t len)
+{
+    if (shard == 0)
+        snprintf(out, len, "seq %lld", (long long)seq);
+    else
+        snprintf(out, len, "shard %d seq %lld", shard, (long long)seq);
+}
 
 /* ---- subscriptions (w->lock held) ---- */
 
@@ -131,19 +175,31 @@ static void pending_drop_first(Sub *s)
         pending_clear(s);
 }
 
-static void sub_reset_cursor(Sub *s, int64_t cursor)
+/* done, from what was read and what is still to deliver: each shard's
+ * oldest pending event (pending is in order per shard) is not done. */
+static void sub_settle(Sub *s)
+{
+    s->done = s->read_upto;
+    for (size_t i = s->pending_at; i < s->pending.len; i++) {
+        const ResultEvent *ev = &s->pending.items[i];
+        if (ev->shard < s->done.n && ev->seq - 1 < s->done.seq[ev->shard])
+            s->done.seq[ev->shard] = ev->seq - 1;
+    }
+}
+
+static void sub_reset_cursor(const Webhooks *w, Sub *s, const Cursor *cursor)
 {
     s->gen++;
-    s->cursor = s->done = s->read_upto = s->flushed = cursor;
+    s->cursor = s->done = s->read_upto = s->flushed = fit(w, cursor);
     pending_clear(s);
 }
 
-static Sub *sub_new(Subscription *set, int64_t cursor)
+static Sub *sub_new(const Webhooks *w, Subscription *set, const Cursor *cursor)
 {
     Sub *s = xcalloc(1, sizeof *s);
     s->name = xstrdup(set->name);
     sub_configure(s, set);
-    sub_reset_cursor(s, cursor);
+    sub_reset_cursor(w, s, cursor);
     s->flushed_ms = mono_ms();
     return s;
 }
@@ -203,14 +259,17 @@ static void sub_add(Webhooks *w, Sub *s)
 
 /* ---- the manager thread ---- */
 
-void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq)
+void webhooks_lead(Webhooks *w, SubscriptionList *subs, const Cursor *last)
 {
     pthread_mutex_lock(&w->lock);
     bury_all(w);
     w->leading = true;
-    w->last_seq = last_seq;
+    Cursor end = fit(w, last);
+    for (int k = 0; k < end.n; k++) /* the thread may have heard of later ones */
+        cursor_advance(&w->last, k, end.seq[k]);
+    w->last.seq[0] = end.seq[0];
     for (size_t i = 0; i < subs->len; i++)
-        sub_add(w, sub_new(&subs->items[i], subs->items[i].cursor));
+        sub_add(w, sub_new(w, &subs->items[i], &subs->items[i].cursor));
     pthread_mutex_unlock(&w->lock);
     view_subscriptions_free(subs);
     curl_multi_wakeup(w->multi);
@@ -231,7 +290,7 @@ void webhooks_committed(Webhooks *w, const EventList *events)
         return;
     bool wake = false;
     pthread_mutex_lock(&w->lock);
-    w->last_seq = events->items[events->len - 1].seq;
+    w->last.seq[0] = events->items[events->len - 1].seq;
     for (size_t i = 0; i < events->len; i++) {
         const Event *e = &events->items[i];
         if (event_is_final(e->type)) {
@@ -242,8 +301,8 @@ void webhooks_committed(Webhooks *w, const EventList *events)
             continue;
         Sub *s = sub_find(w, e->sub->name);
         if (e->type == EV_SUB_CURSOR) {
-            if (s && e->sub->cursor > s->cursor)
-                s->cursor = e->sub->cursor;
+            for (int k = 0; s && k < e->sub->cursor.n; k++)
+                cursor_advance(&s->cursor, k, e->sub->cursor.seq[k]);
             continue;
         }
         wake = true;
@@ -255,12 +314,12 @@ void webhooks_committed(Webhooks *w, const EventList *events)
         Subscription set;
         subscription_copy(&set, e->sub);
         if (!s) {
-            sub_add(w, sub_new(&set, e->sub_reset ? e->sub->cursor : e->sub_start));
+            sub_add(w, sub_new(w, &set, e->sub_reset ? &e->sub->cursor : &e->sub_start));
             continue;
         }
         sub_configure(s, &set);
         if (e->sub_reset)
-            sub_reset_cursor(s, e->sub->cursor);
+            sub_reset_cursor(w, s, &e->sub->cursor);
         if (!e->sub->paused_reason) {
             /* An operator's change: a fresh start for the retries. */
             s->failures = 0;
@@ -274,10 +333,18 @@ void webhooks_committed(Webhooks *w, const EventList *events)
         curl_multi_wakeup(w->multi);
 }
 
+void webhooks_ends(Webhooks *w, Cursor *end)
+{
+    pthread_mutex_lock(&w->lock);
+    for (int k = 0; k < end->n && k < w->last.n; k++)
+        end->seq[k] = w->last.seq[k];
+    pthread_mutex_unlock(&w->lock);
+}
+
 void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
 {
     pthread_mutex_lock(&w->lock);
-    l->last_seq = w->last_seq;
+    l->last_seq = w->last;
     for (size_t i = 0; i < l->len; i++) {
         Deliveries *d = &l->items[i].deliveries;
         const Sub *s = sub_find(w, l->items[i].sub.name);
@@ -293,7 +360,7 @@ void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
                               .next_attempt_at = wait > 0 ? wall_ms() + wait : 0};
             snprintf(d->last_error, sizeof d->last_error, "%s", s->last_error);
         }
-        d->lag = w->last_seq > d->delivered_upto ? w->last_seq - d->delivered_upto : 0;
+        d->lag = distance(&d->delivered_upto, &w->last);
     }
     pthread_mutex_unlock(&w->lock);
 }
@@ -343,69 +410,149 @@ static bool wants(const Sub *s, const ResultEvent *ev)
     return !s->cfg.queues || strv_contains(s->cfg.queues, ev->queue);
 }
 
-/* Reads the next page of events for every subscription that has delivered
- * all it read, on the thread's session (w->lock not held during reads). */
+/* The thread's session is up (connected, and with several shards LISTENing
+ * for every shard's commits, the ends it missed read again), or NULL. */
+static void session_up(Webhooks *w)
+{
+    if (w->conn && PQstatus(w->conn) == CONNECTION_OK)
+        return;
+    PQfinish(w->conn);
+    Err err = {0};
+    w->conn = db_connect(w->cfg.database_url, "webhooks", &err);
+    Cursor end;
+    cursor_zero(&end, w->cfg.shards);
+    if (w->conn && w->cfg.shards > 1) {
+        /* LISTEN first: a commit after the reads below is heard. */
+        int rc = db_command(w->conn, "LISTEN workd_events", "listening for commits", &err);
+        for (int k = 1; rc == 0 && k < w->cfg.shards; k++)
+            rc = view_last_seq(w->conn, k, &end.seq[k], &err);
+        if (rc != 0) {
+            PQfinish(w->conn);
+            w->conn = NULL;
+        }
+    }
+    if (!w->conn && !w->db_down_logged)
+        log_warn("webhooks cannot reach the database, retrying: %s", err.msg);
+    w->db_down_logged = !w->conn;
+    if (!w->conn)
+        return;
+    pthread_mutex_lock(&w->lock);
+    for (int k = 1; k < w->cfg.shards; k++)
+        cursor_advance(&w->last, k, end.seq[k]);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Takes the NOTIFYs of the other shards' commits that came (several shards
+ * only). Returns whether one moved a shard's end. */
+static bool hear(Webhooks *w)
+{
+    if (w->cfg.shards <= 1 || !w->conn)
+        return false;
+    if (!PQconsumeInput(w->conn)) {
+        PQfinish(w->conn); /* connected again on the next round */
+        w->conn = NULL;
+        return false;
+    }
+    bool moved = false;
+    PGnotify *n;
+    pthread_mutex_lock(&w->lock);
+    while ((n = PQnotifies(w->conn))) {
+        int k;
+        int64_t seq;
+        /* Shard 0's end is its manager's (webhooks_committed). */
+        if (journal_notify_parse(n->extra, w->cfg.shards, &k, &seq) && k > 0 &&
+            seq > w->last.seq[k]) {
+            w->last.seq[k] = seq;
+            moved = true;
+        }
+        PQfreemem(n);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return moved;
+}
+
+/* Reads the next page of each shard's events for every subscription that
+ * has delivered all it read, on the thread's session (w->lock not held
+ * during reads), and merges them into its pending list: each shard's in
+ * order, the shards' by time. */
 static void read_pages(Webhooks *w)
 {
     typedef struct Want {
         char *name;
         unsigned gen;
-        int64_t after;
+        Cursor after;
     } Want;
     Want want[WEBHOOKS_MAX];
     size_t n = 0;
     pthread_mutex_lock(&w->lock);
-    int64_t snap = w->last_seq;
-    int64_t now = mono_ms();
     bool leading = w->leading;
-    for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
-        if (!s->paused && pending_count(s) == 0 && s->read_upto < snap && now >= s->next_try)
-            want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
     pthread_mutex_unlock(&w->lock);
-    if (!leading && w->conn) { /* a standby holds no session for this */
+    if (!leading) { /* a standby holds no session for this */
         PQfinish(w->conn);
         w->conn = NULL;
+        return;
     }
+    if (w->cfg.shards > 1) { /* the other shards' ends come through the session */
+        session_up(w);
+        hear(w);
+    }
+    pthread_mutex_lock(&w->lock);
+    Cursor snap = w->last;
+    int64_t now = mono_ms();
+    for (Sub *s = w->subs; s && n < WEBHOOKS_MAX; s = s->next)
+        if (!s->paused && pending_count(s) == 0 && !cursor_le(&snap, &s->read_upto) &&
+            now >= s->next_try)
+            want[n++] = (Want){xstrdup(s->name), s->gen, s->read_upto};
+    pthread_mutex_unlock(&w->lock);
     if (!n)
         return;
-    if (!w->conn || PQstatus(w->conn) != CONNECTION_OK) {
-        PQfinish(w->conn);
-        Err err = {0};
-        w->conn = db_connect(w->cfg.database_url, "webhooks", &err);
-        if (!w->conn && !w->db_down_logged)
-            log_warn("webhooks cannot reach the database, retrying: %s", err.msg);
-        w->db_down_logged = !w->conn;
-    }
+    session_up(w);
     for (size_t i = 0; i < n; i++) {
-        ResultList rows = {0};
-        bool at_end = false;
-        Err err = {0};
-        int got = w->conn ? view_finished_after(w->conn, 0, want[i].after, READ_PAGE, READ_BYTES,
-                                                false, NULL, &rows, &at_end, &err)
-                          : -1;
-        if (got < 0 && w->conn)
-            log_warn("webhooks: reading results after seq %lld: %s", (long long)want[i].after,
-                     err.msg);
+        ResultList rows[SHARDS_MAX];
+        bool at_end[SHARDS_MAX], ok = w->conn != NULL;
+        memset(rows, 0, sizeof rows);
+        for (int k = 0; k < snap.n; k++) {
+            at_end[k] = false;
+            if (!ok || want[i].after.seq[k] >= snap.seq[k])
+                continue;
+            Err err = {0};
+            if (view_finished_after(w->conn, k, want[i].after.seq[k], READ_PAGE, READ_BYTES, false,
+                                    NULL, &rows[k], &at_end[k], &err) < 0) {
+                char at[48];
+                event_label(k, want[i].after.seq[k], at, sizeof at);
+                log_warn("webhooks: reading results after %s: %s", at, err.msg);
+                ok = false;
+            }
+        }
         pthread_mutex_lock(&w->lock);
         Sub *s = sub_find(w, want[i].name);
-        if (got >= 0 && s && s->gen == want[i].gen && s->read_upto == want[i].after) {
-            for (size_t j = 0; j < rows.len; j++) {
-                ResultEvent *ev = &rows.items[j];
-                s->read_upto = ev->seq;
+        if (ok && s && s->gen == want[i].gen && same_place(&s->read_upto, &want[i].after)) {
+            size_t at[SHARDS_MAX] = {0};
+            for (;;) {
+                int pick = -1;
+                for (int k = 0; k < snap.n; k++)
+                    if (at[k] < rows[k].len &&
+                        (pick < 0 || rows[k].items[at[k]].at < rows[pick].items[at[pick]].at))
+                        pick = k;
+                if (pick < 0)
+                    break;
+                ResultEvent *ev = &rows[pick].items[at[pick]++];
+                cursor_advance(&s->read_upto, pick, ev->seq);
                 if (wants(s, ev)) { /* moved into pending */
                     *view_results_push(&s->pending) = *ev;
                     memset(ev, 0, sizeof *ev);
                 }
             }
-            if (at_end && s->read_upto < snap)
-                s->read_upto = snap;
-            if (pending_count(s) == 0)
-                s->done = s->read_upto;
-        } else if (got < 0 && s) {
+            for (int k = 0; k < snap.n; k++)
+                if (at_end[k])
+                    cursor_advance(&s->read_upto, k, snap.seq[k]);
+            sub_settle(s);
+        } else if (!ok && s) {
             s->next_try = mono_ms() + 1000;
         }
         pthread_mutex_unlock(&w->lock);
-        view_results_clear(&rows);
+        for (int k = 0; k < snap.n; k++)
+            view_results_clear(&rows[k]);
         free(want[i].name);
     }
 }
@@ -420,6 +567,7 @@ static const char *kind_type(EventType t)
 static void start_delivery(Webhooks *w, Sub *s)
 {
     const ResultEvent *ev = pending_first(s);
+    int shard = ev->shard;
     int64_t seq = ev->seq;
     char at[40];
     time_format(ev->at, at, sizeof at);
@@ -431,7 +579,11 @@ static void start_delivery(Webhooks *w, Sub *s)
     free(s->body);
     s->body = sbuf_steal(&body);
     char id[40], ts[24], sig[WHSIG_LEN], line[WHSIG_LEN + 32];
-    snprintf(id, sizeof id, "msg_%lld", (long long)seq);
+    /* Unique per event across the cluster; shard 0's as before shards. */
+    if (shard == 0)
+        snprintf(id, sizeof id, "msg_%lld", (long long)seq);
+    else
+        snprintf(id, sizeof id, "msg_%d_%lld", shard, (long long)seq);
     int64_t t = wall_ms() / 1000;
     snprintf(ts, sizeof ts, "%lld", (long long)t);
     if (whsig_sign(s->key, s->keylen, id, t, s->body, strlen(s->body), sig) != 0)
@@ -474,13 +626,14 @@ static void start_delivery(Webhooks *w, Sub *s)
     curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
     curl_easy_setopt(e, CURLOPT_PRIVATE, s);
     s->easy = e;
+    s->fly_shard = shard;
     s->fly_seq = seq;
     curl_multi_add_handle(w->multi, e);
 }
 
 typedef struct Action {
     char *name;
-    int64_t cursor;
+    Cursor cursor;
     char *reason; /* a pause */
 } Action;
 
@@ -496,13 +649,13 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
     if (s->dead)
         return;
     const ResultEvent *head = pending_first(s);
-    bool same = head && head->seq == s->fly_seq;
+    bool same = head && head->shard == s->fly_shard && head->seq == s->fly_seq;
     /* An answer cut at RESPONSE_MAX still has its status. */
     bool answered = rc == CURLE_OK || (rc == CURLE_WRITE_ERROR && s->capped);
     if (answered && status >= 200 && status < 300) {
         if (same)
             pending_drop_first(s);
-        s->done = pending_count(s) ? pending_first(s)->seq - 1 : s->read_upto;
+        sub_settle(s);
         s->delivered++;
         s->last_delivered_at = wall_ms();
         s->delivered_since_flush = true;
@@ -514,16 +667,16 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
     int64_t now = wall_ms();
     /* The status, or a short reason of workd's own or curl's generic words:
      * never the receiver's answer, whose bytes may be another service's. */
+    char ev[48];
+    event_label(s->fly_shard, s->fly_seq, ev, sizeof ev);
     if (answered && status)
-        snprintf(s->last_error, sizeof s->last_error, "seq %lld: HTTP %ld", (long long)s->fly_seq,
-                 status);
+        snprintf(s->last_error, sizeof s->last_error, "%s: HTTP %ld", ev, status);
     else if (s->refused[0])
         snprintf(s->last_error, sizeof s->last_error,
-                 "seq %lld: not connected: %s (internal addresses need --webhook-allow-networks)",
-                 (long long)s->fly_seq, s->refused);
+                 "%s: not connected: %s (internal addresses need --webhook-allow-networks)", ev,
+                 s->refused);
     else
-        snprintf(s->last_error, sizeof s->last_error, "seq %lld: %s", (long long)s->fly_seq,
-                 curl_easy_strerror(rc));
+        snprintf(s->last_error, sizeof s->last_error, "%s: %s", ev, curl_easy_strerror(rc));
     s->last_error_at = now;
     if (!s->failing_since)
         s->failing_since = now;
@@ -540,7 +693,7 @@ static void on_done(Webhooks *w, Sub *s, CURLcode rc, Action *acts, size_t *nact
         char reason[400];
         snprintf(reason, sizeof reason, "failing since %lld ms ago (%d attempts); last error: %s",
                  (long long)(now - s->failing_since), s->failures, s->last_error);
-        acts[*nacts] = (Action){xstrdup(s->name), 0, xstrdup(reason)};
+        acts[*nacts] = (Action){.name = xstrdup(s->name), .reason = xstrdup(reason)};
         (*nacts)++;
     }
 }
@@ -571,9 +724,9 @@ static void *webhooks_main(void *arg)
             /* Record the cursor soon after deliveries, after skips only when
              * they are many: re-reading skipped events after a failover costs
              * a read, and recording a cursor is itself an event to skip. */
-            if (s->done > s->flushed && nacts < WEBHOOKS_MAX &&
+            if (!cursor_le(&s->done, &s->flushed) && nacts < WEBHOOKS_MAX &&
                 ((s->delivered_since_flush && now - s->flushed_ms >= WEBHOOKS_CURSOR_MS) ||
-                 s->done - s->flushed >= CURSOR_SKIPPED)) {
+                 distance(&s->flushed, &s->done) >= CURSOR_SKIPPED)) {
                 acts[nacts++] = (Action){xstrdup(s->name), s->done, NULL};
                 s->flushed = s->done;
                 s->flushed_ms = now;
@@ -609,17 +762,21 @@ static void *webhooks_main(void *arg)
                 log_warn("webhook subscription %s paused: %s", acts[i].name, acts[i].reason);
                 w->cfg.pause(w->cfg.ud, acts[i].name, acts[i].reason);
             } else {
-                w->cfg.cursor(w->cfg.ud, acts[i].name, acts[i].cursor);
+                w->cfg.cursor(w->cfg.ud, acts[i].name, &acts[i].cursor);
             }
             free(acts[i].name);
             free(acts[i].reason);
         }
         int timeout = (int)(wake - mono_ms());
-        if (timeout < 0)
+        if (timeout < 0 || hear(w)) /* heard during the reads: at once */
             timeout = 0;
         if (timeout > IDLE_POLL_MS)
             timeout = IDLE_POLL_MS;
-        curl_multi_poll(w->multi, NULL, 0, timeout, NULL);
+        /* Another shard's commit wakes the thread through its session. */
+        struct curl_waitfd db = {.fd = w->conn ? PQsocket(w->conn) : -1,
+                                 .events = CURL_WAIT_POLLIN};
+        bool listening = w->cfg.shards > 1 && db.fd >= 0;
+        curl_multi_poll(w->multi, listening ? &db : NULL, listening ? 1 : 0, timeout, NULL);
     }
     return NULL;
 }
@@ -631,6 +788,9 @@ Webhooks *webhooks_start(const WebhooksConfig *cfg, Err *err)
     Webhooks *w = xcalloc(1, sizeof *w);
     w->cfg = *cfg;
     w->cfg.database_url = xstrdup(cfg->database_url);
+    if (w->cfg.shards < 1 || w->cfg.shards > SHARDS_MAX)
+        w->cfg.shards = 1;
+    cursor_zero(&w->last, w->cfg.shards);
     pthread_mutex_init(&w->lock, NULL);
     w->multi = curl_multi_init();
     if (!w->multi || pthread_create(&w->thread, NULL, webhooks_main, w) != 0) {

@@ -56,6 +56,8 @@ int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
 /* The payload of the NOTIFY workd_events an append sends: the last seq for
  * shard 0 ("812", as before shards), "<shard>:<seq>" for the others. */
 void journal_notify_payload(int shard, int64_t seq, char *out, size_t len);
+/* Reads such a payload back: false when it is not one of a shard below n. */
+bool journal_notify_parse(const char *text, int n, int *shard, int64_t *seq);
 int journal_append_recv(PGconn *c, size_t n_events, Err *err) WARN_UNUSED;
 /* Leaves pipeline mode (every outcome read), so that other statements run. */
 int journal_pipeline_end(PGconn *c, Err *err) WARN_UNUSED;

@@ -1166,11 +1166,12 @@ void view_finished_counts_free(FinishedCounts *f)
     free(f);
 }
 
-SubscriptionList *view_subscriptions(PGconn *c, Err *err)
+SubscriptionList *view_subscriptions(PGconn *c, int shards, Err *err)
 {
     PGresult *r = db_exec(c,
                           "SELECT name, url, secret, to_json(queues)::text, to_json(kinds)::text,"
-                          "       paused, paused_reason, cursor"
+                          "       paused, paused_reason,"
+                          "       array_to_string(coalesce(cursors, ARRAY[cursor]), '.')"
                           "  FROM workd_subscriptions ORDER BY name",
                           0, NULL, "reading webhook subscriptions", err);
     if (!r)
@@ -1187,8 +1188,15 @@ SubscriptionList *view_subscriptions(PGconn *c, Err *err)
             .kinds = strv_of_json(r, i, 4),
             .paused = !strcmp(db_str(r, i, 5), "t"),
             .paused_reason = str_or_null(r, i, 6),
-            .cursor = db_int(r, i, 7),
         };
+    for (int i = 0; i < PQntuples(r); i++)
+        if (cursor_parse(db_str(r, i, 7), shards, &l->items[i].cursor, err) != 0) {
+            err_set(err, 500, "bad-row", "subscription %s has the cursor '%s' (%d shards)",
+                    l->items[i].name, db_str(r, i, 7), shards);
+            PQclear(r);
+            view_subscriptions_free(l);
+            return NULL;
+        }
     PQclear(r);
     return l;
 }

@@ -194,9 +194,10 @@ typedef struct SubscriptionList {
     size_t len;
 } SubscriptionList;
 
-/* Every subscription, secret and cursor included (Subscription: event.h),
- * or NULL with err. Free with view_subscriptions_free. */
-SubscriptionList *view_subscriptions(PGconn *c, Err *err) WARN_UNUSED;
+/* Every subscription, secret and cursor included (Subscription: event.h; a
+ * cursor of the cluster's shards), or NULL with err. Free with
+ * view_subscriptions_free. */
+SubscriptionList *view_subscriptions(PGconn *c, int shards, Err *err) WARN_UNUSED;
 void view_subscriptions_free(SubscriptionList *l);
 
 /* ---- queues ----

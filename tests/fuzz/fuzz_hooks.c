@@ -1,7 +1,8 @@
 /* Fuzzes the bodies of POST /work/{id}/attempts/{n}/progress, POST
  * /workers/{id}/progress and PUT /subscriptions/{name} as their handlers read
  * them: parse_json_body, then parse_progress, parse_progress_batch or
- * parse_subscription (the first byte chooses). An accepted
+ * parse_subscription (the first byte chooses, and a subscription's shard
+ * count). An accepted
  * subscription must carry a secret that signs; an accepted progress report
  * says something. */
 #include "fuzz.h"
@@ -32,7 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (sub) {
         Subscription d;
         bool reset;
-        if (parse_subscription(body, "hook", NULL, &d, &reset, &err) == 0) {
+        int shards = data[0] & 2 ? 3 : 1; /* "after": a seq, or an event id of three shards */
+        if (parse_subscription(body, "hook", shards, NULL, &d, &reset, &err) == 0) {
+            FUZZ_CHECK(d.cursor.n == shards, "an accepted subscription's cursor has %d shards",
+                       d.cursor.n);
             unsigned char key[WHSIG_KEY_MAX];
             size_t keylen;
             char sig[WHSIG_LEN];

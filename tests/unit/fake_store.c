@@ -154,8 +154,8 @@ static void fold_subscription(Event *e)
 {
     Subscription *x = e->sub ? sub_row(e->sub->name) : NULL;
     if (e->type == EV_SUB_CURSOR) {
-        if (x && e->sub->cursor > x->cursor)
-            x->cursor = e->sub->cursor;
+        for (int k = 0; x && k < e->sub->cursor.n; k++)
+            cursor_advance(&x->cursor, k, e->sub->cursor.seq[k]);
         return;
     }
     if (e->type != EV_SUBSCRIPTION)
@@ -167,7 +167,7 @@ static void fold_subscription(Event *e)
         }
         return;
     }
-    int64_t cursor = e->sub_reset ? e->sub->cursor : x ? x->cursor : e->sub_start;
+    Cursor cursor = e->sub_reset ? e->sub->cursor : x ? x->cursor : e->sub_start;
     if (x)
         subscription_clear(x);
     else
@@ -449,9 +449,10 @@ int journal_publish_budgets(PGconn *c, int64_t payload_bytes, int json_depth, Er
     return 0;
 }
 
-SubscriptionList *view_subscriptions(PGconn *c, Err *err)
+SubscriptionList *view_subscriptions(PGconn *c, int shards, Err *err)
 {
     (void)c;
+    (void)shards;
     (void)err;
     SubscriptionList *l = xcalloc(1, sizeof *l);
     pthread_mutex_lock(&F.lock);
@@ -460,6 +461,27 @@ SubscriptionList *view_subscriptions(PGconn *c, Err *err)
         subscription_copy(&l->items[l->len++], &F.subs[i]);
     pthread_mutex_unlock(&F.lock);
     return l;
+}
+
+void view_subscriptions_free(SubscriptionList *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->len; i++)
+        subscription_clear(&l->items[i]);
+    free(l->items);
+    free(l);
+}
+
+/* The fake holds one shard's log. */
+int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err)
+{
+    (void)c;
+    (void)err;
+    pthread_mutex_lock(&F.lock);
+    *seq = shard == 0 && F.log.len ? F.log.items[F.log.len - 1].seq : 0;
+    pthread_mutex_unlock(&F.lock);
+    return 0;
 }
 
 /* ---- the leader's other threads: not started ---- */
@@ -502,14 +524,11 @@ void webhooks_stop(Webhooks *w)
     (void)w;
 }
 
-void webhooks_lead(Webhooks *w, SubscriptionList *subs, int64_t last_seq)
+void webhooks_lead(Webhooks *w, SubscriptionList *subs, const Cursor *last)
 {
     (void)w;
-    (void)last_seq;
-    for (size_t i = 0; i < subs->len; i++)
-        subscription_clear(&subs->items[i]);
-    free(subs->items);
-    free(subs);
+    (void)last;
+    view_subscriptions_free(subs);
 }
 
 void webhooks_unlead(Webhooks *w)
@@ -523,10 +542,16 @@ void webhooks_committed(Webhooks *w, const EventList *events)
     (void)events;
 }
 
+void webhooks_ends(Webhooks *w, Cursor *end)
+{
+    (void)w;
+    (void)end;
+}
+
 void webhooks_deliveries(Webhooks *w, SubscriptionViews *l)
 {
     (void)w;
-    l->last_seq = 0;
+    cursor_zero(&l->last_seq, 1);
     for (size_t i = 0; i < l->len; i++)
         l->items[i].deliveries = (Deliveries){.delivered_upto = l->items[i].sub.cursor};
 }

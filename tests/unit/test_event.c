@@ -154,7 +154,8 @@ static void fill_examples(EventList *l)
     e->sub->secret = xstrdup("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
     e->sub->queues = strv_split("mail");
     e->sub->kinds = strv_split("completed");
-    e->sub_start = 99;
+    e->sub->cursor = at_seq(0); /* not a reset: none, of the cluster's shards */
+    e->sub_start = at_seq(99);
 
     e = eventlist_push(l);
     e->type = EV_SUBSCRIPTION; /* workd's pause, for every queue, restarting after seq 7 */
@@ -164,22 +165,22 @@ static void fill_examples(EventList *l)
     e->sub->kinds = strv_split("dead,cancelled");
     e->sub->paused = true;
     e->sub->paused_reason = xstrdup("failing since 60000 ms ago");
-    e->sub->cursor = 7;
+    e->sub->cursor = at_seq(7);
     e->sub_reset = true;
-    e->sub_start = 110;
+    e->sub_start = at_seq(110);
 
     e = eventlist_push(l);
     e->type = EV_SUBSCRIPTION;
     e->sub = xcalloc(1, sizeof *e->sub);
     e->sub->name = xstrdup("billing");
     e->sub_deleted = true;
-    e->sub_start = 120;
+    e->sub_start = at_seq(120);
 
     e = eventlist_push(l);
     e->type = EV_SUB_CURSOR;
     e->sub = xcalloc(1, sizeof *e->sub);
     e->sub->name = xstrdup("billing");
-    e->sub->cursor = 118;
+    e->sub->cursor = at_seq(118);
 
     e = eventlist_push(l);
     e->type = EV_ACCEPTED; /* a child of two parents, in a batch */
@@ -582,14 +583,17 @@ static void test_decided_events_round_trip(void **state)
                         .secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
                         .kinds = (char *[]){"completed", "dead", NULL}};
     const SubscriptionSet *subs = ws_subscriptions(s.ws);
-    CHECK(subs_decide_set(subs, &sub, false, s.seq, s.now, &s.out, &err) == 0,
+    Cursor start = at_seq(s.seq);
+    CHECK(subs_decide_set(subs, &sub, false, &start, s.now, &s.out, &err) == 0,
           "the subscription was refused: %s", err.msg);
     sim_emit(&s);
-    subs_decide_cursor(subs, "billing", s.seq, s.now, &s.out);
-    CHECK(subs_decide_pause(subs, "billing", "failing", s.seq, s.now, &s.out),
+    start = at_seq(s.seq);
+    subs_decide_cursor(subs, "billing", &start, s.now, &s.out);
+    CHECK(subs_decide_pause(subs, "billing", "failing", &start, s.now, &s.out),
           "the pause should be decided");
     sim_emit(&s);
-    CHECK(subs_decide_delete(subs, "billing", s.seq, s.now, &s.out, &err) == 0,
+    start = at_seq(s.seq);
+    CHECK(subs_decide_delete(subs, "billing", &start, s.now, &s.out, &err) == 0,
           "the deletion was refused: %s", err.msg);
     sim_emit(&s);
 
@@ -718,6 +722,19 @@ static void test_typed_kinds_encode_as_before(void **state)
                          "\"start\": 99, \"cursor\": 5}"},
         {"subscription", "{\"name\": \"billing\", \"deleted\": true, \"start\": 120}"},
         {"subscription_cursor", "{\"name\": \"billing\", \"cursor\": 118}"},
+        /* with several shards: each shard's place beside shard 0's */
+        {"subscription", "{\"name\": \"billing\", \"url\": \"https://example.com/h\", "
+                         "\"queues\": null, \"kinds\": [\"dead\"], \"paused\": false, "
+                         "\"paused_reason\": null, \"deleted\": false, \"start\": 99, "
+                         "\"starts\": [99, 0, 41]}"},
+        {"subscription", "{\"name\": \"billing\", \"url\": \"https://example.com/h\", "
+                         "\"queues\": null, \"kinds\": [\"dead\"], \"paused\": false, "
+                         "\"paused_reason\": null, \"deleted\": false, \"start\": 99, "
+                         "\"starts\": [99, 7], \"cursor\": 5, \"cursors\": [5, 3]}"},
+        {"subscription", "{\"name\": \"billing\", \"deleted\": true, \"start\": 120, "
+                         "\"starts\": [120, 8]}"},
+        {"subscription_cursor", "{\"name\": \"billing\", \"cursor\": 118, "
+                                "\"cursors\": [118, 0, 77]}"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         json_t *data = J(rows[i].data);
@@ -743,7 +760,7 @@ static void test_typed_kinds_encode_as_before(void **state)
     Event e;
     Err err;
     CHECK(event_decode(8, 1, T0, "subscription", 1, NULL, data, &e, &err) == 0, "%s", err.msg);
-    CHECK(!e.sub_deleted && !e.sub_reset && e.sub_start == 3 && e.sub->paused &&
+    CHECK(!e.sub_deleted && !e.sub_reset && e.sub_start.n == 1 && e.sub_start.seq[0] == 3 && e.sub->paused &&
               !strcmp(e.sub->paused_reason, "failing") && !e.sub->queues && !e.sub->secret,
           "an old pause decodes as %s", sub_text(e.sub));
     json_object_set_new(data, "deleted", json_false());

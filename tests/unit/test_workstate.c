@@ -1429,9 +1429,10 @@ static void sub_put(Sim *s, const char *name, const char *url, const char *secre
                         .queues = queues ? strv_split(queues) : NULL,
                         .kinds = strv_split(kinds),
                         .paused = paused,
-                        .cursor = after < 0 ? 0 : after};
+                        .cursor = at_seq(after < 0 ? 0 : after)};
     Err err = {0};
-    CHECK(subs_decide_set(ws_subscriptions(s->ws), &set, after >= 0, s->seq, s->now, &s->out,
+    Cursor start = at_seq(s->seq);
+    CHECK(subs_decide_set(ws_subscriptions(s->ws), &set, after >= 0, &start, s->now, &s->out,
                           &err) == 0,
           "PUT %s refused: %s", name, err.msg);
     strv_free(set.queues);
@@ -1459,15 +1460,15 @@ static void test_subscriptions_follow_their_events(void **state)
                 "paused=0 reason=(null) cursor=1\n"
                 "b url=https://u:p@b.example/h secret=" SECRET_B " queues=mail,sms kinds=dead "
                 "paused=0 reason=(null) cursor=0\n");
-    subs_decide_cursor(subs, "a", 9, s.now, &s.out);
-    subs_decide_cursor(subs, "a", 4, s.now, &s.out); /* behind: ignored */
-    subs_decide_cursor(subs, "gone", 4, s.now, &s.out);
+    subs_decide_cursor(subs, "a", AT(9), s.now, &s.out);
+    subs_decide_cursor(subs, "a", AT(4), s.now, &s.out); /* behind: ignored */
+    subs_decide_cursor(subs, "gone", AT(4), s.now, &s.out);
     CHECK(s.out.len == 2, "a cursor for a subscription that does not exist decides nothing");
     sim_emit(&s);
-    CHECK(subs_decide_pause(subs, "b", "failing since 60000 ms ago", s.seq, s.now, &s.out),
+    CHECK(subs_decide_pause(subs, "b", "failing since 60000 ms ago", AT(s.seq), s.now, &s.out),
           "the pause of b should be decided");
     sim_emit(&s);
-    CHECK(!subs_decide_pause(subs, "b", "again", s.seq, s.now, &s.out) && !s.out.len,
+    CHECK(!subs_decide_pause(subs, "b", "again", AT(s.seq), s.now, &s.out) && !s.out.len,
           "a paused subscription is not paused again");
     sub_put(&s, "a", "https://a2.example/h", SECRET_B, "mail", "dead", true, -1);
     expect_subs("after cursors, workd's pause of b and a PUT of a", s.ws,
@@ -1476,9 +1477,9 @@ static void test_subscriptions_follow_their_events(void **state)
                 "b url=https://u:p@b.example/h secret=" SECRET_B " queues=mail,sms kinds=dead "
                 "paused=1 reason=failing since 60000 ms ago cursor=0\n");
     Err err = {0};
-    CHECK(subs_decide_delete(subs, "nope", s.seq, s.now, &s.out, &err) != 0 && err.status == 404,
+    CHECK(subs_decide_delete(subs, "nope", AT(s.seq), s.now, &s.out, &err) != 0 && err.status == 404,
           "deleting what does not exist is a 404, not %d", err.status);
-    CHECK(subs_decide_delete(subs, "b", s.seq, s.now, &s.out, &err) == 0, "%s", err.msg);
+    CHECK(subs_decide_delete(subs, "b", AT(s.seq), s.now, &s.out, &err) == 0, "%s", err.msg);
     sim_emit(&s);
     expect_subs("after b's deletion", s.ws,
                 "a url=https://a2.example/h secret=" SECRET_B " queues=mail kinds=dead "
@@ -1499,14 +1500,14 @@ static void test_subscriptions_replay_from_the_log(void **state)
         snprintf(name, sizeof name, "hook-%d", i);
         sub_put(&s, name, "https://h.example/x", i % 2 ? SECRET_A : SECRET_B, i % 3 ? "mail" : NULL,
                 "completed", false, i == 2 ? 0 : -1);
-        subs_decide_cursor(subs, name, s.seq + i, s.now, &s.out);
+        subs_decide_cursor(subs, name, AT(s.seq + i), s.now, &s.out);
         sim_emit(&s);
     }
-    CHECK(subs_decide_pause(subs, "hook-1", "failing", s.seq, s.now, &s.out), "hook-1's pause");
+    CHECK(subs_decide_pause(subs, "hook-1", "failing", AT(s.seq), s.now, &s.out), "hook-1's pause");
     sim_emit(&s);
     sub_put(&s, "hook-3", "https://h.example/y", SECRET_B, NULL, "dead", false, 2);
     Err err = {0};
-    CHECK(subs_decide_delete(subs, "hook-4", s.seq, s.now, &s.out, &err) == 0, "%s", err.msg);
+    CHECK(subs_decide_delete(subs, "hook-4", AT(s.seq), s.now, &s.out, &err) == 0, "%s", err.msg);
     sim_emit(&s);
     CHECK(subs_count(subs) == 4, "4 subscriptions should be left, not %zu", subs_count(subs));
     char *live = subs_text(s.ws, true);
@@ -1565,9 +1566,9 @@ static void test_a_pause_needs_the_secret(void **state)
     e->sub->kinds = strv_split("dead");
     sim_emit(&s);
     const SubscriptionSet *subs = ws_subscriptions(s.ws);
-    CHECK(!subs_decide_pause(subs, "b", "failing", s.seq, s.now, &s.out) && !s.out.len,
+    CHECK(!subs_decide_pause(subs, "b", "failing", AT(s.seq), s.now, &s.out) && !s.out.len,
           "a subscription whose secret is not known is not paused");
-    CHECK(subs_decide_pause(subs, "a", "failing", s.seq, s.now, &s.out) && s.out.len == 1 &&
+    CHECK(subs_decide_pause(subs, "a", "failing", AT(s.seq), s.now, &s.out) && s.out.len == 1 &&
               s.out.items[0].sub->secret && !strcmp(s.out.items[0].sub->secret, SECRET_A),
           "a's pause should carry its secret");
     sim_emit(&s);
@@ -1590,12 +1591,12 @@ static void test_subscriptions_are_bounded(void **state)
                         .secret = SECRET_A,
                         .kinds = (char *[]){"dead", NULL}};
     Err err = {0};
-    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, s.seq, s.now, &s.out, &err) != 0 &&
+    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, AT(s.seq), s.now, &s.out, &err) != 0 &&
               err.status == 409 && !strcmp(err.type, "too-many-subscriptions") && !s.out.len,
           "subscription %d should be refused (409 too-many-subscriptions), not %d %s", SUBS_MAX + 1,
           err.status, err.type);
     set.name = "h0";
-    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, s.seq, s.now, &s.out, &err) == 0,
+    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, AT(s.seq), s.now, &s.out, &err) == 0,
           "a change of one that exists is taken: %s", err.msg);
     sim_emit(&s);
     sim_free(&s);

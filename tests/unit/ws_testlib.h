@@ -241,9 +241,22 @@ static inline char *sub_text(const Subscription *s)
     sbuf_puts(&b, " kinds=");
     for (size_t i = 0; s->kinds && s->kinds[i]; i++)
         sbuf_printf(&b, "%s%s", i ? "," : "", s->kinds[i]);
-    sbuf_printf(&b, " paused=%d reason=%s cursor=%lld", s->paused,
-                s->paused_reason ? s->paused_reason : "(null)", (long long)s->cursor);
+    char cursor[CURSOR_TEXT_MAX];
+    cursor_format(&s->cursor, cursor, sizeof cursor);
+    sbuf_printf(&b, " paused=%d reason=%s cursor=%s", s->paused,
+                s->paused_reason ? s->paused_reason : "(null)", cursor);
     return sbuf_steal(&b);
+}
+
+/* A place in a cluster of one shard (a subscription's start or cursor);
+ * AT(x) points at one for the length of the full expression. */
+#define AT(x) (&(Cursor){.n = 1, .seq = {(x)}})
+static inline Cursor at_seq(int64_t seq)
+{
+    Cursor c;
+    cursor_zero(&c, 1);
+    c.seq[0] = seq;
+    return c;
 }
 
 static inline char *event_diff(const Event *a, const Event *b)
@@ -308,7 +321,13 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_STR(output);
     EVD_INT(sub_deleted);
     EVD_INT(sub_reset);
-    EVD_INT(sub_start);
+    {
+        char x[CURSOR_TEXT_MAX], y[CURSOR_TEXT_MAX];
+        cursor_format(&a->sub_start, x, sizeof x);
+        cursor_format(&b->sub_start, y, sizeof y);
+        if (strcmp(x, y))
+            sbuf_printf(&m, " sub_start: %s != %s;", x, y);
+    }
     {
         char *x = sub_text(a->sub), *y = sub_text(b->sub);
         if (strcmp(x, y))

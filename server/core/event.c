@@ -756,8 +756,7 @@ WARN_UNUSED static int get_place(json_t *d, const char *key, const char *keys, C
         cursor_zero(out, (int)json_array_size(a));
         for (size_t k = 0; k < json_array_size(a); k++) {
             if (!json_is_integer(json_array_get(a, k)))
-                return err_set(err, 500, "bad-event", "event field '%s' holds a non-integer",
-                               keys);
+                return err_set(err, 500, "bad-event", "event field '%s' holds a non-integer", keys);
             out->seq[k] = json_integer_value(json_array_get(a, k));
         }
         return 0;

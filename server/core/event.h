@@ -154,10 +154,10 @@ typedef struct Event {
      * sub_reset), or only its name with sub_deleted; EV_SUB_CURSOR: its name
      * and the cursor its deliveries reached. NULL for other kinds. */
     Subscription *sub;
-    bool sub_deleted;  /* EV_SUBSCRIPTION: it is deleted */
-    bool sub_reset;    /* EV_SUBSCRIPTION: deliveries restart after sub->cursor ("after") */
-    Cursor sub_start;  /* EV_SUBSCRIPTION: every shard's log's end when it was decided: where
-                          a new subscription without sub_reset starts */
+    bool sub_deleted; /* EV_SUBSCRIPTION: it is deleted */
+    bool sub_reset;   /* EV_SUBSCRIPTION: deliveries restart after sub->cursor ("after") */
+    Cursor sub_start; /* EV_SUBSCRIPTION: every shard's log's end when it was decided: where
+                         a new subscription without sub_reset starts */
     /* EV_ACCEPTED: dependencies and batches */
     char **after;    /* parents named (NULL-terminated), NULL: none */
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */

@@ -66,8 +66,8 @@ int subs_decide_set(const SubscriptionSet *s, const Subscription *set, bool rese
     return 0;
 }
 
-int subs_decide_delete(const SubscriptionSet *s, const char *name, const Cursor *start,
-                       int64_t now, EventList *out, Err *err)
+int subs_decide_delete(const SubscriptionSet *s, const char *name, const Cursor *start, int64_t now,
+                       EventList *out, Err *err)
 {
     if (!subs_get(s, name))
         return err_set(err, 404, "not-found", "no webhook subscription with that name");

@@ -29,8 +29,8 @@ void subs_free(SubscriptionSet *s);
 int subs_decide_set(const SubscriptionSet *s, const Subscription *set, bool reset,
                     const Cursor *start, int64_t now, EventList *out, Err *err) WARN_UNUSED;
 /* Refusal: 404 "not-found". */
-int subs_decide_delete(const SubscriptionSet *s, const char *name, const Cursor *start,
-                       int64_t now, EventList *out, Err *err) WARN_UNUSED;
+int subs_decide_delete(const SubscriptionSet *s, const char *name, const Cursor *start, int64_t now,
+                       EventList *out, Err *err) WARN_UNUSED;
 /* The deliveries of name reached cursor, every shard's (nothing once it is
  * gone). */
 void subs_decide_cursor(const SubscriptionSet *s, const char *name, const Cursor *cursor,
@@ -44,8 +44,8 @@ bool subs_decide_pause(const SubscriptionSet *s, const char *name, const char *r
 
 /* ---- applying ---- */
 /* subscription and subscription_cursor events (a cursor moves each shard
- * forward only); others are ignored. An event without a secret (as the log gives them back) keeps the one the
- * subscription has. */
+ * forward only); others are ignored. An event without a secret (as the log gives them back) keeps
+ * the one the subscription has. */
 void subs_apply(SubscriptionSet *s, const Event *e);
 /* Recovery: a subscription as workd_subscriptions holds it (copied, secret
  * and cursor included). */

@@ -709,7 +709,7 @@ static void campaign(Manager *m)
         SubscriptionList *subs = view_subscriptions(m->conn, m->cfg.shards, &err);
         Cursor end;
         cursor_zero(&end, m->cfg.shards);
-        end.seq[0] = m->last_seq; /* the other shards' ends: read below, as the thread does */
+        end.seq[0] = m->last_seq; /* the others': read here, then kept by the thread */
         for (int k = 1; subs && k < m->cfg.shards; k++)
             if (view_last_seq(m->conn, k, &end.seq[k], &err) != 0) {
                 view_subscriptions_free(subs);

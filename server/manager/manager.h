@@ -152,7 +152,7 @@ typedef struct Deliveries {
     Cursor delivered_upto; /* every event up to here was delivered or skipped (the cursor
                               not recorded yet) */
     int64_t lag;           /* events in the logs after delivered_upto, every shard's */
-    int64_t delivered;      /* deliveries acknowledged since this node leads */
+    int64_t delivered;     /* deliveries acknowledged since this node leads */
     int64_t last_delivered_at;
     int failures; /* failed deliveries in a row */
     int64_t failing_since, last_error_at, next_attempt_at;
@@ -216,7 +216,7 @@ typedef struct MgrCmd {
      * cursor alone (every event up to it was delivered or skipped) */
     Subscription *sub;
     bool sub_reset; /* MC_SUBSCRIPTION_SET: deliveries restart after sub->cursor ("after") */
-    char *reason;      /* MC_SUB_PAUSE: why workd pauses it */
+    char *reason;   /* MC_SUB_PAUSE: why workd pauses it */
     /* reply: typed, written as JSON by the front-end (api.c, render.c) */
     int status;              /* HTTP status: 200, 202, 204, or the error's */
     Err err;                 /* when status >= 400 */

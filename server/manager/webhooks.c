@@ -194,12 +194,15 @@ static void sub_reset_cursor(const Webhooks *w, Sub *s, const Cursor *cursor)
     pending_clear(s);
 }
 
+/* A subscription of set's settings (moved, as sub_configure), delivering
+ * after cursor (which may be set's own: read first). */
 static Sub *sub_new(const Webhooks *w, Subscription *set, const Cursor *cursor)
 {
+    Cursor after = *cursor;
     Sub *s = xcalloc(1, sizeof *s);
     s->name = xstrdup(set->name);
     sub_configure(s, set);
-    sub_reset_cursor(w, s, cursor);
+    sub_reset_cursor(w, s, &after);
     s->flushed_ms = mono_ms();
     return s;
 }

@@ -760,8 +760,9 @@ static void test_typed_kinds_encode_as_before(void **state)
     Event e;
     Err err;
     CHECK(event_decode(8, 1, T0, "subscription", 1, NULL, data, &e, &err) == 0, "%s", err.msg);
-    CHECK(!e.sub_deleted && !e.sub_reset && e.sub_start.n == 1 && e.sub_start.seq[0] == 3 && e.sub->paused &&
-              !strcmp(e.sub->paused_reason, "failing") && !e.sub->queues && !e.sub->secret,
+    CHECK(!e.sub_deleted && !e.sub_reset && e.sub_start.n == 1 && e.sub_start.seq[0] == 3 &&
+              e.sub->paused && !strcmp(e.sub->paused_reason, "failing") && !e.sub->queues &&
+              !e.sub->secret,
           "an old pause decodes as %s", sub_text(e.sub));
     json_object_set_new(data, "deleted", json_false());
     json_t *again = event_data_encode(&e);

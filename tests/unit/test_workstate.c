@@ -1477,7 +1477,8 @@ static void test_subscriptions_follow_their_events(void **state)
                 "b url=https://u:p@b.example/h secret=" SECRET_B " queues=mail,sms kinds=dead "
                 "paused=1 reason=failing since 60000 ms ago cursor=0\n");
     Err err = {0};
-    CHECK(subs_decide_delete(subs, "nope", AT(s.seq), s.now, &s.out, &err) != 0 && err.status == 404,
+    CHECK(subs_decide_delete(subs, "nope", AT(s.seq), s.now, &s.out, &err) != 0 &&
+              err.status == 404,
           "deleting what does not exist is a 404, not %d", err.status);
     CHECK(subs_decide_delete(subs, "b", AT(s.seq), s.now, &s.out, &err) == 0, "%s", err.msg);
     sim_emit(&s);
@@ -1591,7 +1592,8 @@ static void test_subscriptions_are_bounded(void **state)
                         .secret = SECRET_A,
                         .kinds = (char *[]){"dead", NULL}};
     Err err = {0};
-    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, AT(s.seq), s.now, &s.out, &err) != 0 &&
+    CHECK(subs_decide_set(ws_subscriptions(s.ws), &set, false, AT(s.seq), s.now, &s.out, &err) !=
+                  0 &&
               err.status == 409 && !strcmp(err.type, "too-many-subscriptions") && !s.out.len,
           "subscription %d should be refused (409 too-many-subscriptions), not %d %s", SUBS_MAX + 1,
           err.status, err.type);

@@ -273,29 +273,37 @@ async function open() {
   // acceptance; a retry counts as a new acceptance), Newer and Newest come back.
   const all = [id, dead, later, ...extra];
   await page.goto(`${opt.url}/#/work?limit=2`);
+  // The list of the filter before may still be shown: wait for this one's.
+  await page.waitForFunction(() => document.querySelector('#list-limit').value === '2');
+  await page.locator('#work-list:not(:has-text("Loading…"))').waitFor();
   const rows = page.locator('#work-table tbody tr');
   const pages = [];
+  let pastTheEnd = false; // the walk ended on the empty page after a full last one
   for (;;) {
     if (pages.length) {
       const prev = pages[pages.length - 1][0];
       await page.click('#list-older');
       // The next page, loaded: not the previous one, and not "Loading…" in between.
       await page.locator(`#work-list:not(:has(tr[data-id="${prev}"])):not(:has-text("Loading…"))`).waitFor();
-      if (await page.locator('#work-list', {hasText: 'No older work.'}).count()) break;
+      pastTheEnd = (await page.locator('#work-list', {hasText: 'No older work.'}).count()) > 0;
+      if (pastTheEnd) break;
     }
     await rows.first().waitFor();
     pages.push(await rows.evaluateAll((trs) => trs.map((r) => r.dataset.id)));
     check(pages[pages.length - 1].length <= 2, 'at most two items a page');
     if (await page.locator('#list-older').isDisabled()) break;
   }
+  log(`  pages ${JSON.stringify(pages)}`);
   const seen = pages.flat();
   check(JSON.stringify([...seen].sort()) === JSON.stringify([...all].sort()),
         `the pages show each item once: ${JSON.stringify(pages)}`);
   // A full last page still has a next_before: the end shows one click later.
   check(await page.locator('#list-older').isDisabled(), 'past the end, "Older" is disabled');
+  // Newer: the last page (from past the end), or the one before it.
   await page.click('#list-newer');
-  await page.locator(`#work-table tbody tr[data-id="${pages[pages.length - 1][0]}"]`).waitFor();
-  await page.click('#list-newest');
+  const newer = pages[Math.max(0, pages.length - (pastTheEnd ? 1 : 2))][0];
+  await page.locator(`#work-table tbody tr[data-id="${newer}"]`).waitFor();
+  if (!(await page.locator('#list-newest').isDisabled())) await page.click('#list-newest');
   await page.locator(`#work-table tbody tr[data-id="${pages[0][0]}"]`).waitFor();
   await page.goto(`${opt.url}/#/work`);
   await page.locator(`#work-table tbody tr[data-id="${dead}"]`).waitFor();

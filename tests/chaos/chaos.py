@@ -254,9 +254,9 @@ class Subscriber(threading.Thread):
     """Follows GET /results from after=0; when the stream ends (node killed,
     connection cut) it reconnects to ANOTHER node with Last-Event-ID."""
 
-    def __init__(self, idx, urls, run, seed):
+    def __init__(self, idx, urls, run, seed, shards=1):
         super().__init__(daemon=True, name=f"sse-{idx}")
-        self.idx, self.urls, self.run_ = idx, urls, run
+        self.idx, self.urls, self.run_, self.shards = idx, urls, run, shards
         self.rng = random.Random(seed)
         self.name_ = f"sub{idx + 1}"
         self.node = idx
@@ -367,7 +367,7 @@ class Subscriber(threading.Thread):
         # queue's shard say where it is: order holds within a shard.
         data = json.loads(text)
         seq, work_id = data["seq"], data["id"]
-        shard = shard_of(data.get("queue", ""), self.run_.shards)
+        shard = shard_of(data.get("queue", ""), self.shards)
         last = self.last_seq.get(shard, 0)
         if seq <= last:
             self.out_of_order.append((shard, seq, last))
@@ -572,7 +572,7 @@ class Chaos:
         self.urls = [s.url for s in self.servers]
         for i in range(p["workers"]):
             self.start_worker(self.urls[i % len(self.urls)])
-        self.subs = [Subscriber(i, self.urls, self, self.rng.random())
+        self.subs = [Subscriber(i, self.urls, self, self.rng.random(), self.shards)
                      for i in range(p["subscribers"])]
         self.clients = [Client(i, self.urls, p["rate"], self) for i in range(p["clients"])]
         for t in self.subs + self.clients:

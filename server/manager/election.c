@@ -51,7 +51,7 @@ ElectionResult election_try(Election *e, PGconn **conn)
     PQclear(r);
     if (!won)
         return ELECTION_LOST;
-    if (journal_prepare(*conn, &err) != 0) {
+    if (journal_prepare(*conn, e->shards > 1, &err) != 0) {
         log_error("won the lock but cannot prepare statements: %s", err.msg);
         PQfinish(*conn); /* releases the lock */
         *conn = NULL;

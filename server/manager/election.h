@@ -22,6 +22,7 @@ typedef enum {
 typedef struct Election {
     const char *database_url; /* borrowed */
     int shard;                /* whose leader lock (db_shard_lock) */
+    int shards;               /* of the cluster */
     char app[24];             /* the session's application_name suffix: manager, manager-s<k> */
     bool down_logged;
 } Election;

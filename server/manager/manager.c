@@ -1170,9 +1170,10 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->cfg.advertise_url = xstrdup(cfg->advertise_url);
     m->election.database_url = m->cfg.database_url;
     atomic_store(&m->may_campaign, true);
-    m->election.shard = cfg->shard;
     if (m->cfg.shards < 1)
         m->cfg.shards = 1;
+    m->election.shard = cfg->shard;
+    m->election.shards = m->cfg.shards;
     pthread_mutex_init(&m->lock, NULL);
     eventlist_init(&m->batch);
     histogram_init(&m->stats.commit_us, histogram_us_bounds, 1e6);

@@ -130,6 +130,7 @@ enum {
     P_PREV_PART, /* its part */
     P_INBOX,
     P_SHARD,
+    P_NOTIFY, /* whether the append notifies (else its own transaction does: NOTIFY_SQL) */
     P_ACT_QUEUES,
     P_ACT_FIRST,                         /* A_COUNT of them */
     P_PROG_WORK = P_ACT_FIRST + A_COUNT, /* the progress reports: their work ids */
@@ -400,8 +401,9 @@ static char *append_sql(unsigned shape, bool used[N_PARAMS + 1])
         "ib AS (DELETE FROM workd_inbox WHERE n = ANY($%d::bigint[]) AND (SELECT ok FROM lk)),\n",
         P_INBOX);
     sbuf_printf(&part[AP_END],
-                "SELECT (SELECT coalesce(sum(n), 0) FROM ev), pg_notify('workd_events', $%d)",
-                P_LAST_SEQ);
+                "SELECT (SELECT coalesce(sum(n), 0) FROM ev),"
+                " CASE WHEN $%d::boolean THEN pg_notify('workd_events', $%d) END",
+                P_NOTIFY, P_LAST_SEQ);
 
     /* Joined: each CTE ends in ",\n", the last one's comma dropped. */
     SBuf sql;
@@ -681,6 +683,7 @@ static void put_row(Col *cols, const Field *defs, size_t n, const ProjRow *r)
 static _Thread_local struct {
     PGconn *conn;
     bool used[1u << AP_END][N_PARAMS + 1]; /* the parameters shape reads ($1 is [1]) */
+    bool notify_apart;                     /* each append's NOTIFY in a transaction of its own */
 } shapes;
 
 _Static_assert(AP_END <= 8, "shapes (bits 1 to AP_END - 1) fit an unsigned char");
@@ -693,8 +696,24 @@ static void shape_name(unsigned shape, char *name, size_t name_size)
     snprintf(name, name_size, "workd_append_%02x", shape);
 }
 
-int journal_prepare(PGconn *c, Err *err)
+/* The NOTIFY on channel workd_events that tells every node's listener of an
+ * append. PostgreSQL makes a transaction that sent NOTIFY hold a lock of the
+ * whole database from before its commit until its commit record is flushed
+ * (so that notifications come in commit order): with several shards, their
+ * appends would commit one after another, each behind the others'
+ * fdatasync. So there each append's NOTIFY is a transaction of its own, sent
+ * right behind it, notifying only if the append committed (its last record
+ * is there): it has no transaction id and writes no commit record, and holds
+ * the lock for microseconds. With one shard the append notifies itself,
+ * which costs no statement more. */
+#define NOTIFY_NAME "workd_notify"
+#define NOTIFY_SQL                                                                                 \
+    "SELECT pg_notify('workd_events', $3::text) WHERE EXISTS"                                      \
+    " (SELECT 1 FROM workd_log WHERE shard = $1::int AND last_seq = $2::bigint)"
+
+int journal_prepare(PGconn *c, bool notify_apart, Err *err)
 {
+    shapes.notify_apart = notify_apart;
     /* The append's plan does not depend on its parameters (arrays of any
      * length): plan it once, not at every commit. Nor on the statistics of
      * workd_open, which swing with the open work: a table vacuumed while it
@@ -737,6 +756,11 @@ int journal_prepare(PGconn *c, Err *err)
                          PQerrorMessage(c));
         free(sql);
     }
+    if (rc == 0 && PQsendPrepare(c, NOTIFY_NAME, NOTIFY_SQL, 3, NULL))
+        sent++;
+    else if (rc == 0)
+        rc = err_set(err, 503, "database-unavailable", "preparing the append statements: %s",
+                     PQerrorMessage(c));
     if (rc == 0 && !PQpipelineSync(c))
         rc = err_set(err, 503, "database-unavailable", "preparing the append statements: %s",
                      PQerrorMessage(c));
@@ -913,6 +937,7 @@ int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
     char *inbox_ns = seqs_array(inbox, n_inbox);
     params[P_INBOX - 1] = inbox_ns;
     params[P_SHARD - 1] = shardv;
+    params[P_NOTIFY - 1] = shapes.notify_apart ? "f" : "t";
     Col act[1 + A_COUNT], prog[2];
     activity_cols(events, act);
     progress_cols(events, prog);
@@ -938,8 +963,14 @@ int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
         formats[i] = 1;
     }
     int rc = 0;
+    char last_seq[24];
+    snprintf(last_seq, sizeof last_seq, "%lld", (long long)events->items[events->len - 1].seq);
+    const char *nparams[] = {shardv, last_seq, last};
     if ((PQpipelineStatus(c) == PQ_PIPELINE_OFF && !PQenterPipelineMode(c)) ||
-        !PQsendQueryPrepared(c, name, N_PARAMS, params, lengths, formats, 0) || !PQpipelineSync(c))
+        !PQsendQueryPrepared(c, name, N_PARAMS, params, lengths, formats, 0) ||
+        !PQpipelineSync(c) ||
+        (shapes.notify_apart &&
+         (!PQsendQueryPrepared(c, NOTIFY_NAME, 3, nparams, NULL, NULL, 0) || !PQpipelineSync(c))))
         rc = err_set(err, 503, "database-unavailable", "appending events: %s", PQerrorMessage(c));
     for (int i = 0; i < N_ARRAYS; i++)
         sbuf_free(&cols[i].b);
@@ -1000,6 +1031,25 @@ int journal_append_recv(PGconn *c, size_t n_events, Err *err)
         rc = err_set(err, 409, "fenced",
                      "this session no longer holds the leader lock, or the append before "
                      "this one failed: nothing was written");
+    /* Then its notification's transaction (NOTIFY_SQL), if it has one: a
+     * result, the NULL, the sync. It notifies nothing unless the append
+     * committed. */
+    if (!shapes.notify_apart)
+        return rc;
+    PGresult *n = PQgetResult(c);
+    if (rc == 0 && (!n || PQresultStatus(n) != PGRES_TUPLES_OK))
+        rc = err_set(err, 503, "database-unavailable", "notifying an append: %s",
+                     n ? PQresultErrorMessage(n) : PQerrorMessage(c));
+    PQclear(n);
+    if (!n)
+        return rc;
+    for (int i = 0; i < 4 && (more = PQgetResult(c)); i++)
+        PQclear(more);
+    sync = PQgetResult(c);
+    if (rc == 0 && PQresultStatus(sync) != PGRES_PIPELINE_SYNC)
+        rc = err_set(err, 503, "database-unavailable", "notifying an append: %s",
+                     sync ? PQresultErrorMessage(sync) : PQerrorMessage(c));
+    PQclear(sync);
     return rc;
 }
 

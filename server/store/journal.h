@@ -20,8 +20,10 @@
 /* ---- writing (the leader, through the session holding the leader lock) ---- */
 
 /* Prepares the append statements on the leader's session (once per session,
- * before the first append). */
-int journal_prepare(PGconn *c, Err *err) WARN_UNUSED;
+ * before the first append). notify_apart (a cluster of several shards): each
+ * append's NOTIFY goes in a transaction of its own (NOTIFY_SQL in journal.c
+ * says why). */
+int journal_prepare(PGconn *c, bool notify_apart, Err *err) WARN_UNUSED;
 
 /* The last event of the append sent before, while its outcome is unknown. */
 typedef struct AppendAfter {
@@ -31,9 +33,11 @@ typedef struct AppendAfter {
 
 /* Appends events (seq and term already set, in order) into shard `shard`'s
  * log in part `part` and writes the work rows they fold into (projection.h)
- * in one statement, which is one transaction, with a NOTIFY on channel
- * workd_events (journal_notify_payload): open rows are inserted or updated in workd_open; work that
- * finished (completed, cancelled) leaves it for a workd_done row in the same part; the inbox
+ * in one statement, which is one transaction, with its NOTIFY on channel
+ * workd_events (journal_notify_payload; with several shards in a transaction
+ * of its own right behind, that notifies only if the append committed): open
+ * rows are inserted or updated in workd_open; work
+ * that finished (completed, cancelled) leaves it for a workd_done row in the same part; the inbox
  * entries (n) the commit took into the log are deleted with it.
  *
  * Sent in pipeline mode without waiting (events non-empty; the rows and

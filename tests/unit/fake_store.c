@@ -200,8 +200,9 @@ ElectionResult election_try(Election *e, PGconn **conn)
 
 /* ---- journal.h: recovery ---- */
 
-int journal_prepare(PGconn *c, Err *err)
+int journal_prepare(PGconn *c, bool notify_apart, Err *err)
 {
+    (void)notify_apart;
     (void)c;
     (void)err;
     return 0;

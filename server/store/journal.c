@@ -1347,16 +1347,8 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     memset(out, 0, sizeof *out);
     if (n == 0)
         return 0;
-    SBuf arr;
-    sbuf_init(&arr);
-    sbuf_puts(&arr, "{");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            sbuf_puts(&arr, ",");
-        db_array_text(&arr, ids[i]);
-    }
-    sbuf_puts(&arr, "}");
-    const char *params[] = {arr.data};
+    char *arr = text_array(ids, n);
+    const char *params[] = {arr};
     /* Run in every round with submissions, so planned once per session
      * (db_exec_cached): planning it over every part of workd_done cost ten
      * times its execution (0.49 against 0.04 ms). The plan must not depend on
@@ -1370,7 +1362,7 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
                               "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
                               "  OFFSET 0) w",
                               1, params, "looking up work ids", err);
-    sbuf_free(&arr);
+    free(arr);
     if (!out->res)
         return -1;
     known_rows(out);
@@ -1399,22 +1391,15 @@ int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *k
 
 int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *busy, Err *err)
 {
-    SBuf arr;
-    sbuf_init(&arr);
-    sbuf_puts(&arr, "{");
-    for (size_t i = 0; i < n; i++) {
-        sbuf_puts(&arr, i ? "," : "");
-        db_array_text(&arr, ids[i]);
-    }
-    sbuf_puts(&arr, "}");
-    const char *params[] = {arr.data};
+    char *arr = text_array(ids, n);
+    const char *params[] = {arr};
     /* A key of one bigint: apart from the leader locks' two int4 keys. */
     PGresult *r = db_exec_cached(c, "workd_claim",
                                  "SELECT h, pg_try_advisory_lock(h)"
                                  "  FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n),"
                                  "       LATERAL hashtextextended(k.id, 0) AS h ORDER BY k.n",
                                  1, params, "claiming new ids", err);
-    sbuf_free(&arr);
+    free(arr);
     if (!r)
         return -1;
     for (size_t i = 0; i < n && (int)i < PQntuples(r); i++) {

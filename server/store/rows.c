@@ -52,6 +52,19 @@ QueueLimits rows_queue_limits(const PGresult *r, int i)
     return l;
 }
 
+char *text_array(char *const *v, size_t n)
+{
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "{");
+    for (size_t i = 0; i < n; i++) {
+        sbuf_puts(&b, i ? "," : "");
+        db_array_text(&b, v[i]);
+    }
+    sbuf_puts(&b, "}");
+    return sbuf_steal(&b);
+}
+
 char *seqs_array(const int64_t *v, size_t n)
 {
     SBuf b;

@@ -26,5 +26,7 @@ void rows_time_field(json_t *o, const char *key, const PGresult *r, int row, int
 
 /* An array literal of integers (seqs, inbox entries): "{1,2,3}" (owned). */
 char *seqs_array(const int64_t *v, size_t n);
+/* An array literal of strings (work ids), each quoted: owned. */
+char *text_array(char *const *v, size_t n);
 
 #endif

@@ -1032,15 +1032,8 @@ int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
 
 int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *err)
 {
-    SBuf arr;
-    sbuf_init(&arr);
-    sbuf_puts(&arr, "{");
-    for (size_t i = 0; i < n; i++) {
-        sbuf_puts(&arr, i ? "," : "");
-        db_array_text(&arr, ids[i]);
-    }
-    sbuf_puts(&arr, "}");
-    const char *params[] = {arr.data};
+    char *arr = text_array(ids, n);
+    const char *params[] = {arr};
     PGresult *r =
         db_exec_cached(c, "workd_work_shards",
                        "SELECT k.n, (SELECT shard FROM workd_open WHERE id = k.id"
@@ -1048,7 +1041,7 @@ int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *er
                        "             SELECT shard FROM workd_done WHERE id = k.id LIMIT 1)"
                        "  FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n)",
                        1, params, "finding work items' shards", err);
-    sbuf_free(&arr);
+    free(arr);
     if (!r)
         return -1;
     for (size_t i = 0; i < n; i++)

@@ -153,7 +153,7 @@ class Client:
         return self._call("POST", f"/work/{quote(work_id)}/retry")
 
     def list_work(self, *, status: Optional[str] = None, queue: Optional[str] = None,
-                  limit: Optional[int] = None, before: Optional[int] = None) -> Json:
+                  limit: Optional[int] = None, before: Union[int, str, None] = None) -> Json:
         """One page of work, newest first (pass ``next_before`` as ``before`` for the next)."""
         return self._call("GET", "/work" + query({"status": status, "queue": queue,
                                                   "limit": limit, "before": before}))

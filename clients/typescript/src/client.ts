@@ -177,7 +177,7 @@ export class Client {
 
   /** One page of work, newest first (pass the answer's `next_before` as `before` for the next). */
   async list(
-    filter: { status?: WorkStatus; queue?: string; limit?: number; before?: number } = {},
+    filter: { status?: WorkStatus; queue?: string; limit?: number; before?: number | string } = {},
   ): Promise<WorkList> {
     return (await this.transport.request<WorkList>("GET", `/work${query(filter)}`)).data;
   }

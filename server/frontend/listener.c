@@ -70,28 +70,6 @@ WARN_UNUSED static int refresh_leader(Listener *l, uint64_t which)
 /* Every shard, as refresh_leader's `which`. */
 #define ALL_SHARDS UINT64_MAX
 
-/* A notification's payload: "<seq>" or "<term>" for shard 0, "<shard>:<seq>"
- * or "<shard>:<term>" for the others (journal_notify_payload). False if it
- * names no shard of this cluster's n. */
-static bool parse_payload(const char *text, int n, int *shard, int64_t *v)
-{
-    char *end;
-    const char *colon = strchr(text, ':');
-    long s = 0;
-    if (colon) {
-        s = strtol(text, &end, 10);
-        if (end != colon)
-            return false;
-        text = colon + 1;
-    }
-    long long x = strtoll(text, &end, 10);
-    if (end == text || *end || s < 0 || s >= n)
-        return false;
-    *shard = (int)s;
-    *v = x;
-    return true;
-}
-
 /* Reads shard k's finished events past what the hub has, up to `notified` (a
  * seq of shard k known to be committed before this read started). */
 WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
@@ -282,7 +260,7 @@ static void *listener_main(void *arg)
                 int k;
                 int64_t v;
                 bool events = !strcmp(n->relname, "workd_events");
-                if (!parse_payload(n->extra, shards, &k, &v)) {
+                if (!view_notify_parse(n->extra, shards, &k, &v)) {
                     /* Not a shard of this cluster (it cannot grow under a
                      * running node): events are left to the next
                      * notification, the leaders all read again. */

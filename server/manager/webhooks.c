@@ -463,8 +463,7 @@ static bool hear(Webhooks *w)
         int k;
         int64_t seq;
         /* Shard 0's end is its manager's (webhooks_committed). */
-        if (journal_notify_parse(n->extra, w->cfg.shards, &k, &seq) && k > 0 &&
-            seq > w->last.seq[k]) {
+        if (view_notify_parse(n->extra, w->cfg.shards, &k, &seq) && k > 0 && seq > w->last.seq[k]) {
             w->last.seq[k] = seq;
             moved = true;
         }

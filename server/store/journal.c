@@ -990,25 +990,6 @@ void journal_notify_payload(int shard, int64_t seq, char *out, size_t len)
         snprintf(out, len, "%d:%lld", shard, (long long)seq);
 }
 
-bool journal_notify_parse(const char *text, int n, int *shard, int64_t *seq)
-{
-    char *end;
-    const char *colon = strchr(text, ':');
-    long k = 0;
-    if (colon) {
-        k = strtol(text, &end, 10);
-        if (end != colon || end == text)
-            return false;
-        text = colon + 1;
-    }
-    long long v = strtoll(text, &end, 10);
-    if (end == text || *end || k < 0 || k >= n)
-        return false;
-    *shard = (int)k;
-    *seq = v;
-    return true;
-}
-
 int journal_append_recv(PGconn *c, size_t n_events, Err *err)
 {
     PGresult *r = PQgetResult(c), *more;

@@ -58,10 +58,9 @@ int journal_append_send(PGconn *c, int shard, int part, const EventList *events,
  * refused for what it holds (db_refused: it would fail again) has err->type
  * "database-refused". */
 /* The payload of the NOTIFY workd_events an append sends: the last seq for
- * shard 0 ("812", as before shards), "<shard>:<seq>" for the others. */
+ * shard 0 ("812", as before shards), "<shard>:<seq>" for the others
+ * (view_notify_parse reads it back). */
 void journal_notify_payload(int shard, int64_t seq, char *out, size_t len);
-/* Reads such a payload back: false when it is not one of a shard below n. */
-bool journal_notify_parse(const char *text, int n, int *shard, int64_t *seq);
 int journal_append_recv(PGconn *c, size_t n_events, Err *err) WARN_UNUSED;
 /* Leaves pipeline mode (every outcome read), so that other statements run. */
 int journal_pipeline_end(PGconn *c, Err *err) WARN_UNUSED;

@@ -1016,6 +1016,25 @@ void view_queue_limits_free(QueueLimitsList *l)
     free(l);
 }
 
+bool view_notify_parse(const char *text, int n, int *shard, int64_t *seq)
+{
+    char *end;
+    const char *colon = strchr(text, ':');
+    long k = 0;
+    if (colon) {
+        k = strtol(text, &end, 10);
+        if (end != colon || end == text)
+            return false;
+        text = colon + 1;
+    }
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end || k < 0 || k >= n)
+        return false;
+    *shard = (int)k;
+    *seq = v;
+    return true;
+}
+
 int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
 {
     const char *params[] = {id};

@@ -292,6 +292,11 @@ Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
 void view_activity_free(Activity *a);
 
 /* ---- the log ---- */
+/* Reads the payload of a NOTIFY on workd_events or workd_leader: "<n>" for
+ * shard 0, "<shard>:<n>" for another (journal_notify_payload writes them);
+ * false when it is not one of a shard below shards. */
+bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n);
+
 /* The shard whose log holds work `id` (open, or finished and kept); -1:
  * none does. */
 int view_work_shard(PGconn *c, const char *id, int *shard, Err *err) WARN_UNUSED;

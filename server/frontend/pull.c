@@ -114,14 +114,21 @@ static void take(Pull *pl)
     send_call(pl, i, missing, 0, false);
 }
 
+/* A peek waits this long at most, and is sent again while the worker's wait
+ * lasts: the peeks of a turn that another shard answered first stay parked at
+ * their leaders until they end, and this bounds how many a worker leaves
+ * behind (one a shard a second). */
+#define PEEK_MS 1000
+
 /* Waits on every shard at once until one says a start is possible. */
 static void peek_all(Pull *pl)
 {
     pl->generation++;
     pl->peeks_out = pl->n;
     int64_t left = pl->deadline - mono_ms();
+    int64_t wait = left < 0 ? 0 : left < PEEK_MS ? left : PEEK_MS;
     for (int i = 0; i < pl->n; i++)
-        send_call(pl, i, 1, left > 0 ? left : 0, true);
+        send_call(pl, i, 1, wait, true);
 }
 
 static void call_done(void *ud, const ProxyReply *reply)

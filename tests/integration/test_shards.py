@@ -6,6 +6,7 @@ one cluster."""
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -246,6 +247,31 @@ def test_one_id_submitted_to_two_shards_at_once_is_one_job(cluster):
     rows = cluster.psql("SELECT count(*), count(DISTINCT id) FROM workd_open"
                         " WHERE id LIKE 'twin-%'")
     assert rows == "30|30", f"each id is one job: {rows}"
+
+
+def test_a_waiting_pull_over_shards_gets_work_that_comes_later(cluster):
+    """A pull over the queues of several shards waits on all of them (with
+    peeks sent again every second): work submitted to any shard seconds later
+    is handed to it, and nothing more than its max."""
+    s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
+    wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
+    qs = queues_per_shard(2)
+    got = {}
+
+    def waiting_pull():
+        t0 = time.monotonic()
+        got["jobs"] = pull(s.url, "w", max_jobs=1, wait=8)
+        got["after"] = time.monotonic() - t0
+
+    t = threading.Thread(target=waiting_pull)
+    t.start()
+    time.sleep(2.5)  # a declared delay: past two peeks' turns
+    ids = [submit(s.url, {"queue": qs[1][0], "payload": i})["id"] for i in range(3)]
+    t.join(15)
+    assert [j["id"] for j in got["jobs"]] == ids[:1], got
+    assert 2.0 < got["after"] < 7.5, f"handed when the work came, not at the wait's end: {got}"
+    started = cluster.psql("SELECT count(*) FROM workd_open WHERE status = 'running'")
+    assert started == "1", f"one job started for a pull of max 1, not {started}"
 
 
 def test_a_submission_across_shards_is_refused(cluster):

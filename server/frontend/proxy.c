@@ -13,7 +13,8 @@
 #include "util.h"
 
 typedef struct Fwd {
-    Req *req;
+    Req *req; /* a forward's; NULL for a call, which outlives nothing of it */
+    char method[16];
     int shard; /* whose leader it goes to */
     /* A call (proxy_call): told the outcome instead of answering req. */
     ProxyDone done;
@@ -207,8 +208,7 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
      * ".." segments into another route. */
     curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     /* HEAD is asked of the leader as GET; this node's daemon drops the body. */
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST,
-                     strcmp(f->req->method, "HEAD") ? f->req->method : "GET");
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, strcmp(f->method, "HEAD") ? f->method : "GET");
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->hdrs);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
@@ -309,7 +309,7 @@ static void drop_abandoned(Proxy *p, int64_t now)
     p->next_alive_check = now + 1000;
     for (Fwd *f = p->flying, *next; f; f = next) {
         next = f->fly_next;
-        if (req_alive(f->req))
+        if (!f->req || req_alive(f->req)) /* a call ends with its own answer */
             continue;
         curl_multi_remove_handle(p->multi, f->easy);
         fly_remove(p, f);
@@ -456,6 +456,7 @@ static Fwd *fwd_new(Proxy *p, int shard, Req *r, char *body)
     Fwd *f = xcalloc(1, sizeof *f);
     f->req = r;
     f->shard = shard;
+    snprintf(f->method, sizeof f->method, "%s", r->method);
     sbuf_init(&f->resp);
     /* Rebuild path?query from the connection's arguments: every one (a
      * leader-only route must see what its client sent), but a token, which
@@ -529,5 +530,6 @@ void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *u
     Fwd *f = fwd_new(p, shard, r, body);
     f->done = done;
     f->done_ud = ud;
+    f->req = NULL; /* r may be answered and gone before this call's answer */
     fwd_send(p, f);
 }

@@ -46,7 +46,9 @@ typedef struct ProxyReply {
 typedef void (*ProxyDone)(void *ud, const ProxyReply *reply);
 /* As proxy_forward, but the outcome goes to done (on the proxy's thread, or
  * the caller's when the proxy is stopping), and r is not answered: a part of
- * r's work sent to one shard's leader, which may be this node. */
+ * r's work sent to one shard's leader, which may be this node. r is read
+ * only during this call (its path, query and credentials are copied): the
+ * call may outlive it. */
 void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *ud);
 
 #endif

@@ -1016,7 +1016,7 @@ void view_queue_limits_free(QueueLimitsList *l)
     free(l);
 }
 
-bool view_notify_parse(const char *text, int n, int *shard, int64_t *seq)
+bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n)
 {
     char *end;
     const char *colon = strchr(text, ':');
@@ -1028,10 +1028,10 @@ bool view_notify_parse(const char *text, int n, int *shard, int64_t *seq)
         text = colon + 1;
     }
     long long v = strtoll(text, &end, 10);
-    if (end == text || *end || k < 0 || k >= n)
+    if (end == text || *end || k < 0 || k >= shards)
         return false;
     *shard = (int)k;
-    *seq = v;
+    *n = v;
     return true;
 }
 

@@ -9,7 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_leader, wait_until  # noqa: E402
 from workd import (JSON, abandoned_pull, complete, events_of, expect, get_work,  # noqa: E402
-                   heartbeat, pull, report, submit, wait_status, waiting_pulls)
+                   heartbeat, pull, pull_in_background, report, submit, wait_status,
+                   waiting_pulls)
 
 
 def server(cluster, *args):
@@ -226,14 +227,7 @@ def test_the_pull_names_the_queues(cluster):
 
 def test_pull_long_polls_and_wakes(cluster):
     s = server(cluster)
-    got = {}
-
-    def waiter():
-        t0 = time.monotonic()
-        got["jobs"] = pull(s.url, "w1", max_jobs=2, wait=20)
-        got["took"] = time.monotonic() - t0
-    t = threading.Thread(target=waiter)
-    t.start()
+    t, got = pull_in_background(s.url, "w1", max_jobs=2, wait=20)
     wait_until(lambda: waiting_pulls(s.url) == 1, 10, what="the pull to wait")
     submit(s.url, {"id": "wake", "payload": 1})
     t.join(15)

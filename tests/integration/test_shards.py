@@ -12,7 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import http, promtool, run_tests, wait_until  # noqa: E402
 from workd import (JSON, complete, expect, get_work, pull, submit,  # noqa: E402
-                   wait_status)
+                   pull_in_background, wait_status)
 
 FAST = ["--election-interval", "100ms", "--worker-timeout", "3s", "--lease-grace", "2s",
         "--backoff-base", "50ms", "--backoff-max", "500ms"]
@@ -256,20 +256,12 @@ def test_a_waiting_pull_over_shards_gets_work_that_comes_later(cluster):
     s = cluster.start_server("s1", extra_args=["--shards", "2", *FAST])
     wait_until(lambda: all_led(cluster, 2), 15, what="both shards to elect a leader")
     qs = queues_per_shard(2)
-    got = {}
-
-    def waiting_pull():
-        t0 = time.monotonic()
-        got["jobs"] = pull(s.url, "w", max_jobs=1, wait=8)
-        got["after"] = time.monotonic() - t0
-
-    t = threading.Thread(target=waiting_pull)
-    t.start()
+    t, got = pull_in_background(s.url, "w", max_jobs=1, wait=8)
     time.sleep(2.5)  # a declared delay: past two peeks' turns
     ids = [submit(s.url, {"queue": qs[1][0], "payload": i})["id"] for i in range(3)]
     t.join(15)
     assert [j["id"] for j in got["jobs"]] == ids[:1], got
-    assert 2.0 < got["after"] < 7.5, f"handed when the work came, not at the wait's end: {got}"
+    assert 2.0 < got["took"] < 7.5, f"handed when the work came, not at the wait's end: {got}"
     started = cluster.psql("SELECT count(*) FROM workd_open WHERE status = 'running'")
     assert started == "1", f"one job started for a pull of max 1, not {started}"
 

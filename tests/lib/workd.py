@@ -3,6 +3,7 @@ over and over, each checking its status and saying what went wrong."""
 
 import json
 import re
+import threading
 import time
 
 from harness import http, wait_until
@@ -41,6 +42,20 @@ def pull(url, worker, max_jobs=1, wait=0, instance="i1", queues=None):
         body["queues"] = queues
     r = http("POST", f"{url}/workers/{worker}/pull", body, JSON, timeout=wait + 30)
     return expect(r, 200, f"pull by {worker}").json()["jobs"]
+
+
+def pull_in_background(url, worker, **kw):
+    """pull() on a thread of its own: returns (thread, got); once the thread is
+    joined, got["jobs"] is its answer and got["took"] how long it took (s)."""
+    got = {}
+
+    def run():
+        t0 = time.monotonic()
+        got["jobs"] = pull(url, worker, **kw)
+        got["took"] = time.monotonic() - t0
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
 
 
 def report(url, worker, reports):

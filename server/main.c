@@ -39,6 +39,10 @@ static const OptSpec options[] = {
      "URL other nodes use to reach this one (default http://LISTEN)", 0, 0},
     {"database-url", OPT_STRING, &C.database_url, "",
      "PostgreSQL connection URL (direct, not through a transaction pooler)", 0, 0},
+    {"shard-databases", OPT_STRING, &C.shard_databases, "",
+     "shards that keep their rows in a database of their own: SHARD=URL pairs separated by "
+     "spaces, the same on every server (docs/operations.md, \"A database per shard\")",
+     0, 0},
     {"roles", OPT_STRING, &C.roles, "frontend,manager",
      "roles of this node: frontend (never leads), or frontend,manager (may lead)", 0, 0},
     {"node-id", OPT_STRING, &C.node_id, "",
@@ -163,6 +167,8 @@ WARN_UNUSED static int finish_config(ServerConfig *c, Err *err)
         return err_set(err, 400, "bad-config",
                        "--database-url (WORKD_DATABASE_URL) is required, e.g. "
                        "postgresql://user@127.0.0.1:5432/workd");
+    if (stores_parse(&c->stores, c->database_url, c->shard_databases, err) != 0)
+        return -1;
     char **roles = strv_split(c->roles);
     c->role_frontend = strv_contains(roles, "frontend");
     c->role_manager = strv_contains(roles, "manager");
@@ -267,10 +273,12 @@ static int prepare_database(Server *s, const sigset_t *sigs, Cursor *last)
     Err err = {0};
     int applied;
     int64_t backoff = 200;
-    while (migrate_run(s->cfg.database_url, (int)s->cfg.shards, &s->shards, &applied, &err) != 0) {
+    while (stores_prepare(&s->cfg.stores, (int)s->cfg.shards, &applied, &err) != 0) {
         if (err.status != 503) {
             log_error("%s: %s",
-                      strcmp(err.type, "shards-fixed") ? "migrations failed" : "the shard count",
+                      !strcmp(err.type, "shards-fixed")     ? "the shard count"
+                      : !strcmp(err.type, "shard-database") ? "the shard databases"
+                                                            : "migrations failed",
                       err.msg);
             return -1;
         }
@@ -281,12 +289,14 @@ static int prepare_database(Server *s, const sigset_t *sigs, Cursor *last)
             return 1;
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
-    PGconn *c = db_connect(s->cfg.database_url, "start", &err);
-    int rc = c ? 0 : -1;
+    s->shards = s->cfg.stores.shards;
+    int rc = 0;
     cursor_zero(last, s->shards);
-    for (int k = 0; rc == 0 && k < s->shards; k++)
-        rc = view_last_seq(c, k, &last->seq[k], &err) == 0 ? 0 : -1;
-    PQfinish(c);
+    for (int k = 0; rc == 0 && k < s->shards; k++) {
+        PGconn *c = db_connect(stores_url(&s->cfg.stores, k), "start", &err);
+        rc = c && view_last_seq(c, k, &last->seq[k], &err) == 0 ? 0 : -1;
+        PQfinish(c);
+    }
     if (rc != 0)
         log_error("cannot read the event log: %s", err.msg);
     return rc;
@@ -496,26 +506,28 @@ int main(int argc, char **argv)
     Err err = {0};
     if (finish_config(&C, &err) != 0) {
         fprintf(stderr, "workd-server: %s\n", err.msg);
+        stores_free(&C.stores);
         config_free(options, NOPT);
         return 2;
     }
     httpc_global_init();
     int rc;
     if (!strcmp(cmd, "migrate")) {
-        int applied, shards;
-        rc = migrate_run(C.database_url, (int)C.shards, &shards, &applied, &err) == 0 ? 0 : 1;
+        int applied;
+        rc = stores_prepare(&C.stores, (int)C.shards, &applied, &err) == 0 ? 0 : 1;
         if (rc)
             log_error("migrations failed: %s", err.msg);
         else
             log_info("database is at the latest schema (%d migration(s) applied now), with %d "
-                     "shard(s)",
-                     applied, shards);
+                     "shard(s) in %d database(s)",
+                     applied, C.stores.shards, C.stores.n);
     } else {
         Server s = {.cfg = C};
         rc = serve(&s);
     }
     httpc_global_cleanup();
     tz_cache_free(); /* the zones schedules loaded; nothing uses them after serve() */
+    stores_free(&C.stores);
     config_free(options, NOPT);
     return rc;
 }

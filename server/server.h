@@ -6,12 +6,15 @@
 #include <stdint.h>
 
 #include "manager.h"
+#include "stores.h"
 #include "netpolicy.h"
 
 typedef struct ServerConfig {
     char *listen;        /* HOST:PORT */
     char *advertise_url; /* how other nodes reach this one */
     char *database_url;
+    char *shard_databases; /* "S=URL S=URL": shards with a database of their own */
+    Stores stores;         /* ...read by finish_config; shards set by stores_prepare */
     char *roles; /* "frontend,manager" */
     char *node_id;
     char *log_level, *log_format;
@@ -74,7 +77,7 @@ struct Proxy;
  * config): main() alone sees them all. */
 typedef struct Server {
     ServerConfig cfg;
-    int shards;            /* the cluster's shard count, as the database says (workd_cluster) */
+    int shards;            /* the cluster's shard count, as the database says (cfg.stores) */
     struct ShardSet *mgrs; /* a manager per shard; NULL without the manager role */
     struct Hub *hub;
     struct Listener *listener;

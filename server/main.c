@@ -328,6 +328,7 @@ WARN_UNUSED static int start_manager(Server *s, Err *err)
 {
     ManagerConfig mc = {
         .database_url = s->cfg.database_url,
+        .stores = &s->cfg.stores,
         .advertise_url = s->cfg.advertise_url,
         .election_interval_ms = s->cfg.election_interval_ms,
         .heartbeat_interval_ms = s->cfg.heartbeat_interval_ms,

@@ -15,7 +15,7 @@ typedef struct ServerConfig {
     char *database_url;
     char *shard_databases; /* "S=URL S=URL": shards with a database of their own */
     Stores stores;         /* ...read by finish_config; shards set by stores_prepare */
-    char *roles; /* "frontend,manager" */
+    char *roles;           /* "frontend,manager" */
     char *node_id;
     char *log_level, *log_format;
     bool role_frontend, role_manager;

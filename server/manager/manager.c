@@ -281,14 +281,20 @@ bool id_taken(const Manager *m, const KnownSet *known, const char *id)
     return ws_get(m->ws, id) || known_get(m, known ? known : &none, id);
 }
 
-static void reject_all(Manager *m, MgrCmd *list, const char *why)
+/* Answers every command of list 503 (type: why the caller should retry). */
+static void reject_all_as(Manager *m, MgrCmd *list, const char *type, const char *why)
 {
     while (list) {
         MgrCmd *next = list->next;
-        cmd_fail(list, 503, "not-leader", why);
+        cmd_fail(list, 503, type, why);
         queue_done(m, list);
         list = next;
     }
+}
+
+static void reject_all(Manager *m, MgrCmd *list, const char *why)
+{
+    reject_all_as(m, list, "not-leader", why);
 }
 
 /* Gives up leadership: the state is dropped (the log is the truth), the
@@ -710,8 +716,9 @@ static void campaign(Manager *m)
         Cursor end;
         cursor_zero(&end, m->cfg.shards);
         end.seq[0] = m->last_seq; /* the others': read here, then kept by the thread */
-        for (int k = 1; subs && k < m->cfg.shards; k++)
-            if (view_last_seq(m->conn, k, &end.seq[k], &err) != 0) {
+        for (int k = 1; subs && k < m->cfg.shards; k++) /* (shards elsewhere: by it alone) */
+            if ((!m->cfg.stores || m->cfg.stores->of[k] == 0) &&
+                view_last_seq(m->conn, k, &end.seq[k], &err) != 0) {
                 view_subscriptions_free(subs);
                 subs = NULL;
             }
@@ -813,8 +820,54 @@ static void idlist_free(IdList *l)
     free(l->made);
 }
 
+/* Looks the ids of l up in the cluster's other databases too (after this
+ * shard's own claims and look), claiming there for the look the ids l marks
+ * so; those another leader holds there are busy (id_busy). -1: one of them
+ * cannot be reached (err). */
+WARN_UNUSED static int look_elsewhere(Manager *m, const IdList *l, KnownSet *known, Err *err)
+{
+    const Stores *st = m->cfg.stores;
+    if (!st || st->n < 2)
+        return 0;
+    int own = st->of[m->cfg.shard], rc = 0;
+    bool *busy = xcalloc(l->n + 1, sizeof *busy);
+    for (int db = 0; rc == 0 && db < st->n; db++) {
+        if (db == own)
+            continue;
+        int64_t now = mono_ms();
+        if (now < m->peer_retry_ms[db]) {
+            rc = err_set(err, 503, "database-unavailable",
+                         "the database of another shard could not be reached a moment ago");
+            break;
+        }
+        if (journal_peer(&m->peer[db], st->url[db], err) != 0 ||
+            journal_known_elsewhere(m->peer[db], l->ids, l->claim, l->n, busy, known, err) != 0) {
+            journal_close(m->peer[db]);
+            m->peer[db] = NULL;
+            m->peer_wait_ms[db] = m->peer_wait_ms[db] ? m->peer_wait_ms[db] * 2 : 1000;
+            if (m->peer_wait_ms[db] > 30000)
+                m->peer_wait_ms[db] = 30000;
+            m->peer_retry_ms[db] = mono_ms() + m->peer_wait_ms[db];
+            log_warn("shard %d: cannot look ids up in the database of shard(s) of database %d "
+                     "(tried again in %lld ms): %s",
+                     m->cfg.shard, db, (long long)m->peer_wait_ms[db], err->msg);
+            rc = -1;
+        } else
+            m->peer_wait_ms[db] = 0;
+    }
+    for (size_t i = 0; rc == 0 && i < l->n; i++)
+        if (busy[i] && !id_busy(m, l->ids[i])) {
+            char *id = xstrdup(l->ids[i]);
+            hmap_put(&m->busy, id, id);
+        }
+    free(busy);
+    return rc;
+}
+
 /* Looks up the ids of l in the database, after the appends out have landed
- * (so that it sees what they wrote). -1: the leader stepped down. */
+ * (so that it sees what they wrote), and in the cluster's other databases.
+ * -1: the leader stepped down; -2: another database cannot be reached (its
+ * error logged; the leader goes on). */
 WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
 {
     memset(known, 0, sizeof *known);
@@ -829,6 +882,10 @@ WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
         step_down(m, err.msg);
         return -1;
     }
+    if (look_elsewhere(m, l, known, &err) != 0) {
+        journal_known_free(known);
+        return -2;
+    }
     return 0;
 }
 
@@ -836,7 +893,8 @@ WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
  * append the database refused twice: such a tick is recorded as skipped, its
  * work not accepted (a second accepted event under one id would break "one
  * id, one job", and an append the database refuses would stop every leader
- * that fires the tick). -1: the leader stepped down. */
+ * that fires the tick). -1: the leader stepped down; -2: another database
+ * cannot say (lookup_known), tmp is as it was. */
 WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
 {
     IdList l = {0};
@@ -847,7 +905,7 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
     int rc = lookup_known(m, &l, &known);
     idlist_free(&l);
     if (rc != 0)
-        return -1;
+        return rc;
     size_t kept = 0;
     for (size_t i = 0; i < tmp->len; i++) {
         Event *e = &tmp->items[i];
@@ -880,7 +938,7 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
 
 /* What the round's commands need to know of ids that are not open (each
  * kind's lookup, commands.c), read once for the whole round. -1: stepped
- * down. */
+ * down; -2: another database cannot say (lookup_known). */
 WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
 {
     IdList l = {0};
@@ -946,11 +1004,13 @@ WARN_UNUSED static int decide_timers(Manager *m, int64_t now)
     }
     emit(m, &tmp, now);
     ws_decide_ticks(m->ws, now, &tmp);
-    if (tmp.len && screen_ticks(m, &tmp) != 0) {
+    int screened = tmp.len ? screen_ticks(m, &tmp) : 0;
+    if (screened == -1) {
         eventlist_free(&tmp);
         return -1;
     }
-    emit(m, &tmp, now);
+    if (screened == 0) /* else another database cannot say: the ticks wait for a later round */
+        emit(m, &tmp, now);
     eventlist_free(&tmp);
     ws_advance(m->ws, now);
     serve_waiters(m, now);
@@ -1064,8 +1124,12 @@ static void lead_round(Manager *m)
     now = wall_ms();
     ws_advance(m->ws, now);
     KnownSet known = {0};
-    if (mail && prefetch_known(m, mail, &known) != 0) {
-        reject_all(m, mail, "the database failed; retry");
+    int looked = mail ? prefetch_known(m, mail, &known) : 0;
+    if (looked != 0) {
+        reject_all_as(m, mail, looked == -2 ? "database-unavailable" : "not-leader",
+                      looked == -2 ? "the database of another shard cannot be reached to look "
+                                     "ids up; retry (generated ids need no look)"
+                                   : "the database failed; retry");
         flush_done(m);
         return;
     }
@@ -1129,6 +1193,11 @@ static void *manager_main(void *arg)
         step_down(m, "shutting down");
     journal_close(m->conn);
     m->conn = NULL;
+    for (int db = 0; db < SHARDS_MAX; db++)
+        if (m->peer[db]) {
+            journal_close(m->peer[db]);
+            m->peer[db] = NULL;
+        }
     MgrCmd *mail = take_mailbox(m);
     reject_all(m, mail, "the server is shutting down");
     flush_done(m);
@@ -1162,6 +1231,18 @@ static void webhooks_pause(void *ud, const char *name, const char *reason)
     manager_send(ud, c);
 }
 
+/* Whether cfg's shard is the first of those its database keeps: its manager
+ * runs that database's retention (parts are a database's, not a shard's). */
+static bool first_of_database(const ManagerConfig *cfg)
+{
+    if (!cfg->stores)
+        return cfg->shard == 0;
+    for (int s = 0; s < cfg->shard; s++)
+        if (cfg->stores->of[s] == cfg->stores->of[cfg->shard])
+            return false;
+    return true;
+}
+
 Manager *manager_start(const ManagerConfig *cfg, Err *err)
 {
     Manager *m = xcalloc(1, sizeof *m);
@@ -1191,13 +1272,14 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
                           .leading = leading,
                           .current_part = current_part,
                           .ud = m};
-    if (cfg->shard == 0 && !(m->retention = retention_start(&rc, err)))
+    if (first_of_database(cfg) && !(m->retention = retention_start(&rc, err)))
         goto cleanup;
     m->progress = progress_new(&cfg->progress);
     hmap_init(&m->suspects);
     hmap_init(&m->busy);
     WebhooksConfig wc = {.database_url = cfg->database_url,
                          .shards = m->cfg.shards,
+                         .stores = cfg->stores,
                          .pause_after_ms = cfg->webhook_pause_after_ms,
                          .timeout_ms = cfg->webhook_timeout_ms,
                          .backoff_base_ms = cfg->webhook_backoff_base_ms,

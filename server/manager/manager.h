@@ -16,6 +16,7 @@
 #include "netpolicy.h"
 #include "progress.h"
 #include "retention.h"
+#include "stores.h"
 #include "workstate.h"
 
 typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
@@ -31,12 +32,16 @@ typedef enum { COMMIT_BEGIN, COMMIT_DONE, COMMIT_FAILED } CommitStage;
 #define MANAGER_JOB_ENVELOPE 2048
 
 typedef struct ManagerConfig {
-    const char *database_url;
+    const char *database_url; /* the database of this manager's shard */
     const char *advertise_url;
     /* The shard this manager stands for, of the cluster's shards (the
-     * database's workd_cluster): its lock, term, log and queues. Retention
-     * and webhook deliveries run in shard 0's manager alone. */
+     * database's workd_cluster): its lock, term, log and queues. Webhook
+     * deliveries run in shard 0's manager alone, retention in the manager
+     * of the first shard of each database. */
     int shard, shards;
+    /* Where every shard lives (borrowed; outlives the manager). NULL: one
+     * database, database_url. */
+    const Stores *stores;
     int64_t election_interval_ms;  /* how often a standby tries the lock */
     int64_t heartbeat_interval_ms; /* announced to workers */
     int64_t pull_wait_max_ms;      /* cap on a pull's long-poll */

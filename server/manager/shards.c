@@ -21,61 +21,91 @@ struct ShardSet {
     int n;
     Manager **mgr;
     /* placement (n > 1): its thread, session and state */
-    char *database_url, *advertise_url;
+    char *advertise_url;
+    const Stores *stores; /* borrowed */
     int64_t interval_ms;
     pthread_t thread;
     bool running;
     atomic_bool stopping;
     int efd;
-    PGconn *conn;
+    PGconn *conn[SHARDS_MAX]; /* by database: the nodes at home, who leads what in each */
     PlacementState place;
 };
 
-/* What the table says of the live manager nodes: how many, the fewest
- * shards one leads, and how many are heavier than this one (or as heavy
- * with a smaller URL). -1: unknown (the database could not say). */
-WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *heavier)
+/* Runs sql (params: the live window in ms, and the shards database db
+ * keeps) on the placement's session to database db. NULL: it cannot say. */
+WARN_UNUSED static PGresult *ask(ShardSet *set, int db, const char *sql, const char *what)
 {
     Err err = {0};
-    if (!db_alive(set->conn)) {
-        PQfinish(set->conn);
-        if (!(set->conn = db_connect(set->database_url, "placement", &err)))
-            return -1;
+    if (!db_alive(set->conn[db])) {
+        PQfinish(set->conn[db]);
+        if (!(set->conn[db] = db_connect(set->stores->url[db], "placement", &err)))
+            return NULL;
     }
-    char ms[24];
+    char ms[24], keeps[8 * SHARDS_MAX] = "{";
     snprintf(ms, sizeof ms, "%d", LIVE_MS);
-    const char *params[] = {ms};
-    PGresult *r = db_exec(set->conn,
-                          "SELECT n.url, (SELECT count(*) FROM workd_shards s WHERE s.url = n.url)"
-                          "  FROM workd_nodes n"
+    for (int s = 0; s < set->n; s++)
+        if (stores_keeps(set->stores, db, s))
+            snprintf(keeps + strlen(keeps), sizeof keeps - strlen(keeps), "%s%d",
+                     keeps[1] ? "," : "", s);
+    strcat(keeps, "}");
+    const char *params[] = {ms, keeps};
+    PGresult *r = db_exec(set->conn[db], sql, 2, params, what, &err);
+    if (!r) {
+        PQfinish(set->conn[db]);
+        set->conn[db] = NULL;
+    }
+    return r;
+}
+
+/* What the tables say of the live manager nodes (workd_nodes, at home):
+ * how many, the fewest shards one leads (workd_shards, in every database),
+ * and how many are heavier than this one (or as heavy with a smaller URL).
+ * -1: unknown (a database could not say). */
+WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *heavier)
+{
+    PGresult *nodes = ask(set, 0,
+                          "SELECT n.url FROM workd_nodes n, (SELECT $2::int[]) k"
                           " WHERE n.roles LIKE '%manager%'"
                           "   AND n.last_seen > now() - $1::int * interval '1 ms'",
-                          1, params, "reading the live managers", &err);
-    if (!r) {
-        PQfinish(set->conn);
-        set->conn = NULL;
+                          "reading the live managers");
+    if (!nodes)
         return -1;
+    int rows = PQntuples(nodes);
+    int *count = xcalloc((size_t)rows + 1, sizeof *count);
+    int rc = 0;
+    for (int db = 0; rc == 0 && db < set->stores->n; db++) {
+        PGresult *led = ask(set, db,
+                            "SELECT url, count(*) FROM workd_shards, (SELECT $1::int) l"
+                            " WHERE shard = ANY ($2::int[]) GROUP BY url",
+                            "reading who leads which shard");
+        for (int j = 0; led && j < PQntuples(led); j++)
+            for (int i = 0; i < rows; i++)
+                if (!strcmp(db_str(nodes, i, 0), db_str(led, j, 0)))
+                    count[i] += (int)db_int(led, j, 1);
+        rc = led ? 0 : -1;
+        PQclear(led);
     }
-    int mine = 0, rows = PQntuples(r);
+    int mine = 0;
     bool me_seen = false;
     for (int i = 0; i < rows; i++)
-        if (!strcmp(db_str(r, i, 0), set->advertise_url)) {
-            mine = (int)db_int(r, i, 1);
+        if (!strcmp(db_str(nodes, i, 0), set->advertise_url)) {
+            mine = count[i];
             me_seen = true;
         }
     *live = rows + (me_seen ? 0 : 1);
     *fewest = me_seen ? mine : 0;
     *heavier = 0;
     for (int i = 0; i < rows; i++) {
-        int count = (int)db_int(r, i, 1);
-        int cmp = strcmp(db_str(r, i, 0), set->advertise_url);
-        if (count < *fewest)
-            *fewest = count;
-        if (cmp && (count > mine || (count == mine && cmp < 0)))
+        int cmp = strcmp(db_str(nodes, i, 0), set->advertise_url);
+        if (count[i] < *fewest)
+            *fewest = count[i];
+        if (cmp && (count[i] > mine || (count[i] == mine && cmp < 0)))
             (*heavier)++;
     }
-    PQclear(r);
-    return 0;
+    PQclear(nodes);
+    free(count);
+    return rc;
 }
 
 /* One tick: which shards to stand for, and whether to hand one over. */
@@ -111,8 +141,10 @@ static void *placement_main(void *arg)
         place(set);
         wake_wait(set->efd, (int)set->interval_ms);
     }
-    PQfinish(set->conn);
-    set->conn = NULL;
+    for (int db = 0; db < SHARDS_MAX; db++) {
+        PQfinish(set->conn[db]);
+        set->conn[db] = NULL;
+    }
     return NULL;
 }
 
@@ -120,7 +152,7 @@ ShardSet *shards_start(const ManagerConfig *cfg, int n, Err *err)
 {
     ShardSet *set = xcalloc(1, sizeof *set);
     set->mgr = xcalloc((size_t)n, sizeof *set->mgr);
-    set->database_url = xstrdup(cfg->database_url);
+    set->stores = cfg->stores;
     set->advertise_url = xstrdup(cfg->advertise_url);
     set->interval_ms = cfg->election_interval_ms;
     set->efd = -1;
@@ -128,6 +160,8 @@ ShardSet *shards_start(const ManagerConfig *cfg, int n, Err *err)
         ManagerConfig mc = *cfg;
         mc.shard = s;
         mc.shards = n;
+        if (cfg->stores)
+            mc.database_url = stores_url(cfg->stores, s);
         if (!(set->mgr[s] = manager_start(&mc, err))) {
             set->n = s;
             goto fail;
@@ -176,7 +210,6 @@ void shards_free(ShardSet *set)
     for (int s = 0; s < set->n; s++)
         manager_free(set->mgr[s]);
     wake_close(set->efd);
-    free(set->database_url);
     free(set->advertise_url);
     free(set->mgr);
     free(set);

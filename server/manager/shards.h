@@ -15,7 +15,8 @@
 typedef struct ShardSet ShardSet;
 
 /* ---- lifetime ---- */
-/* Starts n managers from cfg (its shard and shards are set per manager),
+/* Starts n managers from cfg (its shard, shards and database_url are set per
+ * manager from cfg->stores, which must be given),
  * and placement when n > 1. */
 ShardSet *shards_start(const ManagerConfig *cfg, int n, Err *err) WARN_UNUSED;
 /* Stops placement, then manager_stop for each (NULL: nothing). */

@@ -77,11 +77,27 @@ struct Webhooks {
     Cursor last;
     Sub *subs;
     Sub *graveyard;
-    /* thread only; closed while not leading. With several shards it LISTENs
-     * for every shard's commits while leading. */
-    PGconn *conn;
-    bool db_down_logged;
+    /* thread only, a session per database (dbs of them); closed while not
+     * leading. With several shards each LISTENs for its shards' commits
+     * while leading. */
+    int dbs;
+    PGconn *conn[SHARDS_MAX];
+    bool db_down_logged[SHARDS_MAX];
 };
+
+/* The database that keeps shard k's events. */
+static int db_of(const Webhooks *w, int k)
+{
+    return w->cfg.stores ? w->cfg.stores->of[k] : 0;
+}
+
+static void sessions_close(Webhooks *w)
+{
+    for (int db = 0; db < w->dbs; db++) {
+        PQfinish(w->conn[db]);
+        w->conn[db] = NULL;
+    }
+}
 
 /* c, as a place of the cluster's shards (zero beyond its own). */
 static Cursor fit(const Webhooks *w, const Cursor *c)
@@ -413,63 +429,73 @@ static bool wants(const Sub *s, const ResultEvent *ev)
     return !s->cfg.queues || strv_contains(s->cfg.queues, ev->queue);
 }
 
-/* The thread's session is up (connected, and with several shards LISTENing
- * for every shard's commits, the ends it missed read again), or NULL. */
-static void session_up(Webhooks *w)
+/* The thread's session to database db is up (connected, and with several
+ * shards LISTENing for its shards' commits, the ends it missed read again),
+ * or NULL. */
+static void session_up(Webhooks *w, int db)
 {
-    if (w->conn && PQstatus(w->conn) == CONNECTION_OK)
+    if (w->conn[db] && PQstatus(w->conn[db]) == CONNECTION_OK)
         return;
-    PQfinish(w->conn);
+    PQfinish(w->conn[db]);
     Err err = {0};
-    w->conn = db_connect(w->cfg.database_url, "webhooks", &err);
+    const char *url = w->cfg.stores ? w->cfg.stores->url[db] : w->cfg.database_url;
+    w->conn[db] = db_connect(url, "webhooks", &err);
     Cursor end;
     cursor_zero(&end, w->cfg.shards);
-    if (w->conn && w->cfg.shards > 1) {
+    if (w->conn[db] && w->cfg.shards > 1) {
         /* LISTEN first: a commit after the reads below is heard. */
-        int rc = db_command(w->conn, "LISTEN workd_events", "listening for commits", &err);
+        int rc = db_command(w->conn[db], "LISTEN workd_events", "listening for commits", &err);
         for (int k = 1; rc == 0 && k < w->cfg.shards; k++)
-            rc = view_last_seq(w->conn, k, &end.seq[k], &err);
+            if (db_of(w, k) == db)
+                rc = view_last_seq(w->conn[db], k, &end.seq[k], &err);
         if (rc != 0) {
-            PQfinish(w->conn);
-            w->conn = NULL;
+            PQfinish(w->conn[db]);
+            w->conn[db] = NULL;
         }
     }
-    if (!w->conn && !w->db_down_logged)
-        log_warn("webhooks cannot reach the database, retrying: %s", err.msg);
-    w->db_down_logged = !w->conn;
-    if (!w->conn)
+    if (!w->conn[db] && !w->db_down_logged[db])
+        log_warn("webhooks cannot reach the database%s, retrying: %s",
+                 db ? " of a shard with a database of its own" : "", err.msg);
+    w->db_down_logged[db] = !w->conn[db];
+    if (!w->conn[db])
         return;
     pthread_mutex_lock(&w->lock);
     for (int k = 1; k < w->cfg.shards; k++)
-        cursor_advance(&w->last, k, end.seq[k]);
+        if (db_of(w, k) == db)
+            cursor_advance(&w->last, k, end.seq[k]);
     pthread_mutex_unlock(&w->lock);
 }
 
 /* Takes the NOTIFYs of the other shards' commits that came (several shards
- * only). Returns whether one moved a shard's end. */
+ * only), from every database. Returns whether one moved a shard's end. */
 static bool hear(Webhooks *w)
 {
-    if (w->cfg.shards <= 1 || !w->conn)
+    if (w->cfg.shards <= 1)
         return false;
-    if (!PQconsumeInput(w->conn)) {
-        PQfinish(w->conn); /* connected again on the next round */
-        w->conn = NULL;
-        return false;
-    }
     bool moved = false;
-    PGnotify *n;
-    pthread_mutex_lock(&w->lock);
-    while ((n = PQnotifies(w->conn))) {
-        int k;
-        int64_t seq;
-        /* Shard 0's end is its manager's (webhooks_committed). */
-        if (view_notify_parse(n->extra, w->cfg.shards, &k, &seq) && k > 0 && seq > w->last.seq[k]) {
-            w->last.seq[k] = seq;
-            moved = true;
+    for (int db = 0; db < w->dbs; db++) {
+        if (!w->conn[db])
+            continue;
+        if (!PQconsumeInput(w->conn[db])) {
+            PQfinish(w->conn[db]); /* connected again on the next round */
+            w->conn[db] = NULL;
+            continue;
         }
-        PQfreemem(n);
+        PGnotify *n;
+        pthread_mutex_lock(&w->lock);
+        while ((n = PQnotifies(w->conn[db]))) {
+            int k;
+            int64_t seq;
+            /* Shard 0's end is its manager's (webhooks_committed). */
+            if (view_notify_parse(n->extra, w->cfg.shards, &k, &seq) && k > 0 &&
+                db_of(w, k) == db && seq > w->last.seq[k]) {
+                w->last.seq[k] = seq;
+                moved = true;
+            }
+            PQfreemem(n);
+        }
+        pthread_mutex_unlock(&w->lock);
     }
-    pthread_mutex_unlock(&w->lock);
     return moved;
 }
 
@@ -490,12 +516,12 @@ static void read_pages(Webhooks *w)
     bool leading = w->leading;
     pthread_mutex_unlock(&w->lock);
     if (!leading) { /* a standby holds no session for this */
-        PQfinish(w->conn);
-        w->conn = NULL;
+        sessions_close(w);
         return;
     }
-    if (w->cfg.shards > 1) { /* the other shards' ends come through the session */
-        session_up(w);
+    if (w->cfg.shards > 1) { /* the other shards' ends come through the sessions */
+        for (int db = 0; db < w->dbs; db++)
+            session_up(w, db);
         hear(w);
     }
     pthread_mutex_lock(&w->lock);
@@ -508,18 +534,21 @@ static void read_pages(Webhooks *w)
     pthread_mutex_unlock(&w->lock);
     if (!n)
         return;
-    session_up(w);
+    for (int db = 0; db < w->dbs; db++)
+        session_up(w, db);
     for (size_t i = 0; i < n; i++) {
         ResultList rows[SHARDS_MAX];
-        bool at_end[SHARDS_MAX], ok = w->conn != NULL;
+        bool at_end[SHARDS_MAX], ok = true;
         memset(rows, 0, sizeof rows);
         for (int k = 0; k < snap.n; k++) {
             at_end[k] = false;
-            if (!ok || want[i].after.seq[k] >= snap.seq[k])
+            PGconn *c = w->conn[db_of(w, k)];
+            /* A shard whose database is down waits; the others go on. */
+            if (!c || want[i].after.seq[k] >= snap.seq[k])
                 continue;
             Err err = {0};
-            if (view_finished_after(w->conn, k, want[i].after.seq[k], READ_PAGE, READ_BYTES, false,
-                                    NULL, &rows[k], &at_end[k], &err) < 0) {
+            if (view_finished_after(c, k, want[i].after.seq[k], READ_PAGE, READ_BYTES, false, NULL,
+                                    &rows[k], &at_end[k], &err) < 0) {
                 char at[48];
                 event_label(k, want[i].after.seq[k], at, sizeof at);
                 log_warn("webhooks: reading results after %s: %s", at, err.msg);
@@ -775,10 +804,13 @@ static void *webhooks_main(void *arg)
         if (timeout > IDLE_POLL_MS)
             timeout = IDLE_POLL_MS;
         /* Another shard's commit wakes the thread through its session. */
-        struct curl_waitfd db = {.fd = w->conn ? PQsocket(w->conn) : -1,
-                                 .events = CURL_WAIT_POLLIN};
-        bool listening = w->cfg.shards > 1 && db.fd >= 0;
-        curl_multi_poll(w->multi, listening ? &db : NULL, listening ? 1 : 0, timeout, NULL);
+        struct curl_waitfd dbs[SHARDS_MAX];
+        unsigned listening = 0;
+        for (int db = 0; w->cfg.shards > 1 && db < w->dbs; db++)
+            if (w->conn[db] && PQsocket(w->conn[db]) >= 0)
+                dbs[listening++] =
+                    (struct curl_waitfd){.fd = PQsocket(w->conn[db]), .events = CURL_WAIT_POLLIN};
+        curl_multi_poll(w->multi, listening ? dbs : NULL, listening, timeout, NULL);
     }
     return NULL;
 }
@@ -792,6 +824,7 @@ Webhooks *webhooks_start(const WebhooksConfig *cfg, Err *err)
     w->cfg.database_url = xstrdup(cfg->database_url);
     if (w->cfg.shards < 1 || w->cfg.shards > SHARDS_MAX)
         w->cfg.shards = 1;
+    w->dbs = cfg->stores ? cfg->stores->n : 1;
     cursor_zero(&w->last, w->cfg.shards);
     pthread_mutex_init(&w->lock, NULL);
     w->multi = curl_multi_init();
@@ -824,7 +857,7 @@ void webhooks_stop(Webhooks *w)
     }
     pthread_mutex_unlock(&w->lock);
     curl_multi_cleanup(w->multi);
-    PQfinish(w->conn);
+    sessions_close(w);
     pthread_mutex_destroy(&w->lock);
     free((char *)w->cfg.database_url);
     free(w);

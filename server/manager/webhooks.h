@@ -40,8 +40,11 @@
 typedef struct WebhooksConfig {
     const char *database_url; /* for the thread's own session (copied) */
     int shards;               /* of the cluster (1 to SHARDS_MAX) */
-    int64_t pause_after_ms;   /* a subscription failing this long is paused */
-    int64_t timeout_ms;       /* one delivery, whole exchange */
+    /* Where each shard's events are (borrowed, outlives the thread): a
+     * session to each database. NULL: all in database_url's. */
+    const Stores *stores;
+    int64_t pause_after_ms; /* a subscription failing this long is paused */
+    int64_t timeout_ms;     /* one delivery, whole exchange */
     int64_t backoff_base_ms, backoff_max_ms;
     /* Receivers' addresses allowed beside public ones (netpolicy.h), checked
      * on each address connected to; NULL: none. Outlives the thread. */

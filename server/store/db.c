@@ -167,23 +167,38 @@ int db_command(PGconn *c, const char *sql, const char *what, Err *err)
     return rc;
 }
 
-/* The statements this thread has prepared, on the one session it last used:
- * each thread of the server works with one session at a time. */
+/* The statements this thread has prepared, on the last few sessions it used
+ * (a leader's own and those to the cluster's other databases; a slot is
+ * reused for another session in turn). A statement prepared on a session
+ * whose slot was reused is prepared again: 42P05, taken as done. */
 #define CACHED_MAX 8
-static _Thread_local struct {
+#define CACHED_SESSIONS 4
+typedef struct Cached {
     PGconn *conn;
     const char *names[CACHED_MAX];
     int n;
+} Cached;
+static _Thread_local struct {
+    Cached slot[CACHED_SESSIONS];
+    int next;   /* the slot to reuse next */
+    Cached *at; /* the slot of the session last asked about */
 } cached;
 
 static bool cached_has(PGconn *c, const char *name)
 {
-    if (cached.conn != c) {
-        cached.conn = c;
-        cached.n = 0;
+    Cached *s = NULL;
+    for (int i = 0; i < CACHED_SESSIONS && !s; i++)
+        if (cached.slot[i].conn == c)
+            s = &cached.slot[i];
+    if (!s) {
+        s = &cached.slot[cached.next];
+        cached.next = (cached.next + 1) % CACHED_SESSIONS;
+        s->conn = c;
+        s->n = 0;
     }
-    for (int i = 0; i < cached.n; i++)
-        if (!strcmp(cached.names[i], name))
+    cached.at = s;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name))
             return true;
     return false;
 }
@@ -196,8 +211,8 @@ static int prepare(PGconn *c, const char *name, const char *sql, int nparams, co
     int rc = state && !strcmp(state, "42P05") ? 0 /* prepared before, by this thread */
                                               : db_check(c, r, what, err);
     PQclear(r);
-    if (rc == 0 && cached.n < CACHED_MAX)
-        cached.names[cached.n++] = name;
+    if (rc == 0 && cached.at && cached.at->n < CACHED_MAX)
+        cached.at->names[cached.at->n++] = name;
     return rc;
 }
 
@@ -210,7 +225,7 @@ PGresult *db_exec_cached(PGconn *c, const char *name, const char *sql, int npara
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     if (state && !strcmp(state, "26000")) { /* a new session at the same address */
         PQclear(r);
-        cached.n = 0;
+        cached.at->n = 0;
         if (prepare(c, name, sql, nparams, what, err) != 0)
             return NULL;
         r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);

@@ -1297,37 +1297,42 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
     " w.max_attempts, w.last_error, w.key, w.batch, w.trace->>'traceparent',"                      \
     " w.trace->>'tracestate', w.shard"
 
+/* Adds the rows of res (KNOWN_COLS) to out; res must live as long as out. */
+static void known_rows_of(KnownSet *out, const PGresult *res)
+{
+    int rows = PQntuples(res);
+    out->items = xrealloc(out->items, (out->n + (size_t)rows + 1) * sizeof *out->items);
+    for (int i = 0; i < rows; i++) {
+        KnownWork *k = &out->items[out->n++];
+        memset(k, 0, sizeof *k);
+        k->id = db_str(res, i, 0);
+        k->status = db_str(res, i, 1);
+        k->attempts = (int)db_int(res, i, 2);
+        k->payload = json_loads(db_str(res, i, 3), JSON_DECODE_ANY, NULL);
+        k->queue = db_str(res, i, 4);
+        k->priority = (int)db_int(res, i, 5);
+        k->timeout_ms = db_int(res, i, 6);
+        k->max_attempts = (int)db_int(res, i, 7);
+        k->last_error = db_str(res, i, 8);
+        k->key = db_str(res, i, 9);
+        k->batch = db_str(res, i, 10);
+        k->traceparent = db_str(res, i, 11);
+        k->tracestate = db_str(res, i, 12);
+        k->shard = (int)db_int(res, i, 13);
+    }
+}
+
 /* Fills out from rows of KNOWN_COLS (out->res owns the strings). */
 static void known_rows(KnownSet *out)
 {
-    int rows = PQntuples(out->res);
-    out->items = xcalloc((size_t)rows + 1, sizeof *out->items);
-    for (int i = 0; i < rows; i++) {
-        KnownWork *k = &out->items[out->n++];
-        k->id = db_str(out->res, i, 0);
-        k->status = db_str(out->res, i, 1);
-        k->attempts = (int)db_int(out->res, i, 2);
-        k->payload = json_loads(db_str(out->res, i, 3), JSON_DECODE_ANY, NULL);
-        k->queue = db_str(out->res, i, 4);
-        k->priority = (int)db_int(out->res, i, 5);
-        k->timeout_ms = db_int(out->res, i, 6);
-        k->max_attempts = (int)db_int(out->res, i, 7);
-        k->last_error = db_str(out->res, i, 8);
-        k->key = db_str(out->res, i, 9);
-        k->batch = db_str(out->res, i, 10);
-        k->traceparent = db_str(out->res, i, 11);
-        k->tracestate = db_str(out->res, i, 12);
-        k->shard = (int)db_int(out->res, i, 13);
-    }
+    known_rows_of(out, out->res);
 }
 
 /* Open rows (dead work, or work that another leader just opened) and finished
  * rows of these ids, with what reopening one needs. */
-int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err)
+/* The look of journal_known, on any session. */
+WARN_UNUSED static PGresult *known_look(PGconn *c, char *const *ids, size_t n, Err *err)
 {
-    memset(out, 0, sizeof *out);
-    if (n == 0)
-        return 0;
     char *arr = text_array(ids, n);
     const char *params[] = {arr};
     /* Run in every round with submissions, so planned once per session
@@ -1336,17 +1341,81 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
      * the tables' statistics, which are those of empty tables when the
      * session starts: an index lookup per id (LATERAL, kept a subquery by
      * OFFSET 0), where a join may be planned as a hash join over every row. */
-    out->res = db_exec_cached(c, "workd_known",
-                              "SELECT w.* FROM unnest($1::text[]) AS k(id) CROSS JOIN LATERAL"
-                              " (SELECT " KNOWN_COLS " FROM workd_open w WHERE w.id = k.id"
-                              "  UNION ALL"
-                              "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
-                              "  OFFSET 0) w",
-                              1, params, "looking up work ids", err);
+    PGresult *r = db_exec_cached(c, "workd_known",
+                                 "SELECT w.* FROM unnest($1::text[]) AS k(id) CROSS JOIN LATERAL"
+                                 " (SELECT " KNOWN_COLS " FROM workd_open w WHERE w.id = k.id"
+                                 "  UNION ALL"
+                                 "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
+                                 "  OFFSET 0) w",
+                                 1, params, "looking up work ids", err);
     free(arr);
-    if (!out->res)
+    return r;
+}
+
+int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (n == 0)
+        return 0;
+    if (!(out->res = known_look(c, ids, n, err)))
         return -1;
     known_rows(out);
+    return 0;
+}
+
+int journal_peer(PGconn **c, const char *url, Err *err)
+{
+    if (db_alive(*c))
+        return 0;
+    PQfinish(*c);
+    *c = db_connect(url, "manager-peer", err);
+    return *c ? 0 : -1;
+}
+
+int journal_known_elsewhere(PGconn *c, char *const *ids, const bool *claim, size_t n, bool *busy,
+                            KnownSet *out, Err *err)
+{
+    if (n == 0)
+        return 0;
+    char *arr = text_array(ids, n);
+    SBuf b;
+    sbuf_init(&b);
+    sbuf_puts(&b, "{");
+    for (size_t i = 0; i < n; i++)
+        sbuf_puts(&b, i ? (claim[i] ? ",t" : ",f") : (claim[i] ? "t" : "f"));
+    sbuf_puts(&b, "}");
+    const char *params[] = {arr, b.data};
+    int64_t *keys = xcalloc(n + 1, sizeof *keys);
+    size_t n_keys = 0;
+    /* Three statements, each its own transaction: the claims (session
+     * locks, the kind journal_claim takes), then the look, whose snapshot is
+     * taken once they are held, then their release. */
+    PGresult *r = db_exec_cached(c, "workd_claim_look",
+                                 "SELECT k.n - 1, h, pg_try_advisory_lock(h)"
+                                 "  FROM unnest($1::text[], $2::bool[]) WITH ORDINALITY"
+                                 "       AS k(id, claim, n),"
+                                 "       LATERAL hashtextextended(k.id, 0) AS h WHERE k.claim",
+                                 2, params, "claiming ids for a look", err);
+    for (int i = 0; r && i < PQntuples(r); i++) {
+        int64_t at = db_int(r, i, 0);
+        if (strcmp(PQgetvalue(r, i, 2), "t"))
+            busy[at >= 0 && (size_t)at < n ? at : 0] = true;
+        else
+            keys[n_keys++] = db_int(r, i, 1);
+    }
+    PGresult *look = r ? known_look(c, ids, n, err) : NULL;
+    int rc = look && journal_release(c, keys, n_keys, err) == 0 ? 0 : -1;
+    PQclear(r);
+    free(arr);
+    free(keys);
+    sbuf_free(&b);
+    if (rc != 0) { /* the caller closes the session, and the claims with it */
+        PQclear(look);
+        return -1;
+    }
+    out->more = xrealloc(out->more, (out->n_more + 1) * sizeof *out->more);
+    out->more[out->n_more++] = look;
+    known_rows_of(out, look);
     return 0;
 }
 
@@ -1411,6 +1480,9 @@ void journal_known_free(KnownSet *k)
         json_decref(k->items[i].payload);
     free(k->items);
     PQclear(k->res);
+    for (size_t i = 0; i < k->n_more; i++)
+        PQclear(k->more[i]);
+    free(k->more);
     memset(k, 0, sizeof *k);
 }
 

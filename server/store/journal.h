@@ -120,6 +120,8 @@ int journal_parts(PGconn *c, PartList *out, Err *err) WARN_UNUSED;
  * journal_known_free). */
 typedef struct KnownSet {
     PGresult *res;
+    PGresult **more; /* the results of other databases' looks (journal_known_elsewhere) */
+    size_t n_more;
     KnownWork *items;
     size_t n;
 } KnownSet;
@@ -137,6 +139,24 @@ int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *bu
 /* Releases claims of this session (their appends committed, or wrote nothing). */
 int journal_release(PGconn *c, const int64_t *keys, size_t n, Err *err) WARN_UNUSED;
 void journal_known_free(KnownSet *k);
+
+/* ---- the cluster's other databases (shards with databases of their own, stores.h) ---- */
+/* A leader looks ids up in every database of the cluster: its own session
+ * (journal_known, journal_claim) and one to each other database, opened here
+ * when *c is NULL or broken (the caller closes it with journal_close). */
+int journal_peer(PGconn **c, const char *url, Err *err) WARN_UNUSED;
+/* What another database holds of these ids, added to *out (rows as
+ * journal_known's). The ids claim[i] marks are claimed there for the look
+ * alone: each takes that database's claim lock (the one journal_claim takes,
+ * which its leader holds until its append commits), then the rows are read,
+ * then the claims are released, so a look never misses an append that
+ * committed before it and never runs beside one that has not; one whose lock
+ * another session holds is busy[i] (look again once that append has landed).
+ * Why that is enough: docs/architecture.md, "Ids across databases". On
+ * failure the caller closes c (claims may be held). */
+int journal_known_elsewhere(PGconn *c, char *const *ids, const bool *claim, size_t n, bool *busy,
+                            KnownSet *out, Err *err) WARN_UNUSED;
+
 /* Dead work of a queue and key (NULL: any), oldest first, at most limit. */
 int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,
                           KnownSet *out, Err *err) WARN_UNUSED;

@@ -41,8 +41,7 @@ int stores_parse(Stores *st, const char *home_url, const char *spec, Err *err)
                            "1 to %d (shard 0 lives in the home database, --database-url)",
                            s, SHARDS_MAX - 1);
         if (st->of[s])
-            return err_set(err, 400, "bad-setting",
-                           "--shard-databases names shard %ld twice", s);
+            return err_set(err, 400, "bad-setting", "--shard-databases names shard %ld twice", s);
         char *url = xcalloc(1, (size_t)(end - eq));
         memcpy(url, eq + 1, (size_t)(end - eq - 1));
         int db = 0;
@@ -189,8 +188,8 @@ WARN_UNUSED static int place_shard(const Stores *st, PGconn **conn, const DbIden
         return -1;
     PQclear(r);
     const char *p2[] = {sv, ident[db].database};
-    r = db_exec(conn[0], "INSERT INTO workd_shard_databases (shard, database) VALUES ($1, $2)",
-                2, p2, "recording where the shard lives", err);
+    r = db_exec(conn[0], "INSERT INTO workd_shard_databases (shard, database) VALUES ($1, $2)", 2,
+                p2, "recording where the shard lives", err);
     if (!r)
         return -1;
     PQclear(r);

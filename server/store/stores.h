@@ -15,10 +15,10 @@
 
 /* The databases of a cluster: db 0 is home. */
 typedef struct Stores {
-    int shards;                 /* of the cluster (0 until stores_prepare) */
-    int n;                      /* databases, home included */
-    char *url[SHARDS_MAX];      /* by database; owned */
-    int of[SHARDS_MAX];         /* shard -> its database */
+    int shards;            /* of the cluster (0 until stores_prepare) */
+    int n;                 /* databases, home included */
+    char *url[SHARDS_MAX]; /* by database; owned */
+    int of[SHARDS_MAX];    /* shard -> its database */
 } Stores;
 
 /* ---- start ---- */

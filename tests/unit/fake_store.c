@@ -410,6 +410,26 @@ void journal_known_free(KnownSet *k)
     (void)k;
 }
 
+/* The fake is one database: a manager never looks elsewhere. */
+int journal_peer(PGconn **c, const char *url, Err *err)
+{
+    (void)c;
+    (void)url;
+    return err_set(err, 500, "internal", "fake: one database only");
+}
+
+int journal_known_elsewhere(PGconn *c, char *const *ids, const bool *claim, size_t n, bool *busy,
+                            KnownSet *out, Err *err)
+{
+    (void)c;
+    (void)ids;
+    (void)claim;
+    (void)n;
+    (void)busy;
+    (void)out;
+    return err_set(err, 500, "internal", "fake: one database only");
+}
+
 int journal_dead_matching(PGconn *c, int shard, const char *queue, const char *key, int limit,
                           KnownSet *out, Err *err)
 {

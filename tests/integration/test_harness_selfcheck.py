@@ -5,6 +5,7 @@ Run: python3 tests/integration/test_harness_selfcheck.py [-k NAME]
 """
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -49,6 +50,74 @@ def test_proc_control(cluster):
     r.kill()
     assert r.returncode == -signal.SIGKILL
     cluster.start_process("left-running", ["sleep", "60"])  # close() must end it
+
+
+def test_added_databases(cluster):
+    """add_database: another PostgreSQL of the cluster, its own server and
+    data; restart keeps its port and data; stop/start; its log in dump_logs."""
+    url = cluster.add_database("pg2")
+    assert url != cluster.db_url and url.startswith("postgresql://postgres@127.0.0.1:"), url
+    assert cluster.database_url("pg2") == url
+    cluster.psql("CREATE TABLE t (v int); INSERT INTO t VALUES (2)", url=url)
+    assert cluster.psql("SELECT count(*) FROM pg_tables WHERE tablename = 't'") == "0", \
+        "the added database is another server, not the home one"
+    cluster.db_restart("pg2")
+    assert cluster.database_url("pg2") == url, "restart must keep the port"
+    assert cluster.psql("SELECT v FROM t", url=url) == "2", "data must survive a restart"
+    cluster.db_stop("pg2")
+    try:
+        cluster.psql("SELECT 1", url=url)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the stopped database still answered")
+    assert cluster.psql("SELECT 1") == "1", "stopping pg2 must leave the home database up"
+    cluster.db_start("pg2")
+    assert cluster.psql("SELECT v FROM t", url=url) == "2"
+    import io
+    out = io.StringIO()
+    cluster.dump_logs(out=out)
+    assert "---- postgres.log of pg2" in out.getvalue(), out.getvalue()[-2000:]
+    try:
+        cluster.add_database("pg2")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a second database of the same name was accepted")
+
+
+def test_added_databases_destroyed_when_the_test_is_killed():
+    """A test process SIGKILLed (a CTest timeout) leaves no PostgreSQL behind:
+    the watchdog destroys the added databases as well as the first."""
+    import subprocess
+    import time
+    lib = str(Path(__file__).resolve().parents[1] / "lib")
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; sys.path.insert(0, sys.argv[1]); import harness\n"
+         "c = harness.Cluster().__enter__()\n"
+         "u = c.add_database('pg2')\n"
+         "print(c.tmp, c.pg_dir / 'data' / 'postmaster.pid',"
+         " c.databases['pg2']['dir'] / 'data' / 'postmaster.pid', flush=True)\n"
+         "time.sleep(120)\n", lib],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        tmp, *pidfiles = child.stdout.readline().split()
+        pids = [int(Path(f).read_text().splitlines()[0]) for f in pidfiles]
+    finally:
+        child.kill()
+        child.wait()
+
+    def gone(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, owned by the postgres user
+            return False
+        return False
+    wait_until(lambda: all(gone(p) for p in pids) and not Path(tmp).exists(), 30,
+               what=f"the watchdog to stop postmasters {pids} and remove {tmp}")
 
 
 class _Handler(BaseHTTPRequestHandler):

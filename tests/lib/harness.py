@@ -13,8 +13,10 @@ ends with ``run_tests(globals())``::
         run_tests(globals())
 
 Each test gets a fresh Cluster: a private PostgreSQL (scripts/pg-private) in a
-temporary directory, plus every workd process the test starts. All of it is
-torn down when the test ends, also on exceptions, SIGINT/SIGTERM and at exit.
+temporary directory, plus every workd process the test starts, plus any other
+private PostgreSQL the test adds (``cluster.add_database("pg2")``: a shard's
+own database). All of it is torn down when the test ends, also on exceptions,
+SIGINT/SIGTERM and at exit, and by a watchdog when the test process is killed.
 Command line: ``--bin-dir DIR`` (default REPO/build/bin), ``-k SUBSTRING``,
 ``--keep`` (keep temporary directories and logs).
 """
@@ -26,6 +28,7 @@ import http.client as _httpclient
 import inspect
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -438,13 +441,16 @@ def _close_all():
 
 
 class Cluster:
-    """A private PostgreSQL plus the workd processes of one test."""
+    """A private PostgreSQL plus the workd processes of one test, and any
+    other private PostgreSQL servers the test adds (add_database)."""
 
     def __init__(self, bin_dir=None, keep=None):
         self.bin_dir = Path(bin_dir or BIN_DIR)
         self.keep = KEEP_TMP if keep is None else keep
         self.tmp = self.pg_dir = self.db_url = self._watchdog = None
         self.procs = []
+        # The added PostgreSQL servers: {name: {"dir": TMP/pg-NAME, "url": URL}}.
+        self.databases = {}
         # What the nodes of this cluster prove forwarded requests with
         # (--cluster-secret); start_server passes it through the environment.
         self.secret = secrets.token_hex(16)
@@ -456,9 +462,11 @@ class Cluster:
         self.pg_dir = self.tmp / "pg"
         _live_clusters.append(self)
         # Watchdog for when this process is SIGKILLed (e.g. a CTest timeout):
-        # it waits for EOF on a pipe only we hold, then destroys the cluster.
-        # Workd processes die with us through PR_SET_PDEATHSIG.
-        script = 'cat >/dev/null; "$0" destroy "$1" >/dev/null 2>&1; [ -n "$2" ] || rm -rf "$3"'
+        # it waits for EOF on a pipe only we hold, then destroys the cluster,
+        # the PostgreSQL servers added later (TMP/pg-*) too. Workd processes
+        # die with us through PR_SET_PDEATHSIG.
+        script = ('cat >/dev/null; for d in "$1" "$3"/pg-*; do [ -d "$d" ] && '
+                  '"$0" destroy "$d" >/dev/null 2>&1; done; [ -n "$2" ] || rm -rf "$3"')
         self._watchdog = subprocess.Popen(
             ["sh", "-c", script, str(PG_PRIVATE), str(self.pg_dir), "1" if self.keep else "",
              str(self.tmp)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -474,11 +482,12 @@ class Cluster:
         self.close()
         return False
 
-    def _pg(self, command):
-        r = subprocess.run([str(PG_PRIVATE), command, str(self.pg_dir)],
+    def _pg(self, command, pg_dir=None):
+        r = subprocess.run([str(PG_PRIVATE), command, str(pg_dir or self.pg_dir)],
                            capture_output=True, text=True, timeout=180)
         if r.returncode != 0:
-            raise RuntimeError(f"pg-private {command} failed ({r.returncode}):\n{r.stderr}")
+            raise RuntimeError(f"pg-private {command} {pg_dir or self.pg_dir} failed "
+                               f"({r.returncode}):\n{r.stderr}")
         return r.stdout.strip()
 
     def pg_restart(self):
@@ -490,6 +499,41 @@ class Cluster:
 
     def pg_start(self):
         self.db_url = self._pg("start")
+
+    def add_database(self, name):
+        """Start another private PostgreSQL of this cluster (TMP/pg-NAME: its
+        own server, port and database, as a shard's own database would be on
+        a PostgreSQL of its own) and return its URL. It is destroyed with the
+        cluster, and by the watchdog when the test process is killed."""
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", name) or name in self.databases:
+            raise ValueError(f"add_database: {name!r} is taken or not a plain name")
+        pg_dir = self.tmp / f"pg-{name}"
+        self.databases[name] = {"dir": pg_dir, "url": None}
+        self.databases[name]["url"] = self._pg("start", pg_dir)
+        return self.databases[name]["url"]
+
+    def _added(self, name):
+        if name not in self.databases:
+            raise KeyError(f"no database {name!r} was added (add_database)")
+        return self.databases[name]
+
+    def database_url(self, name):
+        """The URL of the added database NAME (the same across its restarts)."""
+        return self._added(name)["url"]
+
+    def db_restart(self, name):
+        """Fast-restart the added database NAME on the same port."""
+        db = self._added(name)
+        db["url"] = self._pg("restart", db["dir"])
+
+    def db_stop(self, name):
+        """Fast-stop the added database NAME."""
+        self._pg("stop", self._added(name)["dir"])
+
+    def db_start(self, name):
+        """Start the added database NAME again (same port, same data)."""
+        db = self._added(name)
+        db["url"] = self._pg("start", db["dir"])
 
     def psql(self, sql, url=None):
         """Run SQL with psql; return its unaligned, tuples-only output, stripped."""
@@ -554,10 +598,13 @@ class Cluster:
         for p in self.procs:
             print(f"---- {p.name} (pid {p.pid}, rc {p.returncode}) {p.log_path}", file=out)
             print(p.log_tail(lines), file=out)
-        if self.pg_dir and (self.pg_dir / "postgres.log").exists():
-            tail = (self.pg_dir / "postgres.log").read_text(errors="replace").splitlines()
-            print("---- postgres.log", file=out)
-            print("\n".join(tail[-lines:]), file=out)
+        pgs = [("postgres.log", self.pg_dir)] if self.pg_dir else []
+        pgs += [(f"postgres.log of {name}", db["dir"]) for name, db in self.databases.items()]
+        for title, pg_dir in pgs:
+            if (pg_dir / "postgres.log").exists():
+                tail = (pg_dir / "postgres.log").read_text(errors="replace").splitlines()
+                print(f"---- {title}", file=out)
+                print("\n".join(tail[-lines:]), file=out)
 
     def close(self):
         """Kill all processes, destroy PostgreSQL, remove the temp dir. Idempotent."""
@@ -576,10 +623,11 @@ class Cluster:
                     p.popen.wait(max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     p.kill()
-            try:
-                self._pg("destroy")
-            except Exception as e:  # noqa: BLE001 - cleanup must go on
-                print(f"harness: {e}", file=sys.stderr)
+            for pg_dir in [self.pg_dir, *(db["dir"] for db in self.databases.values())]:
+                try:
+                    self._pg("destroy", pg_dir)
+                except Exception as e:  # noqa: BLE001 - cleanup must go on
+                    print(f"harness: {e}", file=sys.stderr)
             if self.keep:
                 print(f"harness: kept {self.tmp}", file=sys.stderr)
             else:

@@ -42,13 +42,9 @@ WARN_UNUSED static PGresult *ask(ShardSet *set, int db, const char *sql, const c
         if (!(set->conn[db] = db_connect(set->stores->url[db], "placement", &err)))
             return NULL;
     }
-    char ms[24], keeps[8 * SHARDS_MAX] = "{";
+    char ms[24], keeps[STORES_KEEPS_LEN];
     snprintf(ms, sizeof ms, "%d", LIVE_MS);
-    for (int s = 0; s < set->n; s++)
-        if (stores_keeps(set->stores, db, s))
-            snprintf(keeps + strlen(keeps), sizeof keeps - strlen(keeps), "%s%d",
-                     keeps[1] ? "," : "", s);
-    strcat(keeps, "}");
+    stores_keeps_array(set->stores, db, keeps);
     const char *params[] = {ms, keeps};
     PGresult *r = db_exec(set->conn[db], sql, 2, params, what, &err);
     if (!r) {

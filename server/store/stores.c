@@ -74,6 +74,16 @@ void stores_free(Stores *st)
     memset(st, 0, sizeof *st);
 }
 
+void stores_keeps_array(const Stores *st, int db, char *out)
+{
+    size_t at = 0;
+    out[at++] = '{';
+    for (int s = 0; s < st->shards; s++)
+        if (stores_keeps(st, db, s))
+            at += (size_t)snprintf(out + at, STORES_KEEPS_LEN - at, "%s%d", at > 1 ? "," : "", s);
+    snprintf(out + at, STORES_KEEPS_LEN - at, "}");
+}
+
 const char *stores_url(const Stores *st, int s)
 {
     return st->url[st->of[s]];
@@ -178,22 +188,34 @@ WARN_UNUSED static int place_shard(const Stores *st, PGconn **conn, const DbIden
                        s, HOW);
     char sv[16];
     snprintf(sv, sizeof sv, "%d", s);
-    const char *p1[] = {ident[0].database, sv};
-    PGresult *r = db_exec(conn[db],
-                          "UPDATE workd_cluster SET home = $1::uuid,"
-                          "  keeps = ARRAY(SELECT DISTINCT unnest(coalesce(keeps, '{}') ||"
-                          "                $2::int) ORDER BY 1) WHERE id = 1",
-                          2, p1, "recording the shard this database keeps", err);
-    if (!r)
-        return -1;
-    PQclear(r);
-    const char *p2[] = {sv, ident[db].database};
-    r = db_exec(conn[0], "INSERT INTO workd_shard_databases (shard, database) VALUES ($1, $2)", 2,
-                p2, "recording where the shard lives", err);
+    const char *params[] = {sv, ident[db].database};
+    PGresult *r =
+        db_exec(conn[0], "INSERT INTO workd_shard_databases (shard, database) VALUES ($1, $2)", 2,
+                params, "recording where the shard lives", err);
     if (!r)
         return -1;
     PQclear(r);
     log_info("shard %d keeps its rows in its own database (id %s)", s, ident[db].database);
+    return 0;
+}
+
+/* Each shard database says which cluster it belongs to and which shards it
+ * keeps (its inbox takes only theirs), as the home database records. */
+WARN_UNUSED static int mark_databases(const Stores *st, PGconn **conn, const DbIdent *ident,
+                                      Err *err)
+{
+    for (int db = 1; db < st->n; db++) {
+        char keeps[STORES_KEEPS_LEN];
+        stores_keeps_array(st, db, keeps);
+        const char *params[] = {ident[0].database, keeps};
+        PGresult *r = db_exec(conn[db],
+                              "UPDATE workd_cluster SET home = $1::uuid, keeps = $2::int[]"
+                              " WHERE id = 1",
+                              2, params, "recording the shards this database keeps", err);
+        if (!r)
+            return -1;
+        PQclear(r);
+    }
     return 0;
 }
 
@@ -205,12 +227,8 @@ WARN_UNUSED static int place_shard(const Stores *st, PGconn **conn, const DbIden
 WARN_UNUSED static int move_schedules(const Stores *st, PGconn **conn, Err *err)
 {
     for (int from = 0; from < st->n; from++) {
-        char keeps[8 * SHARDS_MAX] = "{";
-        for (int s = 0; s < st->shards; s++)
-            if (stores_keeps(st, from, s))
-                snprintf(keeps + strlen(keeps), sizeof keeps - strlen(keeps), "%s%d",
-                         keeps[1] ? "," : "", s);
-        strcat(keeps, "}");
+        char keeps[STORES_KEEPS_LEN];
+        stores_keeps_array(st, from, keeps);
         const char *p[] = {keeps};
         PGresult *r = db_exec(conn[from],
                               "SELECT name, shard, row_to_json(s) FROM workd_schedules s"
@@ -314,7 +332,7 @@ int stores_prepare(Stores *st, int want_shards, int *applied, Err *err)
     for (int s = 1; s < shards; s++)
         if (place_shard(st, conn, ident, lives, s, err) != 0)
             goto cleanup;
-    if (move_schedules(st, conn, err) != 0)
+    if (mark_databases(st, conn, ident, err) != 0 || move_schedules(st, conn, err) != 0)
         goto cleanup;
     rc = 0;
 cleanup:

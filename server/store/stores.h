@@ -37,6 +37,10 @@ void stores_free(Stores *st);
 /* ---- any thread ---- */
 /* The URL of the database that keeps shard s's rows. */
 const char *stores_url(const Stores *st, int s);
+/* The shards database db keeps as a PostgreSQL array literal ("{0,1}") in
+ * out (STORES_KEEPS_LEN bytes). */
+#define STORES_KEEPS_LEN (4 * SHARDS_MAX)
+void stores_keeps_array(const Stores *st, int db, char *out);
 /* Whether database db keeps shard s's rows. */
 static inline bool stores_keeps(const Stores *st, int db, int s)
 {

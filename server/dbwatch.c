@@ -1,5 +1,5 @@
-/* dbwatch: see dbwatch.h. One thread, one session; the last check is kept
- * under `lock` and copied out by readers. */
+/* dbwatch: see dbwatch.h. One thread, a session per database; the last
+ * checks are kept under `lock` and copied out by readers. */
 #include "dbwatch.h"
 
 #include <pthread.h>
@@ -26,17 +26,21 @@ typedef struct Facts {
     int64_t checked_ms;     /* wall clock of the check; 0: none yet */
 } Facts;
 
+/* One database's watch: thread-owned. */
+typedef struct Watched {
+    PGconn *conn;
+    Facts prev; /* what was logged last */
+    bool stall_logged, down_logged;
+} Watched;
+
 struct DbWatch {
-    char *url;
+    const Stores *stores; /* borrowed */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    bool stopping; /* under lock */
-    Facts last;    /* under lock */
-    /* ---- thread-owned ---- */
-    PGconn *conn;
-    Facts prev; /* what was logged last */
-    bool stall_logged;
+    bool stopping;          /* under lock */
+    Facts last[SHARDS_MAX]; /* by database, under lock */
+    Watched db[SHARDS_MAX]; /* by database, thread-owned */
 };
 
 /* One statement, nothing written: it answers even while commits are stuck.
@@ -102,7 +106,7 @@ static void stall_sentence(const Facts *f, char *out, size_t len)
 }
 
 /* Logs the facts when what they promise changed (not the wait times). */
-static void report(DbWatch *w, const Facts *f)
+static void report(Watched *w, const Facts *f)
 {
     const Facts *p = &w->prev;
     bool changed = !p->checked_ms || p->reachable != f->reachable || strcmp(p->server, f->server) ||
@@ -144,7 +148,7 @@ static void report(DbWatch *w, const Facts *f)
         w->prev = *f;
 }
 
-static void check(DbWatch *w, Facts *f)
+static void check(Watched *w, const char *url, Facts *f)
 {
     memset(f, 0, sizeof *f);
     f->sync_standbys = -1;
@@ -152,7 +156,7 @@ static void check(DbWatch *w, Facts *f)
     Err err = {0};
     if (!db_alive(w->conn)) {
         PQfinish(w->conn);
-        w->conn = db_connect(w->url, "dbwatch", &err);
+        w->conn = db_connect(url, "dbwatch", &err);
         if (!w->conn) {
             snprintf(f->error, sizeof f->error, "%s", err.msg);
             return;
@@ -182,18 +186,22 @@ static void check(DbWatch *w, Facts *f)
 static void *dbwatch_main(void *arg)
 {
     DbWatch *w = arg;
-    bool down_logged = false;
     pthread_mutex_lock(&w->lock);
     while (!w->stopping) {
         pthread_mutex_unlock(&w->lock);
-        Facts f;
-        check(w, &f);
-        if (!f.reachable && !down_logged)
-            log_warn("database check: %s", f.error);
-        down_logged = !f.reachable;
-        report(w, &f);
+        for (int d = 0; d < w->stores->n; d++) {
+            Watched *x = &w->db[d];
+            Facts f;
+            check(x, w->stores->url[d], &f);
+            if (!f.reachable && !x->down_logged)
+                log_warn("database check: %s", f.error);
+            x->down_logged = !f.reachable;
+            report(x, &f);
+            pthread_mutex_lock(&w->lock);
+            w->last[d] = f;
+            pthread_mutex_unlock(&w->lock);
+        }
         pthread_mutex_lock(&w->lock);
-        w->last = f;
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += DBWATCH_EVERY_MS / 1000;
@@ -206,24 +214,27 @@ static void *dbwatch_main(void *arg)
         }
     }
     pthread_mutex_unlock(&w->lock);
-    PQfinish(w->conn);
-    w->conn = NULL;
+    for (int d = 0; d < w->stores->n; d++) {
+        PQfinish(w->db[d].conn);
+        w->db[d].conn = NULL;
+    }
     return NULL;
 }
 
-DbWatch *dbwatch_start(const char *database_url, Err *err)
+DbWatch *dbwatch_start(const Stores *stores, Err *err)
 {
     DbWatch *w = xcalloc(1, sizeof *w);
-    w->url = xstrdup(database_url);
-    w->last.sync_standbys = -1;
-    snprintf(w->last.error, sizeof w->last.error, "not checked yet");
+    w->stores = stores;
+    for (int d = 0; d < stores->n; d++) {
+        w->last[d].sync_standbys = -1;
+        snprintf(w->last[d].error, sizeof w->last[d].error, "not checked yet");
+    }
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     if (pthread_create(&w->thread, NULL, dbwatch_main, w) != 0) {
         err_set(err, 500, "internal", "cannot start the database watch thread");
         pthread_mutex_destroy(&w->lock);
         pthread_cond_destroy(&w->cond);
-        free(w->url);
         free(w);
         return NULL;
     }
@@ -241,7 +252,6 @@ void dbwatch_stop(DbWatch *w)
     pthread_join(w->thread, NULL);
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond);
-    free(w->url);
     free(w);
 }
 
@@ -250,7 +260,7 @@ json_t *dbwatch_json(DbWatch *w)
     if (!w)
         return json_null();
     pthread_mutex_lock(&w->lock);
-    Facts f = w->last;
+    Facts f = w->last[0];
     pthread_mutex_unlock(&w->lock);
     char at[40];
     if (f.checked_ms)
@@ -278,11 +288,27 @@ bool dbwatch_stalled(DbWatch *w, char *why, size_t whylen)
 {
     if (!w)
         return false;
+    int stuck = -1;
+    Facts f;
     pthread_mutex_lock(&w->lock);
-    Facts f = w->last;
+    for (int d = 0; d < w->stores->n && stuck < 0; d++)
+        if (stalled(&w->last[d])) {
+            stuck = d;
+            f = w->last[d];
+        }
     pthread_mutex_unlock(&w->lock);
-    if (!stalled(&f))
+    if (stuck < 0)
         return false;
-    stall_sentence(&f, why, whylen);
+    if (stuck == 0) {
+        stall_sentence(&f, why, whylen);
+        return true;
+    }
+    int first = 0;
+    for (int s = SHARDS_MAX - 1; s > 0; s--)
+        if (stores_keeps(w->stores, stuck, s))
+            first = s;
+    char sentence[600];
+    stall_sentence(&f, sentence, sizeof sentence);
+    snprintf(why, whylen, "the database of shard %d: %s", first, sentence);
     return true;
 }

@@ -375,7 +375,7 @@ WARN_UNUSED static int start_front(Server *s, int64_t started_ms, Err *err)
                       .max_reply_bytes = s->cfg.max_reply_bytes,
                       .cluster_secret = s->cfg.cluster_secret,
                       .node_id = s->cfg.node_id};
-    ListenerConfig lc = {.database_url = s->cfg.database_url,
+    ListenerConfig lc = {.stores = &s->cfg.stores,
                          .node_id = s->cfg.node_id,
                          .advertise_url = s->cfg.advertise_url,
                          .roles = s->cfg.roles,
@@ -460,8 +460,8 @@ static int serve(Server *s)
     s->http = http_new(&hc);
     Err err = {0};
     int rc = 1;
-    if (!(s->pool = dbpool_start(s->cfg.database_url, (int)s->cfg.db_pool_size, &err)) ||
-        !(s->dbwatch = dbwatch_start(s->cfg.database_url, &err)))
+    if (!(s->pool = dbpool_start(&s->cfg.stores, (int)s->cfg.db_pool_size, &err)) ||
+        !(s->dbwatch = dbwatch_start(&s->cfg.stores, &err)))
         goto cleanup;
     s->hub = hub_new(s->pool, s->metrics, s->cfg.sse_keepalive_ms, s->cfg.sse_max_subscribers,
                      s->cfg.results_ring_bytes, s->cfg.sse_buffer_bytes, &last_seq);

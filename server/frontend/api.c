@@ -645,15 +645,13 @@ static void send_looked_up(Req *r)
 }
 
 /* Read pool: finds the shard (none found: shard 0 says what there is to say). */
-static void shard_lookup_task(PGconn *conn, void *arg)
+static void shard_lookup_task(ViewDbs *db, void *arg)
 {
     ShardLookup *t = arg;
     Err err = {0};
     int shard = -1;
-    int rc =
-        !conn ? err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry")
-        : t->schedule ? view_schedule_shard(conn, t->id, &shard, &err)
-                      : view_work_shard(conn, t->id, &shard, &err);
+    int rc = t->schedule ? view_schedule_shard(db, t->id, &shard, &err)
+                         : view_work_shard(db, t->id, &shard, &err);
     if (rc == 0 && t->want >= 0 && shard >= 0 && shard != t->want)
         rc = err_set(&err, 409, "schedule-moves-shard",
                      "schedule '%s' is in shard %d, and its new queue in shard %d: delete it "
@@ -782,13 +780,11 @@ static void send_batch(Req *r)
     fanout(a->proxy, r, shards, bodies, parts, merge_batch, b);
 }
 
-static void batch_lookup_task(PGconn *conn, void *arg)
+static void batch_lookup_task(ViewDbs *db, void *arg)
 {
     BatchRoute *b = arg;
     Err err = {0};
-    if (!conn || view_work_shards(conn, b->ids, b->n, b->shards, &err) != 0) {
-        if (!conn)
-            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
+    if (view_work_shards(db, b->ids, b->n, b->shards, &err) != 0) {
         ((MgrCmd *)b->r->state)->ud = NULL;
         free(b->ids);
         free(b->shards);
@@ -1056,7 +1052,7 @@ typedef struct GetTask {
     bool events, waited;
 } GetTask;
 
-static void get_task(PGconn *conn, void *arg);
+static void get_task(ViewDbs *db, void *arg);
 
 static void get_refire(void *arg)
 {
@@ -1071,17 +1067,13 @@ static bool is_final(const char *status)
                       !strcmp(status, "cancelled"));
 }
 
-static void get_task(PGconn *conn, void *arg)
+static void get_task(ViewDbs *db, void *arg)
 {
     GetTask *t = arg;
     Req *r = t->r;
     Err err = {0};
-    if (!conn) {
-        problem(r, 503, "database-unavailable", "the database cannot be reached; retry");
-        goto cleanup;
-    }
     if (t->events) {
-        WorkEvents *e = view_work_events(conn, t->id, t->after, t->limit, &err);
+        WorkEvents *e = view_work_events(db, t->id, t->after, t->limit, &err);
         if (e)
             req_finish_json(r, 200, render_work_events(e));
         else
@@ -1089,7 +1081,7 @@ static void get_task(PGconn *conn, void *arg)
         view_work_events_free(e);
         goto cleanup;
     }
-    WorkView *w = view_work_get(conn, t->id, wall_ms(), &err);
+    WorkView *w = view_work_get(db, t->id, wall_ms(), &err);
     if (!w) {
         req_finish_problem(r, &err);
         goto cleanup;
@@ -1290,29 +1282,27 @@ typedef struct FlowRead {
 } FlowRead;
 
 /* The answer of a flow read (a new reference), or NULL with err. */
-static json_t *flow_read_json(PGconn *conn, const FlowRead *t, Err *err)
+static json_t *flow_read_json(ViewDbs *db, const FlowRead *t, Err *err)
 {
     int64_t now = wall_ms();
     if (t->batch) {
-        BatchView *b = view_batch_get(conn, t->key, now, err);
+        BatchView *b = view_batch_get(db, t->key, now, err);
         json_t *o = b ? render_batch(b) : NULL;
         view_batch_free(b);
         return o;
     }
-    ScheduleList *l = view_schedules(conn, t->key, err);
+    ScheduleList *l = view_schedules(db, t->key, err);
     json_t *o = !l ? NULL : t->key ? render_schedule(&l->items[0], now) : render_schedules(l, now);
     view_schedules_free(l);
     return o;
 }
 
-static void flow_read_task(PGconn *conn, void *arg)
+static void flow_read_task(ViewDbs *db, void *arg)
 {
     FlowRead *t = arg;
     Err err = {0};
-    json_t *o = conn ? flow_read_json(conn, t, &err) : NULL;
+    json_t *o = flow_read_json(db, t, &err);
     if (!o) {
-        if (!conn)
-            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(t->r, &err);
     } else {
         req_finish_json(t->r, 200, o);
@@ -1428,15 +1418,12 @@ typedef struct ListTask {
     int limit;
 } ListTask;
 
-static void list_task(PGconn *conn, void *arg)
+static void list_task(ViewDbs *db, void *arg)
 {
     ListTask *t = arg;
     Err err = {0};
-    WorkList *l =
-        conn ? view_work_list(conn, t->status, t->queue, &t->before, t->limit, &err) : NULL;
+    WorkList *l = view_work_list(db, t->status, t->queue, &t->before, t->limit, &err);
     if (!l) {
-        if (!conn)
-            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(t->r, &err);
     } else {
         req_finish_json(t->r, 200, render_work_list(l));
@@ -1519,21 +1506,19 @@ void api_free(Api *a)
     free(a);
 }
 
-static void queues_task(PGconn *conn, void *arg)
+static void queues_task(ViewDbs *db, void *arg)
 {
     Req *r = arg;
     Api *a = api_of(r);
     Err err = {0};
-    OpenCounts *open = conn ? view_open_counts(conn, &err) : NULL;
+    OpenCounts *open = view_open_counts(db, &err);
     if (!open) {
-        if (!conn)
-            err_set(&err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(r, &err);
         return;
     }
     pthread_mutex_lock(&a->stats_lock);
     if (!a->finished_counts || mono_ms() - a->finished_counts_ms > FINISHED_COUNTS_MS) {
-        FinishedCounts *fc = view_finished_counts(conn, &err);
+        FinishedCounts *fc = view_finished_counts(db, &err);
         if (fc) {
             view_finished_counts_free(a->finished_counts);
             a->finished_counts = fc;
@@ -1543,7 +1528,7 @@ static void queues_task(PGconn *conn, void *arg)
     FinishedCounts *finished =
         a->finished_counts ? view_finished_counts_copy(a->finished_counts) : NULL;
     pthread_mutex_unlock(&a->stats_lock);
-    QueueLimitsList *limits = finished ? view_queue_limits(conn, &err) : NULL;
+    QueueLimitsList *limits = finished ? view_queue_limits(db, &err) : NULL;
     if (!limits) {
         req_finish_problem(r, &err);
     } else {
@@ -1575,11 +1560,9 @@ typedef struct ReadTask {
 } ReadTask;
 
 /* Answers o (stolen), or the error when o is NULL. */
-static void read_finish(ReadTask *t, PGconn *conn, json_t *o, Err *err)
+static void read_finish(ReadTask *t, json_t *o, Err *err)
 {
     if (!o) {
-        if (!conn)
-            err_set(err, 503, "database-unavailable", "the database cannot be reached; retry");
         req_finish_problem(t->r, err);
     } else {
         req_finish_json(t->r, 200, o);
@@ -1588,21 +1571,21 @@ static void read_finish(ReadTask *t, PGconn *conn, json_t *o, Err *err)
     free(t);
 }
 
-static void activity_task(PGconn *conn, void *arg)
+static void activity_task(ViewDbs *db, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    Activity *a = conn ? view_activity(conn, t->n, &err) : NULL;
-    read_finish(t, conn, a ? render_activity(a) : NULL, &err);
+    Activity *a = view_activity(db, t->n, &err);
+    read_finish(t, a ? render_activity(a) : NULL, &err);
     view_activity_free(a);
 }
 
-static void keys_task(PGconn *conn, void *arg)
+static void keys_task(ViewDbs *db, void *arg)
 {
     ReadTask *t = arg;
     Err err = {0};
-    KeyBacklogs *k = conn ? view_key_backlog(conn, t->queue, t->n, &err) : NULL;
-    read_finish(t, conn, k ? render_key_backlog(t->queue, k) : NULL, &err);
+    KeyBacklogs *k = view_key_backlog(db, t->queue, t->n, &err);
+    read_finish(t, k ? render_key_backlog(t->queue, k) : NULL, &err);
     view_key_backlog_free(k);
 }
 
@@ -1929,7 +1912,14 @@ static void h_readyz(Req *r, char *const *p)
     char url[256];
     int64_t term = leaderinfo_get(a->leader, 0, url, sizeof url);
     if (!listener_db_ok(a->listener)) {
-        problem(r, 503, "not-ready", "this node cannot reach PostgreSQL");
+        char msg[120] = "this node cannot reach PostgreSQL";
+        for (int sh = 1; sh < a->shards && listener_shard_db_ok(a->listener, 0); sh++)
+            if (!listener_shard_db_ok(a->listener, sh)) {
+                snprintf(msg, sizeof msg,
+                         "this node cannot reach the database of shard %d (--shard-databases)", sh);
+                break;
+            }
+        problem(r, 503, "not-ready", msg);
         return;
     }
     char stuck[600];
@@ -1976,7 +1966,7 @@ static void flow_ask_free(void *p)
     free(f);
 }
 
-static void metrics_task(PGconn *conn, void *arg)
+static void metrics_task(ViewDbs *db, void *arg)
 {
     Req *r = arg;
     Api *a = api_of(r);
@@ -2000,9 +1990,9 @@ static void metrics_task(PGconn *conn, void *arg)
         .n_routes = api_routes_count,
         .shards = a->shards,
         .database_up = listener_db_ok(a->listener),
-        .open_counts = conn ? view_open_counts(conn, &err) : NULL,
-        .limits = conn ? view_queue_limits(conn, &err) : NULL,
-        .backlog = conn ? view_key_backlog(conn, NULL, METRICS_KEYS_TOP, &err) : NULL,
+        .open_counts = view_open_counts(db, &err),
+        .limits = view_queue_limits(db, &err),
+        .backlog = view_key_backlog(db, NULL, METRICS_KEYS_TOP, &err),
         .tokens = asked ? tokens : NULL,
         .n_tokens = n_tokens,
         .mgrs = a->mgrs,

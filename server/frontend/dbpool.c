@@ -17,7 +17,7 @@ typedef struct Task {
 } Task;
 
 struct DbPool {
-    char *url;
+    const Stores *stores; /* borrowed */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     Task *head, *tail;
@@ -26,10 +26,54 @@ struct DbPool {
     pthread_t *threads;
 };
 
+/* One thread's sessions, a task's ViewDbs (its first member). */
+typedef struct Sessions {
+    ViewDbs view;
+    const DbPool *pool;
+    PGconn *conn[SHARDS_MAX];     /* by database; NULL: none yet, or gone */
+    int64_t retry_ms[SHARDS_MAX]; /* a shard's database: not tried again before */
+    uint64_t looked;              /* databases looked at during this task */
+    bool stopping;                /* no database for this task */
+} Sessions;
+
+static PGconn *session(ViewDbs *d, int db)
+{
+    Sessions *s = (Sessions *)d;
+    if (s->stopping || db < 0 || db >= SHARDS_MAX || db >= s->pool->stores->n)
+        return NULL;
+    if (s->looked >> db & 1)
+        return s->conn[db];
+    s->looked |= (uint64_t)1 << db;
+    /* A session whose server went away while it sat idle (a restart, a
+     * failover) is replaced before the task uses it, not after it failed. */
+    if (db_alive(s->conn[db]))
+        return s->conn[db];
+    PQfinish(s->conn[db]);
+    s->conn[db] = NULL;
+    if (mono_ms() < s->retry_ms[db]) /* never set for the home database */
+        return NULL;
+    Err err = {0};
+    s->conn[db] = db_connect(s->pool->stores->url[db], "frontend", &err);
+    if (!s->conn[db]) {
+        log_warn("read pool: %s", err.msg);
+        s->retry_ms[db] = db ? mono_ms() + DBPOOL_RETRY_MS : 0;
+    }
+    return s->conn[db];
+}
+
+static void sessions_init(Sessions *s, const DbPool *p, bool stopping)
+{
+    memset(s, 0, sizeof *s);
+    s->view = (ViewDbs){.stores = p->stores, .session = session};
+    s->pool = p;
+    s->stopping = stopping;
+}
+
 static void *pool_main(void *arg)
 {
     DbPool *p = arg;
-    PGconn *conn = NULL;
+    Sessions s;
+    sessions_init(&s, p, false);
     for (;;) {
         pthread_mutex_lock(&p->lock);
         while (!p->head && !p->stopping)
@@ -44,26 +88,20 @@ static void *pool_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         if (!t)
             break;
-        /* A session whose server went away while it sat idle (a restart, a
-         * failover) is replaced before the task sees it, not after it failed. */
-        if (!stop && !db_alive(conn)) {
-            PQfinish(conn);
-            Err err = {0};
-            conn = db_connect(p->url, "frontend", &err);
-            if (!conn)
-                log_warn("read pool: %s", err.msg);
-        }
-        t->fn(stop ? NULL : conn, t->arg);
+        s.looked = 0;
+        s.stopping = stop;
+        t->fn(&s.view, t->arg);
         free(t);
     }
-    PQfinish(conn);
+    for (int db = 0; db < p->stores->n; db++)
+        PQfinish(s.conn[db]);
     return NULL;
 }
 
-DbPool *dbpool_start(const char *database_url, int threads, Err *err)
+DbPool *dbpool_start(const Stores *stores, int threads, Err *err)
 {
     DbPool *p = xcalloc(1, sizeof *p);
-    p->url = xstrdup(database_url);
+    p->stores = stores;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->threads = xcalloc((size_t)threads, sizeof *p->threads);
@@ -100,7 +138,6 @@ void dbpool_free(DbPool *p)
     free(p->threads);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
-    free(p->url);
     free(p);
 }
 
@@ -113,7 +150,9 @@ void dbpool_submit(DbPool *p, DbTaskFn fn, void *arg)
     if (p->stopping) {
         pthread_mutex_unlock(&p->lock);
         free(t);
-        fn(NULL, arg);
+        Sessions none;
+        sessions_init(&none, p, true);
+        fn(&none.view, arg);
         return;
     }
     if (p->tail)

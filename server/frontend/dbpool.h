@@ -1,21 +1,29 @@
-/* dbpool: a few threads, each with its own PostgreSQL session, that run the
- * front-end's reads so that no HTTP thread ever waits on the database. */
+/* dbpool: a few threads that run the front-end's reads so that no HTTP thread
+ * ever waits on the database. Each thread keeps a PostgreSQL session per
+ * database of the cluster (stores.h), opened when a task first needs it. */
 #ifndef WORKD_DBPOOL_H
 #define WORKD_DBPOOL_H
 
-#include <libpq-fe.h>
-
 #include "err.h"
+#include "view.h"
 
 typedef struct DbPool DbPool;
 
-/* A task runs on a pool thread with a live connection (conn is NULL when the
- * database cannot be reached: the task must answer with a 503 itself). */
-typedef void (*DbTaskFn)(PGconn *conn, void *arg);
+/* A task runs on a pool thread and reaches the databases through db
+ * (view_db, view_shard_db; valid until it returns). A session whose server
+ * went away is replaced the first time a task asks for it; a database that
+ * cannot be reached gives none, and the read that needs it answers 503
+ * (view.h). A shard's database that could not be reached is tried again
+ * after DBPOOL_RETRY_MS (a read by id asks every database: none should wait
+ * for its connect timeout each time); the home database at every task. */
+typedef void (*DbTaskFn)(ViewDbs *db, void *arg);
 
-DbPool *dbpool_start(const char *database_url, int threads, Err *err) WARN_UNUSED;
-/* Runs what is queued (with conn NULL), then joins; later tasks run at once
- * with conn NULL. dbpool_free after the HTTP daemon has stopped. */
+#define DBPOOL_RETRY_MS 1000
+
+/* stores is borrowed: it outlives the pool. */
+DbPool *dbpool_start(const Stores *stores, int threads, Err *err) WARN_UNUSED;
+/* Runs what is queued (with no database), then joins; later tasks run at
+ * once with no database. dbpool_free after the HTTP daemon has stopped. */
 void dbpool_stop(DbPool *p);
 void dbpool_free(DbPool *p);
 void dbpool_submit(DbPool *p, DbTaskFn fn, void *arg);

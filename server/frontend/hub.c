@@ -467,7 +467,7 @@ int64_t hub_next_deadline(Hub *h)
 
 /* ---- subscribers ---- */
 
-static void catch_up(PGconn *conn, void *arg);
+static void catch_up(ViewDbs *db, void *arg);
 
 /* Index of the first entry of shard k's ring with seq > cursor (len if
  * none). */
@@ -593,9 +593,11 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 /* Reads a page of finished events after the subscriber's cursor from the
  * table, of each shard it follows whose ring has dropped what it has not had
- * (read-pool thread), then wakes the subscriber. The pages are merged by the
- * events' time: roughly chronological, exactly in order within a shard. */
-static void catch_up(PGconn *conn, void *arg)
+ * (read-pool thread; each shard from its database), then wakes the
+ * subscriber. The pages are merged by the events' time: roughly
+ * chronological, exactly in order within a shard. A shard whose database
+ * cannot be read is tried again a second later; the others go on. */
+static void catch_up(ViewDbs *db, void *arg)
 {
     Sub *s = arg;
     Hub *h = s->hub;
@@ -608,37 +610,46 @@ static void catch_up(PGconn *conn, void *arg)
     ResultList rows[SHARDS_MAX] = {{0}};
     bool at_end[SHARDS_MAX] = {0}, read[SHARDS_MAX] = {0};
     Err err = {0};
-    bool failed = !conn;
+    bool failed = false, lookup_failed = false;
     /* work_id and progress are the subscriber's own, never changed after it
      * was made: read without the lock. A work's events are all in its
      * shard's log: which one, the table says (none yet: nothing to read). */
-    if (!failed && s->work_id && only == SUB_UNKNOWN) {
+    if (s->work_id && only == SUB_UNKNOWN) {
         int shard = -1;
-        failed = view_work_shard(conn, s->work_id, &shard, &err) != 0;
+        lookup_failed = failed = view_work_shard(db, s->work_id, &shard, &err) != 0;
         if (!failed && shard >= 0 && shard < h->n)
             only = shard;
     }
     int behind = 0;
     for (int k = 0; k < h->n; k++)
         behind += (only < 0 || only == k) && cursor.seq[k] < covered.seq[k];
-    for (int k = 0; k < h->n && !failed; k++) {
+    for (int k = 0; k < h->n && !lookup_failed; k++) {
         if (!((only < 0 || only == k) && cursor.seq[k] < covered.seq[k]))
             continue;
-        read[k] = true;
         if (s->work_id && only == SUB_UNKNOWN) {
-            at_end[k] = true; /* no such work as of the read */
+            read[k] = at_end[k] = true; /* no such work as of the read */
             continue;
         }
-        failed = view_finished_after(conn, k, cursor.seq[k], CATCHUP_PAGE,
-                                     h->buffer_bytes / (behind ? behind : 1), s->progress,
-                                     s->work_id, &rows[k], &at_end[k], &err) < 0;
+        Err e = {0};
+        PGconn *c = view_shard_db(db, k, &e);
+        if (!c || view_finished_after(c, k, cursor.seq[k], CATCHUP_PAGE,
+                                      h->buffer_bytes / (behind ? behind : 1), s->progress,
+                                      s->work_id, &rows[k], &at_end[k], &e) < 0) {
+            view_results_clear(&rows[k]);
+            if (c && !failed) /* a session that went away says so when it is replaced */
+                err = e;
+            failed = true;
+            continue;
+        }
+        read[k] = true;
     }
     pthread_mutex_lock(&h->lock);
     if (failed) {
-        if (conn)
+        if (err.status)
             log_warn("results stream catch-up failed, retrying: %s", err.msg);
         s->retry_at_ms = mono_ms() + 1000;
-    } else {
+    }
+    if (!lookup_failed) {
         s->only = only;
         size_t at[SHARDS_MAX] = {0};
         for (;;) {

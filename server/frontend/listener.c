@@ -20,42 +20,74 @@
 #define PAGE 1000
 #define NODE_EVERY_MS 3000
 
+/* The session to one database, and when to try it again. */
+typedef struct ListenDb {
+    PGconn *conn;
+    bool down_logged;
+    int64_t retry_ms, backoff_ms;
+    uint64_t shards; /* the shards it keeps (a bit per shard) */
+    atomic_bool ok;  /* the session is up (written by the thread only) */
+} ListenDb;
+
 struct Listener {
     ListenerConfig cfg; /* strings borrowed from the caller */
     pthread_t thread;
     atomic_bool stopping;
     int efd;
-    PGconn *conn;
-    bool down_logged;
+    int n;                   /* databases */
+    ListenDb db[SHARDS_MAX]; /* by database; db 0 is home (workd_nodes) */
     int64_t next_node_ms;
     pthread_mutex_t nodes_lock;
     json_t *nodes;
-    atomic_bool db_ok; /* the session is up (written by the thread only) */
 };
 
-static void drop(Listener *l, const char *why)
+/* "the database", or "the database of shard N" (its first), for logs. */
+static const char *db_name(const Listener *l, int d, char *buf, size_t len)
 {
-    if (l->conn && !l->down_logged)
-        log_warn("listener lost its database session: %s", why);
-    l->down_logged = true;
-    PQfinish(l->conn);
-    l->conn = NULL;
-    atomic_store(&l->db_ok, false);
+    int first = 0;
+    for (int k = SHARDS_MAX - 1; k > 0 && d; k--)
+        if (l->db[d].shards >> k & 1)
+            first = k;
+    if (d)
+        snprintf(buf, len, "the database of shard %d", first);
+    else
+        snprintf(buf, len, "the database");
+    return buf;
 }
 
-/* Re-reads the leader of every shard in `which` (a bit per shard). */
+static void drop(Listener *l, int d, const char *why)
+{
+    ListenDb *b = &l->db[d];
+    char name[48];
+    if (b->conn && !b->down_logged)
+        log_warn("listener lost its session to %s: %s", db_name(l, d, name, sizeof name), why);
+    b->down_logged = true;
+    PQfinish(b->conn);
+    b->conn = NULL;
+    atomic_store(&b->ok, false);
+}
+
+/* The session of the database that keeps shard k (NULL: down). */
+static PGconn *shard_conn(Listener *l, int k)
+{
+    return l->db[l->cfg.stores->of[k]].conn;
+}
+
+/* Re-reads the leader of every shard in `which` (a bit per shard) whose
+ * database's session is up; a session that fails is dropped. */
 WARN_UNUSED static int refresh_leader(Listener *l, uint64_t which)
 {
-    int n = leaderinfo_shards(l->cfg.leader);
+    int n = leaderinfo_shards(l->cfg.leader), rc = 0;
     for (int k = 0; k < n; k++) {
-        if (!(which >> k & 1))
+        if (!(which >> k & 1) || !shard_conn(l, k))
             continue;
         Err err = {0};
         char url[256];
         int64_t term;
-        if (view_leader(l->conn, k, &term, url, sizeof url, &err) != 0) {
-            drop(l, err.msg);
-            return -1;
+        if (view_leader(shard_conn(l, k), k, &term, url, sizeof url, &err) != 0) {
+            drop(l, l->cfg.stores->of[k], err.msg);
+            rc = -1;
+            continue;
         }
         if (leaderinfo_set(l->cfg.leader, k, url, term) && term) {
             if (n == 1)
@@ -64,14 +96,12 @@ WARN_UNUSED static int refresh_leader(Listener *l, uint64_t which)
                 log_info("leader of shard %d is %s (term %lld)", k, url, (long long)term);
         }
     }
-    return 0;
+    return rc;
 }
 
-/* Every shard, as refresh_leader's `which`. */
-#define ALL_SHARDS UINT64_MAX
-
 /* Reads shard k's finished events past what the hub has, up to `notified` (a
- * seq of shard k known to be committed before this read started). */
+ * seq of shard k known to be committed before this read started), from its
+ * database. */
 WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
 {
     if (hub_claimed(l->cfg.hub, k, notified))
@@ -80,11 +110,11 @@ WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
         ResultList rows = {0};
         Err err = {0};
         bool at_end = false;
-        int n = view_finished_after(l->conn, k, hub_scanned_upto(l->cfg.hub, k), PAGE,
+        int n = view_finished_after(shard_conn(l, k), k, hub_scanned_upto(l->cfg.hub, k), PAGE,
                                     l->cfg.page_bytes, true, NULL, &rows, &at_end, &err);
         if (n < 0) {
             view_results_clear(&rows);
-            drop(l, err.msg);
+            drop(l, l->cfg.stores->of[k], err.msg);
             return -1;
         }
         for (size_t i = 0; i < rows.len; i++)
@@ -97,40 +127,47 @@ WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
     }
 }
 
-WARN_UNUSED static int connect_listen(Listener *l)
+/* Opens the session to database d, LISTENs, and reads what its shards
+ * committed while it was down: each from where the hub is. */
+WARN_UNUSED static int connect_listen(Listener *l, int d)
 {
+    ListenDb *b = &l->db[d];
     Err err = {0};
-    l->conn = db_connect(l->cfg.database_url, "listener", &err);
-    if (!l->conn) {
-        if (!l->down_logged)
-            log_warn("listener cannot reach the database, retrying: %s", err.msg);
-        l->down_logged = true;
+    char name[48];
+    db_name(l, d, name, sizeof name);
+    b->conn = db_connect(l->cfg.stores->url[d], "listener", &err);
+    if (!b->conn) {
+        if (!b->down_logged)
+            log_warn("listener cannot reach %s, retrying: %s", name, err.msg);
+        b->down_logged = true;
         return -1;
     }
     /* Its reads are the same few statements all the time: plan them once
      * (db_exec_cached), whatever their parameters. */
-    PGresult *r = db_exec(l->conn, "SET plan_cache_mode = force_generic_plan", 0, NULL,
+    PGresult *r = db_exec(b->conn, "SET plan_cache_mode = force_generic_plan", 0, NULL,
                           "configuring the listener's session", &err);
     PQclear(r);
     if (r)
-        r = db_exec(l->conn, "LISTEN workd_events", 0, NULL, "LISTEN", &err);
+        r = db_exec(b->conn, "LISTEN workd_events", 0, NULL, "LISTEN", &err);
     PQclear(r);
     if (r)
-        r = db_exec(l->conn, "LISTEN workd_leader", 0, NULL, "LISTEN", &err);
+        r = db_exec(b->conn, "LISTEN workd_leader", 0, NULL, "LISTEN", &err);
     PQclear(r);
     if (!r) {
-        drop(l, err.msg);
+        drop(l, d, err.msg);
         return -1;
     }
-    if (l->down_logged)
-        log_info("listener reached the database again");
-    l->down_logged = false;
-    if (refresh_leader(l, ALL_SHARDS) != 0)
+    if (b->down_logged)
+        log_info("listener reached %s again", name);
+    b->down_logged = false;
+    if (refresh_leader(l, b->shards) != 0)
         return -1;
     for (int k = 0; k < hub_shards(l->cfg.hub); k++) {
+        if (!(b->shards >> k & 1))
+            continue;
         int64_t last = 0;
-        if (view_last_seq(l->conn, k, &last, &err) != 0) {
-            drop(l, err.msg);
+        if (view_last_seq(b->conn, k, &last, &err) != 0) {
+            drop(l, d, err.msg);
             return -1;
         }
         /* After a failover each log must go on from where it was: with
@@ -149,17 +186,19 @@ WARN_UNUSED static int connect_listen(Listener *l)
         if (pump(l, k, last) != 0)
             return -1;
     }
-    atomic_store(&l->db_ok, true);
+    atomic_store(&b->ok, true);
     return 0;
 }
 
+/* This node's row in workd_nodes, and the live nodes: the home database's. */
 static void announce(Listener *l)
 {
+    PGconn *home = l->db[0].conn;
     Err err = {0};
     char started[40];
     time_format(l->cfg.started_ms, started, sizeof started);
     const char *params[] = {l->cfg.node_id, l->cfg.advertise_url, l->cfg.roles, started};
-    PGresult *r = db_exec(l->conn,
+    PGresult *r = db_exec(home,
                           "INSERT INTO workd_nodes (id, url, roles, started_at, last_seen)"
                           " VALUES ($1, $2, $3, $4::timestamptz, now())"
                           " ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url,"
@@ -167,16 +206,16 @@ static void announce(Listener *l)
                           " last_seen = now()",
                           4, params, "announcing this node", &err);
     if (!r) {
-        drop(l, err.msg);
+        drop(l, 0, err.msg);
         return;
     }
     PQclear(r);
-    r = db_exec(l->conn,
+    r = db_exec(home,
                 "SELECT id, url, roles, (extract(epoch from last_seen) * 1000)::bigint"
                 " FROM workd_nodes WHERE last_seen > now() - interval '30 seconds' ORDER BY id",
                 0, NULL, "listing nodes", &err);
     if (!r) {
-        drop(l, err.msg);
+        drop(l, 0, err.msg);
         return;
     }
     json_t *nodes = json_array();
@@ -210,82 +249,98 @@ static int tick_in(Listener *l, int64_t most)
     return (int)(due < 0 ? 0 : due < most ? due : most);
 }
 
+/* Reads database d's notifications and what they announce. */
+static void take_notifications(Listener *l, int d, bool suspect)
+{
+    ListenDb *b = &l->db[d];
+    /* Notifications that arrive while a pump's queries run wait inside
+     * libpq, not on the socket: read them again until none is left. */
+    for (bool first = true;; first = false) {
+        if (!PQconsumeInput(b->conn) || PQstatus(b->conn) != CONNECTION_OK) {
+            drop(l, d, PQerrorMessage(b->conn));
+            return;
+        }
+        int shards = hub_shards(l->cfg.hub);
+        int64_t notified[SHARDS_MAX];
+        bool any = false;
+        uint64_t leaders = first && suspect ? b->shards : 0;
+        for (int k = 0; k < shards; k++)
+            notified[k] = -1;
+        PGnotify *n;
+        while ((n = PQnotifies(b->conn))) {
+            int k;
+            int64_t v;
+            bool events = !strcmp(n->relname, "workd_events");
+            if (!view_notify_parse(n->extra, shards, &k, &v) || !(b->shards >> k & 1)) {
+                /* Not a shard this database keeps (the cluster cannot grow,
+                 * nor a shard move, under a running node): events are left
+                 * to the next notification, the leaders all read again. */
+                char name[48];
+                log_warn("listener: notification '%s' on %s names no shard %s keeps", n->extra,
+                         n->relname, db_name(l, d, name, sizeof name));
+                if (!events)
+                    leaders = b->shards;
+            } else if (events) {
+                if (v > notified[k])
+                    notified[k] = v;
+                any = true;
+            } else {
+                leaders |= (uint64_t)1 << k;
+            }
+            PQfreemem(n);
+        }
+        if ((leaders && refresh_leader(l, leaders) != 0) || !any)
+            return;
+        for (int k = 0; k < shards; k++)
+            if (notified[k] >= 0 && pump(l, k, notified[k]) != 0)
+                return;
+    }
+}
+
 static void *listener_main(void *arg)
 {
     Listener *l = arg;
-    int64_t backoff = 50;
     while (!atomic_load(&l->stopping)) {
         hub_tick(l->cfg.hub, mono_ms());
         if (l->cfg.http)
             http_sweep(l->cfg.http, mono_ms());
-        if (!l->conn) {
-            if (connect_listen(l) != 0) {
-                if (wake_wait(l->efd, tick_in(l, backoff)))
-                    continue; /* woken for a timer: the backoff is not over */
-                /* Capped as low as the managers' election interval: after a
-                 * failover this node's streams, and its forwards to the leader
-                 * (the leader's URL comes from here), wait for this reconnect. */
-                backoff = backoff * 2 > 250 ? 250 : backoff * 2;
+        for (int d = 0; d < l->n; d++) {
+            ListenDb *b = &l->db[d];
+            if (b->conn || mono_ms() < b->retry_ms)
+                continue;
+            if (connect_listen(l, d) == 0) {
+                b->backoff_ms = 50;
                 continue;
             }
-            backoff = 50;
+            b->retry_ms = mono_ms() + b->backoff_ms;
+            /* Capped as low as the managers' election interval: after a
+             * failover this node's streams, and its forwards to the leader
+             * (the leader's URL comes from here), wait for this reconnect. */
+            b->backoff_ms = b->backoff_ms * 2 > 250 ? 250 : b->backoff_ms * 2;
         }
-        if (mono_ms() >= l->next_node_ms) {
+        if (l->db[0].conn && mono_ms() >= l->next_node_ms) {
             announce(l);
             l->next_node_ms = mono_ms() + NODE_EVERY_MS;
-            if (!l->conn)
-                continue;
         }
         bool suspect = leaderinfo_suspect(l->cfg.leader);
-        struct pollfd pfd[2] = {{.fd = l->efd, .events = POLLIN},
-                                {.fd = PQsocket(l->conn), .events = POLLIN}};
-        poll(pfd, 2, tick_in(l, suspect ? 100 : 1000));
+        int64_t most = suspect ? 100 : 1000, now = mono_ms();
+        struct pollfd pfd[1 + SHARDS_MAX] = {{.fd = l->efd, .events = POLLIN}};
+        int of[1 + SHARDS_MAX], np = 1;
+        for (int d = 0; d < l->n; d++) {
+            if (!l->db[d].conn) { /* until its next try */
+                int64_t due = l->db[d].retry_ms - now;
+                most = due < 0 ? 0 : due < most ? due : most;
+                continue;
+            }
+            of[np] = d;
+            pfd[np++] = (struct pollfd){.fd = PQsocket(l->db[d].conn), .events = POLLIN};
+        }
+        poll(pfd, (nfds_t)np, tick_in(l, most));
         if (pfd[0].revents)
             wake_drain(l->efd);
-        /* Notifications that arrive while a pump's queries run wait inside
-         * libpq, not on the socket: read them again until none is left. */
-        for (bool first = true;; first = false) {
-            if (!PQconsumeInput(l->conn) || PQstatus(l->conn) != CONNECTION_OK) {
-                drop(l, PQerrorMessage(l->conn));
-                break;
-            }
-            int shards = hub_shards(l->cfg.hub);
-            int64_t notified[SHARDS_MAX];
-            bool any = false;
-            uint64_t leaders = first && suspect ? ALL_SHARDS : 0;
-            for (int k = 0; k < shards; k++)
-                notified[k] = -1;
-            PGnotify *n;
-            while ((n = PQnotifies(l->conn))) {
-                int k;
-                int64_t v;
-                bool events = !strcmp(n->relname, "workd_events");
-                if (!view_notify_parse(n->extra, shards, &k, &v)) {
-                    /* Not a shard of this cluster (it cannot grow under a
-                     * running node): events are left to the next
-                     * notification, the leaders all read again. */
-                    log_warn("listener: notification '%s' on %s names no shard of %d", n->extra,
-                             n->relname, shards);
-                    if (!events)
-                        leaders = ALL_SHARDS;
-                } else if (events) {
-                    if (v > notified[k])
-                        notified[k] = v;
-                    any = true;
-                } else {
-                    leaders |= (uint64_t)1 << k;
-                }
-                PQfreemem(n);
-            }
-            if ((leaders && refresh_leader(l, leaders) != 0) || !any)
-                break;
-            int rc = 0;
-            for (int k = 0; k < shards && rc == 0; k++)
-                if (notified[k] >= 0)
-                    rc = pump(l, k, notified[k]);
-            if (rc != 0)
-                break;
-        }
+        for (int i = 1; i < np; i++)
+            if (l->db[of[i]].conn)
+                take_notifications(l, of[i], suspect);
     }
     return NULL;
 }
@@ -294,6 +349,11 @@ Listener *listener_start(const ListenerConfig *cfg, Err *err)
 {
     Listener *l = xcalloc(1, sizeof *l);
     l->cfg = *cfg;
+    l->n = cfg->stores->n;
+    for (int d = 0; d < l->n; d++)
+        l->db[d].backoff_ms = 50;
+    for (int k = 0; k < hub_shards(cfg->hub); k++)
+        l->db[cfg->stores->of[k]].shards |= (uint64_t)1 << k;
     pthread_mutex_init(&l->nodes_lock, NULL);
     if ((l->efd = wake_open(err)) < 0 || pthread_create(&l->thread, NULL, listener_main, l) != 0) {
         if (l->efd >= 0)
@@ -308,7 +368,15 @@ Listener *listener_start(const ListenerConfig *cfg, Err *err)
 
 bool listener_db_ok(Listener *l)
 {
-    return l && atomic_load(&l->db_ok);
+    for (int d = 0; l && d < l->n; d++)
+        if (!atomic_load(&l->db[d].ok))
+            return false;
+    return l != NULL;
+}
+
+bool listener_shard_db_ok(Listener *l, int shard)
+{
+    return l && atomic_load(&l->db[l->cfg.stores->of[shard]].ok);
 }
 
 void listener_wake(Listener *l)
@@ -323,9 +391,11 @@ void listener_stop(Listener *l)
     atomic_store(&l->stopping, true);
     wake_poke(l->efd);
     pthread_join(l->thread, NULL);
-    PQfinish(l->conn);
-    l->conn = NULL;
-    atomic_store(&l->db_ok, false);
+    for (int d = 0; d < l->n; d++) {
+        PQfinish(l->db[d].conn);
+        l->db[d].conn = NULL;
+        atomic_store(&l->db[d].ok, false);
+    }
 }
 
 void listener_free(Listener *l)

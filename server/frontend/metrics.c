@@ -229,7 +229,8 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
                     shards_leads(node->mgrs, s) ? 1 : 0);
     }
     sbuf_printf(&b,
-                "# HELP workd_database_up 1 while this node's listener session is up.\n"
+                "# HELP workd_database_up 1 while this node's listener sessions (to every "
+                "database) are up.\n"
                 "# TYPE workd_database_up gauge\nworkd_database_up %d\n"
                 "# HELP workd_sse_subscribers Open result streams on this node.\n"
                 "# TYPE workd_sse_subscribers gauge\nworkd_sse_subscribers %lld\n"

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "record.h"
 #include "rows.h"
+#include "shard.h"
 #include "util.h"
 
 static char *str_or_null(const PGresult *r, int row, int col)
@@ -265,7 +266,8 @@ WARN_UNUSED static int read_children(PGconn *c, const char *id, WorkView *w, Err
     return 0;
 }
 
-WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err)
+/* The work item in this database, or NULL with err (404: not here). */
+WARN_UNUSED static WorkView *work_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r = db_exec(
@@ -352,7 +354,8 @@ void view_work_free(WorkView *w)
     free(w);
 }
 
-ScheduleList *view_schedules(PGconn *c, const char *name, Err *err)
+/* view_schedules of one database. */
+WARN_UNUSED static ScheduleList *schedules_in(PGconn *c, const char *name, Err *err)
 {
     const char *params[] = {name};
     PGresult *r = db_exec(
@@ -414,7 +417,8 @@ void view_schedules_free(ScheduleList *l)
     free(l);
 }
 
-BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err)
+/* The batch in this database, or NULL with err (404: not here). */
+WARN_UNUSED static BatchView *batch_get(PGconn *c, const char *id, int64_t now, Err *err)
 {
     const char *params[] = {id};
     PGresult *r =
@@ -495,18 +499,16 @@ static int keep_work_event(const LogLine *l, int64_t term, void *ud, Err *err)
     return 1;
 }
 
-WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit, Err *err)
+/* A page of the history of work `id` in this database (empty when it is
+ * not here: *found false). */
+WARN_UNUSED static WorkEvents *events_in(PGconn *c, const char *id, int64_t after, int limit,
+                                         bool *found, Err *err)
 {
     Seqs seqs;
-    bool found, cut;
+    bool cut;
     int shard = 0;
-    if (work_seqs(c, id, after, limit + 1, &seqs, &shard, &found, &cut, err) != 0)
+    if (work_seqs(c, id, after, limit + 1, &seqs, &shard, found, &cut, err) != 0)
         return NULL;
-    if (!found && after == 0) {
-        free(seqs.v);
-        err_set(err, 404, "not-found", "no work with id '%s'", id);
-        return NULL;
-    }
     bool more = seqs.n > (size_t)limit || (cut && seqs.n);
     if (more)
         seqs.n = (size_t)limit;
@@ -744,16 +746,18 @@ static PGresult *list_shard(PGconn *c, const char *status, const char *queue, in
         5, params, "listing work", err);
 }
 
-WorkList *view_work_list(PGconn *c, const char *status, const char *queue, const Cursor *before,
+WorkList *view_work_list(ViewDbs *d, const char *status, const char *queue, const Cursor *before,
                          int limit, Err *err)
 {
     int n = before->n;
     PGresult *r[SHARDS_MAX] = {0};
     int at[SHARDS_MAX] = {0};
     WorkList *o = NULL;
-    for (int s = 0; s < n; s++)
-        if (!(r[s] = list_shard(c, status, queue, s, before->seq[s], limit, err)))
+    for (int s = 0; s < n; s++) {
+        PGconn *c = view_shard_db(d, s, err);
+        if (!c || !(r[s] = list_shard(c, status, queue, s, before->seq[s], limit, err)))
             goto cleanup;
+    }
     /* Each shard's page in its order, merged newest created first and cut at
      * limit: each shard's next `before` is the last of its rows taken, so
      * that pages neither skip nor repeat. */
@@ -813,7 +817,7 @@ static int by_queue(const void *a, const void *b)
 /* Sorts n entries of size sz whose first member is their queue's name. */
 #define SORT_BY_QUEUE(items, n) qsort((items), (n), sizeof *(items), by_queue)
 
-OpenCounts *view_open_counts(PGconn *c, Err *err)
+WARN_UNUSED static OpenCounts *open_counts_in(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(
         c,
@@ -873,7 +877,7 @@ static ActivityQueue *activity_queue(Activity *a, const char *name)
     return q;
 }
 
-Activity *view_activity(PGconn *c, int buckets, Err *err)
+WARN_UNUSED static Activity *activity_in(PGconn *c, int buckets, Err *err)
 {
     char span[24], size[16];
     snprintf(span, sizeof span, "%d", buckets * ACTIVITY_BUCKET_S);
@@ -925,7 +929,7 @@ static KeyCount key_count(const PGresult *r, int i)
         .pending = db_int(r, i, 3), .scheduled = db_int(r, i, 4), .running = db_int(r, i, 5)};
 }
 
-KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err)
+WARN_UNUSED static KeyBacklogs *key_backlog_in(PGconn *c, const char *queue, int top, Err *err)
 {
     char topv[16];
     snprintf(topv, sizeof topv, "%d", top);
@@ -988,7 +992,7 @@ void view_key_backlog_free(KeyBacklogs *k)
     free(k);
 }
 
-QueueLimitsList *view_queue_limits(PGconn *c, Err *err)
+WARN_UNUSED static QueueLimitsList *queue_limits_in(PGconn *c, Err *err)
 {
     PGresult *r = db_exec(c, ROWS_QUEUES_SQL, 0, NULL, "reading the queues' limits", err);
     if (!r)
@@ -1035,7 +1039,7 @@ bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n)
     return true;
 }
 
-int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
+WARN_UNUSED static int work_shard_in(PGconn *c, const char *id, int *shard, Err *err)
 {
     const char *params[] = {id};
     PGresult *r = db_exec_cached(c, "workd_work_shard",
@@ -1049,7 +1053,9 @@ int view_work_shard(PGconn *c, const char *id, int *shard, Err *err)
     return 0;
 }
 
-int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *err)
+/* Fills shards[i] of the ids this database has (the others are left as
+ * they are). */
+WARN_UNUSED static int work_shards_in(PGconn *c, char *const *ids, size_t n, int *shards, Err *err)
 {
     char *arr = text_array(ids, n);
     const char *params[] = {arr};
@@ -1063,8 +1069,6 @@ int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *er
     free(arr);
     if (!r)
         return -1;
-    for (size_t i = 0; i < n; i++)
-        shards[i] = -1;
     for (int i = 0; i < PQntuples(r); i++) {
         int64_t k = db_int(r, i, 0) - 1;
         if (k >= 0 && k < (int64_t)n && !PQgetisnull(r, i, 1))
@@ -1074,7 +1078,7 @@ int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *er
     return 0;
 }
 
-int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err)
+WARN_UNUSED static int schedule_shard_in(PGconn *c, const char *name, int *shard, Err *err)
 {
     const char *params[] = {name};
     PGresult *r = db_exec(c, "SELECT shard FROM workd_schedules WHERE name = $1", 1, params,
@@ -1120,7 +1124,7 @@ int view_leader(PGconn *c, int shard, int64_t *term, char *url_out, size_t url_l
     return 0;
 }
 
-FinishedCounts *view_finished_counts(PGconn *c, Err *err)
+WARN_UNUSED static FinishedCounts *finished_counts_in(PGconn *c, Err *err)
 {
     PGresult *r =
         db_exec(c,
@@ -1221,4 +1225,481 @@ void view_subscriptions_free(SubscriptionList *l)
         subscription_clear(&l->items[i]);
     free(l->items);
     free(l);
+}
+
+/* ---- the cluster's databases ---- */
+
+PGconn *view_db(ViewDbs *d, int db, Err *err)
+{
+    PGconn *c = d->session(d, db);
+    if (c)
+        return c;
+    int first = 0;
+    for (int s = d->stores->shards - 1; s > 0; s--)
+        if (stores_keeps(d->stores, db, s))
+            first = s;
+    if (db == 0)
+        err_set(err, 503, "database-unavailable", "the database cannot be reached; retry");
+    else
+        err_set(err, 503, "database-unavailable",
+                "the database of shard %d cannot be reached; retry", first);
+    return NULL;
+}
+
+PGconn *view_shard_db(ViewDbs *d, int shard, Err *err)
+{
+    return view_db(d, d->stores->of[shard], err);
+}
+
+/* Looks for something in one database: 1 found (and kept in ud), 0 not
+ * there, -1 an error. */
+typedef int (*FindFn)(PGconn *c, void *ud, Err *err);
+
+/* Asks each database in turn, `first` first, until one finds: 1 found, 0
+ * none has it, -1 an error, or (503) none that could be asked has it and a
+ * database could not be reached. */
+WARN_UNUSED static int find_each(ViewDbs *d, int first, FindFn find, void *ud, Err *err)
+{
+    int n = d->stores->n;
+    Err down = {0};
+    for (int i = 0; i < n; i++) {
+        int db = (first + i) % n;
+        Err e = {0};
+        PGconn *c = view_db(d, db, &e);
+        if (!c) {
+            if (!down.status)
+                down = e;
+            continue;
+        }
+        int rc = find(c, ud, err);
+        if (rc != 0)
+            return rc;
+    }
+    if (down.status) {
+        if (err)
+            *err = down;
+        return -1;
+    }
+    return 0;
+}
+
+/* A read by id of one database, as FindFn wants it: 404 is "not here". */
+typedef struct FindById {
+    const char *id;
+    int64_t now, after;
+    int limit;
+    void *found; /* what was found (the read's own type) */
+} FindById;
+
+static int find_work(PGconn *c, void *ud, Err *err)
+{
+    FindById *f = ud;
+    Err e = {0};
+    f->found = work_get(c, f->id, f->now, &e);
+    if (!f->found && e.status != 404 && err)
+        *err = e;
+    return f->found ? 1 : e.status == 404 ? 0 : -1;
+}
+
+WorkView *view_work_get(ViewDbs *d, const char *id, int64_t now, Err *err)
+{
+    FindById f = {.id = id, .now = now};
+    int rc = find_each(d, 0, find_work, &f, err);
+    if (rc == 0)
+        err_set(err, 404, "not-found", "no work with id '%s'", id);
+    return rc == 1 ? f.found : NULL;
+}
+
+static int find_events(PGconn *c, void *ud, Err *err)
+{
+    FindById *f = ud;
+    bool found = false;
+    WorkEvents *e = events_in(c, f->id, f->after, f->limit, &found, err);
+    if (!e)
+        return -1;
+    if (!found) {
+        view_work_events_free(e);
+        return 0;
+    }
+    f->found = e;
+    return 1;
+}
+
+WorkEvents *view_work_events(ViewDbs *d, const char *id, int64_t after, int limit, Err *err)
+{
+    FindById f = {.id = id, .after = after, .limit = limit};
+    int rc = find_each(d, 0, find_events, &f, err);
+    if (rc == 1)
+        return f.found;
+    if (rc < 0)
+        return NULL;
+    if (after == 0) {
+        err_set(err, 404, "not-found", "no work with id '%s'", id);
+        return NULL;
+    }
+    /* Past its history's start: an empty page, as for work whose events
+     * are gone with their part. */
+    WorkEvents *o = xcalloc(1, sizeof *o);
+    o->id = xstrdup(id);
+    o->items = xcalloc(1, sizeof *o->items);
+    return o;
+}
+
+static int find_batch(PGconn *c, void *ud, Err *err)
+{
+    FindById *f = ud;
+    Err e = {0};
+    f->found = batch_get(c, f->id, f->now, &e);
+    if (!f->found && e.status != 404 && err)
+        *err = e;
+    return f->found ? 1 : e.status == 404 ? 0 : -1;
+}
+
+BatchView *view_batch_get(ViewDbs *d, const char *id, int64_t now, Err *err)
+{
+    FindById f = {.id = id, .now = now};
+    int rc = find_each(d, 0, find_batch, &f, err);
+    if (rc == 0)
+        err_set(err, 404, "not-found", "no batch '%s'", id);
+    return rc == 1 ? f.found : NULL;
+}
+
+static int find_schedule(PGconn *c, void *ud, Err *err)
+{
+    FindById *f = ud;
+    Err e = {0};
+    f->found = schedules_in(c, f->id, &e);
+    if (!f->found && e.status != 404 && err)
+        *err = e;
+    return f->found ? 1 : e.status == 404 ? 0 : -1;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const ScheduleView *)a)->name, ((const ScheduleView *)b)->name);
+}
+
+ScheduleList *view_schedules(ViewDbs *d, const char *name, Err *err)
+{
+    if (name) {
+        FindById f = {.id = name};
+        int rc = find_each(d, 0, find_schedule, &f, err);
+        if (rc == 0)
+            err_set(err, 404, "not-found", "no schedule '%s'", name);
+        return rc == 1 ? f.found : NULL;
+    }
+    ScheduleList *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        ScheduleList *l = c ? schedules_in(c, NULL, err) : NULL;
+        if (!l) {
+            view_schedules_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = l;
+            continue;
+        }
+        all->items = xrealloc(all->items, (all->len + l->len + 1) * sizeof *all->items);
+        memcpy(all->items + all->len, l->items, l->len * sizeof *l->items);
+        all->len += l->len;
+        l->len = 0;
+        view_schedules_free(l);
+    }
+    if (d->stores->n > 1)
+        qsort(all->items, all->len, sizeof *all->items, by_name);
+    return all;
+}
+
+/* Which shard a work item or a schedule is in, as FindFn asks it. */
+typedef struct FindShard {
+    const char *id;
+    bool schedule;
+    int shard;
+} FindShard;
+
+static int find_shard(PGconn *c, void *ud, Err *err)
+{
+    FindShard *f = ud;
+    int rc = f->schedule ? schedule_shard_in(c, f->id, &f->shard, err)
+                         : work_shard_in(c, f->id, &f->shard, err);
+    return rc != 0 ? -1 : f->shard >= 0;
+}
+
+int view_work_shard(ViewDbs *d, const char *id, int *shard, Err *err)
+{
+    FindShard f = {.id = id, .shard = -1};
+    int rc = find_each(d, 0, find_shard, &f, err);
+    *shard = f.shard;
+    return rc < 0 ? -1 : 0;
+}
+
+int view_schedule_shard(ViewDbs *d, const char *name, int *shard, Err *err)
+{
+    FindShard f = {.id = name, .schedule = true, .shard = -1};
+    int rc = find_each(d, 0, find_shard, &f, err);
+    *shard = f.shard;
+    return rc < 0 ? -1 : 0;
+}
+
+int view_work_shards(ViewDbs *d, char *const *ids, size_t n, int *shards, Err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        shards[i] = -1;
+    Err down = {0};
+    for (int db = 0; db < d->stores->n; db++) {
+        size_t missing = 0;
+        for (size_t i = 0; i < n; i++)
+            missing += shards[i] < 0;
+        if (!missing)
+            return 0;
+        Err e = {0};
+        PGconn *c = view_db(d, db, &e);
+        if (!c) {
+            if (!down.status)
+                down = e;
+        } else if (work_shards_in(c, ids, n, shards, err) != 0) {
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < n && down.status; i++)
+        if (shards[i] < 0) { /* maybe in the database that could not be asked */
+            if (err)
+                *err = down;
+            return -1;
+        }
+    return 0;
+}
+
+/* ---- the aggregates: each database's, merged by queue ---- */
+
+/* Appends src's items to *dst's (both sorted by queue), merging the entries
+ * of a queue both have with merge(into, from), which also frees what of
+ * `from` it does not take; the result is sorted by queue. src's array is
+ * freed, its items taken. */
+typedef void (*MergeFn)(void *into, void *from);
+
+static void merge_sorted(void **dst_items, size_t *dst_len, void *src_items, size_t src_len,
+                         size_t size, MergeFn merge, void (*drop)(void *))
+{
+    char *a = *dst_items, *b = src_items;
+    char *out = xcalloc(*dst_len + src_len + 1, size);
+    size_t i = 0, j = 0, n = 0;
+    while (i < *dst_len || j < src_len) {
+        int cmp = i == *dst_len ? 1 : j == src_len ? -1 : by_queue(a + i * size, b + j * size);
+        if (cmp <= 0) {
+            memcpy(out + n * size, a + i * size, size);
+            if (cmp == 0) {
+                if (merge)
+                    merge(out + n * size, b + j * size);
+                else
+                    drop(b + j * size);
+                j++;
+            }
+            i++;
+        } else {
+            memcpy(out + n * size, b + j * size, size);
+            j++;
+        }
+        n++;
+    }
+    free(a);
+    free(b);
+    *dst_items = out;
+    *dst_len = n;
+}
+
+static void merge_open(void *into, void *from)
+{
+    OpenCount *a = into, *b = from;
+    a->waiting += b->waiting;
+    a->pending += b->pending;
+    a->scheduled += b->scheduled;
+    a->running += b->running;
+    if (b->oldest_pending_at != VIEW_NO_TIME &&
+        (a->oldest_pending_at == VIEW_NO_TIME || b->oldest_pending_at < a->oldest_pending_at))
+        a->oldest_pending_at = b->oldest_pending_at;
+    if (b->oldest_pending_age_s > a->oldest_pending_age_s)
+        a->oldest_pending_age_s = b->oldest_pending_age_s;
+    free(b->queue);
+}
+
+OpenCounts *view_open_counts(ViewDbs *d, Err *err)
+{
+    OpenCounts *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        OpenCounts *o = c ? open_counts_in(c, err) : NULL;
+        if (!o) {
+            view_open_counts_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = o;
+            continue;
+        }
+        merge_sorted((void **)&all->items, &all->len, o->items, o->len, sizeof *o->items,
+                     merge_open, NULL);
+        free(o);
+    }
+    return all;
+}
+
+static void merge_finished(void *into, void *from)
+{
+    FinishedCount *a = into, *b = from;
+    a->completed += b->completed;
+    a->dead += b->dead;
+    a->cancelled += b->cancelled;
+    free(b->queue);
+}
+
+FinishedCounts *view_finished_counts(ViewDbs *d, Err *err)
+{
+    FinishedCounts *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        FinishedCounts *f = c ? finished_counts_in(c, err) : NULL;
+        if (!f) {
+            view_finished_counts_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = f;
+            continue;
+        }
+        merge_sorted((void **)&all->items, &all->len, f->items, f->len, sizeof *f->items,
+                     merge_finished, NULL);
+        free(f);
+    }
+    return all;
+}
+
+/* A queue's limits are its shard's database's: another's copy is dropped. */
+static void drop_limits(void *p)
+{
+    QueueLimitsRow *q = p;
+    free(q->queue);
+    queue_limits_clear(&q->limits);
+}
+
+QueueLimitsList *view_queue_limits(ViewDbs *d, Err *err)
+{
+    QueueLimitsList *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        QueueLimitsList *l = c ? queue_limits_in(c, err) : NULL;
+        if (!l) {
+            view_queue_limits_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = l;
+            continue;
+        }
+        merge_sorted((void **)&all->items, &all->len, l->items, l->len, sizeof *l->items, NULL,
+                     drop_limits);
+        free(l);
+    }
+    return all;
+}
+
+/* A queue's open work is all in its shard's database: another's is dropped. */
+static void drop_backlog(void *p)
+{
+    KeyBacklog *q = p;
+    for (size_t j = 0; j < q->n_keys; j++)
+        free(q->keys[j].key);
+    free(q->keys);
+    free(q->queue);
+}
+
+KeyBacklogs *view_key_backlog(ViewDbs *d, const char *queue, int top, Err *err)
+{
+    if (queue) { /* one queue: its shard's database alone */
+        PGconn *c = view_shard_db(d, shard_of_queue(queue, d->stores->shards), err);
+        return c ? key_backlog_in(c, queue, top, err) : NULL;
+    }
+    KeyBacklogs *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        KeyBacklogs *k = c ? key_backlog_in(c, NULL, top, err) : NULL;
+        if (!k) {
+            view_key_backlog_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = k;
+            continue;
+        }
+        merge_sorted((void **)&all->items, &all->len, k->items, k->len, sizeof *k->items, NULL,
+                     drop_backlog);
+        free(k);
+    }
+    return all;
+}
+
+/* The first bucket a queue had activity in (buckets when none). */
+static int first_active(const Activity *a, const ActivityQueue *q)
+{
+    for (int b = 0; b < a->buckets; b++)
+        for (int k = 0; k < ACTIVITY_KINDS; k++)
+            if (q->count[k][b])
+                return b;
+    return a->buckets;
+}
+
+/* A queue of a merged chart and when its activity began, for sorting. */
+typedef struct FirstActive {
+    int first;
+    ActivityQueue q;
+} FirstActive;
+
+static int by_first_activity(const void *x, const void *y)
+{
+    const FirstActive *a = x, *b = y;
+    return a->first != b->first ? (a->first < b->first ? -1 : 1) : strcmp(a->q.queue, b->q.queue);
+}
+
+/* Orders a merged chart's queues as one database orders them: by the bucket
+ * of their first activity, then by name. */
+static void sort_by_first_activity(Activity *a)
+{
+    FirstActive *v = xcalloc(a->len + 1, sizeof *v);
+    for (size_t i = 0; i < a->len; i++)
+        v[i] = (FirstActive){first_active(a, &a->queues[i]), a->queues[i]};
+    qsort(v, a->len, sizeof *v, by_first_activity);
+    for (size_t i = 0; i < a->len; i++)
+        a->queues[i] = v[i].q;
+    free(v);
+}
+
+Activity *view_activity(ViewDbs *d, int buckets, Err *err)
+{
+    Activity *all = NULL;
+    for (int db = 0; db < d->stores->n; db++) {
+        PGconn *c = view_db(d, db, err);
+        Activity *a = c ? activity_in(c, buckets, err) : NULL;
+        if (!a) {
+            view_activity_free(all);
+            return NULL;
+        }
+        if (!all) {
+            all = a;
+            continue;
+        }
+        /* Its buckets where the first database's clock puts them. */
+        for (size_t i = 0; i < a->len; i++) {
+            ActivityQueue *to = activity_queue(all, a->queues[i].queue);
+            for (int b = 0; b < buckets; b++) {
+                int64_t slot = (a->start - all->start) / ACTIVITY_BUCKET_S + b;
+                for (int k = 0; k < ACTIVITY_KINDS && slot >= 0 && slot < buckets; k++)
+                    to->count[k][slot] += a->queues[i].count[k][b];
+            }
+        }
+        view_activity_free(a);
+    }
+    if (d->stores->n > 1)
+        sort_by_first_activity(all);
+    return all;
 }

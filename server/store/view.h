@@ -1,8 +1,10 @@
 /* view: the store's read face. What any node reads of the log and the work
  * tables to answer the API: a work item, its history, lists, counts, batches,
- * schedules, subscriptions, the results after a seq. Any session will do (a
- * read pool, a listener's); nothing here writes. The front-end reads through
- * this header only, never through journal.h (the leader's writer). */
+ * schedules, subscriptions, the results after a seq. A read of one shard's
+ * log takes a session of that shard's database; a read of the API takes the
+ * cluster's databases (ViewDbs) and asks each what it keeps. Nothing here
+ * writes. The front-end reads through this header only, never through
+ * journal.h (the leader's writer). */
 #ifndef WORKD_STORE_VIEW_H
 #define WORKD_STORE_VIEW_H
 
@@ -14,6 +16,26 @@
 #include "cursor.h"
 #include "err.h"
 #include "event.h"
+#include "stores.h"
+
+/* ---- the cluster's databases ----
+ * How a read reaches the databases of a cluster (stores.h: each shard's rows
+ * are in one of them; db 0 is home). session(d, db) is database db's
+ * session, valid until the read returns, or NULL when it cannot be reached:
+ * a read that needs it fails with 503 database-unavailable. A read by id
+ * asks each database until one has it (an id is in one at most); a list or
+ * a count asks each for what it keeps and merges. With one database every
+ * read is the single query it has always been. */
+typedef struct ViewDbs ViewDbs;
+struct ViewDbs {
+    const Stores *stores; /* st->shards set (stores_prepare) */
+    PGconn *(*session)(ViewDbs *d, int db);
+};
+
+/* Database db's session, or NULL with err 503 (naming a shard it keeps). */
+PGconn *view_db(ViewDbs *d, int db, Err *err) WARN_UNUSED;
+/* The session of the database that keeps shard's rows, or NULL with err 503. */
+PGconn *view_shard_db(ViewDbs *d, int shard, Err *err) WARN_UNUSED;
 
 /* workd_activity: buckets of this many seconds, kept this long (retention). */
 #define ACTIVITY_BUCKET_S 10
@@ -56,7 +78,7 @@ typedef struct WorkView {
 
 /* The work item (view_work_free), or NULL with err 404. Finished work is
  * found while its part is kept (the retention window). */
-WorkView *view_work_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+WorkView *view_work_get(ViewDbs *d, const char *id, int64_t now, Err *err) WARN_UNUSED;
 void view_work_free(WorkView *w);
 
 /* One event of a work item's history, as the log holds it. */
@@ -78,7 +100,7 @@ typedef struct WorkEvents {
 /* The history of one work item, a page at a time: at most limit events with
  * seq > after (view_work_events_free); 404 if the work has no event (after
  * == 0). */
-WorkEvents *view_work_events(PGconn *c, const char *id, int64_t after, int limit,
+WorkEvents *view_work_events(ViewDbs *d, const char *id, int64_t after, int limit,
                              Err *err) WARN_UNUSED;
 void view_work_events_free(WorkEvents *e);
 
@@ -102,7 +124,7 @@ typedef struct WorkList {
  * (view_work_list_free). `before` holds an accepted seq per shard (0: from
  * that shard's newest): each shard's work accepted before it, newest accepted
  * first, merged newest created first (one query per shard). */
-WorkList *view_work_list(PGconn *c, const char *status, const char *queue, const Cursor *before,
+WorkList *view_work_list(ViewDbs *d, const char *status, const char *queue, const Cursor *before,
                          int limit, Err *err) WARN_UNUSED;
 void view_work_list_free(WorkList *l);
 
@@ -126,7 +148,7 @@ typedef struct ScheduleList {
 } ScheduleList;
 
 /* Every schedule when name is NULL, else the one named (404 if none). */
-ScheduleList *view_schedules(PGconn *c, const char *name, Err *err) WARN_UNUSED;
+ScheduleList *view_schedules(ViewDbs *d, const char *name, Err *err) WARN_UNUSED;
 void view_schedules_free(ScheduleList *l);
 
 /* A batch: when it opened and finished, its callback, its work by status. */
@@ -140,7 +162,7 @@ typedef struct BatchView {
 
 /* The batch (view_batch_free), or NULL with err (404 if none); now tells
  * scheduled from pending work. */
-BatchView *view_batch_get(PGconn *c, const char *id, int64_t now, Err *err) WARN_UNUSED;
+BatchView *view_batch_get(ViewDbs *d, const char *id, int64_t now, Err *err) WARN_UNUSED;
 void view_batch_free(BatchView *b);
 
 /* ---- the results stream ---- */
@@ -215,7 +237,7 @@ typedef struct OpenCounts {
 } OpenCounts;
 
 /* Open work by queue from the projection. Cost follows the open work. */
-OpenCounts *view_open_counts(PGconn *c, Err *err) WARN_UNUSED;
+OpenCounts *view_open_counts(ViewDbs *d, Err *err) WARN_UNUSED;
 void view_open_counts_free(OpenCounts *o);
 
 typedef struct FinishedCount {
@@ -229,7 +251,7 @@ typedef struct FinishedCounts {
 
 /* Counts of finished work by queue and status within the retention window
  * (dead work: all of it). */
-FinishedCounts *view_finished_counts(PGconn *c, Err *err) WARN_UNUSED;
+FinishedCounts *view_finished_counts(ViewDbs *d, Err *err) WARN_UNUSED;
 FinishedCounts *view_finished_counts_copy(const FinishedCounts *f);
 void view_finished_counts_free(FinishedCounts *f);
 
@@ -244,7 +266,7 @@ typedef struct QueueLimitsList {
 
 /* Every queue's flow control as operators set it (queues never set are
  * absent). */
-QueueLimitsList *view_queue_limits(PGconn *c, Err *err) WARN_UNUSED;
+QueueLimitsList *view_queue_limits(ViewDbs *d, Err *err) WARN_UNUSED;
 void view_queue_limits_free(QueueLimitsList *l);
 
 typedef struct KeyCount {
@@ -267,7 +289,7 @@ typedef struct KeyBacklogs {
 /* The backlog of each key of a queue (all queues when queue is NULL), bounded:
  * the `top` keys with the most ready work, the rest added up as other. One
  * pass over the open work (workd_open). */
-KeyBacklogs *view_key_backlog(PGconn *c, const char *queue, int top, Err *err) WARN_UNUSED;
+KeyBacklogs *view_key_backlog(ViewDbs *d, const char *queue, int top, Err *err) WARN_UNUSED;
 void view_key_backlog_free(KeyBacklogs *k);
 
 /* ---- the dashboard's chart ---- */
@@ -288,7 +310,7 @@ typedef struct Activity {
 /* Per queue and bucket of ACTIVITY_BUCKET_S seconds, the last `buckets`
  * buckets up to the database's now, from workd_activity (kept by the
  * leader's append); queues in the order they first had activity. */
-Activity *view_activity(PGconn *c, int buckets, Err *err) WARN_UNUSED;
+Activity *view_activity(ViewDbs *d, int buckets, Err *err) WARN_UNUSED;
 void view_activity_free(Activity *a);
 
 /* ---- the log ---- */
@@ -299,11 +321,11 @@ bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n);
 
 /* The shard whose log holds work `id` (open, or finished and kept); -1:
  * none does. */
-int view_work_shard(PGconn *c, const char *id, int *shard, Err *err) WARN_UNUSED;
+int view_work_shard(ViewDbs *d, const char *id, int *shard, Err *err) WARN_UNUSED;
 /* view_work_shard for n ids at once: shards[i] is ids[i]'s. */
-int view_work_shards(PGconn *c, char *const *ids, size_t n, int *shards, Err *err) WARN_UNUSED;
+int view_work_shards(ViewDbs *d, char *const *ids, size_t n, int *shards, Err *err) WARN_UNUSED;
 /* The shard schedule `name` belongs to; -1: no such schedule. */
-int view_schedule_shard(PGconn *c, const char *name, int *shard, Err *err) WARN_UNUSED;
+int view_schedule_shard(ViewDbs *d, const char *name, int *shard, Err *err) WARN_UNUSED;
 /* The highest seq in a shard's log (0 if empty). */
 int view_last_seq(PGconn *c, int shard, int64_t *seq, Err *err) WARN_UNUSED;
 

@@ -30,10 +30,9 @@ struct DbPool {
 typedef struct Sessions {
     ViewDbs view;
     const DbPool *pool;
-    PGconn *conn[SHARDS_MAX];     /* by database; NULL: none yet, or gone */
-    int64_t retry_ms[SHARDS_MAX]; /* a shard's database: not tried again before */
-    uint64_t looked;              /* databases looked at during this task */
-    bool stopping;                /* no database for this task */
+    PGconn *conn[SHARDS_MAX]; /* by database; NULL: none yet, or gone */
+    uint64_t looked;          /* databases looked at during this task */
+    bool stopping;            /* no database for this task */
 } Sessions;
 
 static PGconn *session(ViewDbs *d, int db)
@@ -50,14 +49,10 @@ static PGconn *session(ViewDbs *d, int db)
         return s->conn[db];
     PQfinish(s->conn[db]);
     s->conn[db] = NULL;
-    if (mono_ms() < s->retry_ms[db]) /* never set for the home database */
-        return NULL;
     Err err = {0};
     s->conn[db] = db_connect(s->pool->stores->url[db], "frontend", &err);
-    if (!s->conn[db]) {
+    if (!s->conn[db])
         log_warn("read pool: %s", err.msg);
-        s->retry_ms[db] = db ? mono_ms() + DBPOOL_RETRY_MS : 0;
-    }
     return s->conn[db];
 }
 

@@ -13,12 +13,8 @@ typedef struct DbPool DbPool;
  * (view_db, view_shard_db; valid until it returns). A session whose server
  * went away is replaced the first time a task asks for it; a database that
  * cannot be reached gives none, and the read that needs it answers 503
- * (view.h). A shard's database that could not be reached is tried again
- * after DBPOOL_RETRY_MS (a read by id asks every database: none should wait
- * for its connect timeout each time); the home database at every task. */
+ * (view.h). */
 typedef void (*DbTaskFn)(ViewDbs *db, void *arg);
-
-#define DBPOOL_RETRY_MS 1000
 
 /* stores is borrowed: it outlives the pool. */
 DbPool *dbpool_start(const Stores *stores, int threads, Err *err) WARN_UNUSED;

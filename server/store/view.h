@@ -76,8 +76,9 @@ typedef struct WorkView {
     char **children; /* work that names it in after (strv, never NULL), at most 1000 */
 } WorkView;
 
-/* The work item (view_work_free), or NULL with err 404. Finished work is
- * found while its part is kept (the retention window). */
+/* The work item (view_work_free), or NULL with err 404 (or 503: not in any
+ * database that could be asked, and one could not). Finished work is found
+ * while its part is kept (the retention window). */
 WorkView *view_work_get(ViewDbs *d, const char *id, int64_t now, Err *err) WARN_UNUSED;
 void view_work_free(WorkView *w);
 
@@ -147,7 +148,8 @@ typedef struct ScheduleList {
     size_t len;
 } ScheduleList;
 
-/* Every schedule when name is NULL, else the one named (404 if none). */
+/* Every schedule when name is NULL (each database's, by name), else the one
+ * named (404 if none). */
 ScheduleList *view_schedules(ViewDbs *d, const char *name, Err *err) WARN_UNUSED;
 void view_schedules_free(ScheduleList *l);
 
@@ -236,7 +238,8 @@ typedef struct OpenCounts {
     size_t len;
 } OpenCounts;
 
-/* Open work by queue from the projection. Cost follows the open work. */
+/* Open work by queue from the projection, every database's added up. Cost
+ * follows the open work. */
 OpenCounts *view_open_counts(ViewDbs *d, Err *err) WARN_UNUSED;
 void view_open_counts_free(OpenCounts *o);
 
@@ -288,7 +291,8 @@ typedef struct KeyBacklogs {
 
 /* The backlog of each key of a queue (all queues when queue is NULL), bounded:
  * the `top` keys with the most ready work, the rest added up as other. One
- * pass over the open work (workd_open). */
+ * pass over the open work (workd_open) of the queue's shard's database, or
+ * of each database for every queue. */
 KeyBacklogs *view_key_backlog(ViewDbs *d, const char *queue, int top, Err *err) WARN_UNUSED;
 void view_key_backlog_free(KeyBacklogs *k);
 
@@ -320,7 +324,7 @@ void view_activity_free(Activity *a);
 bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n);
 
 /* The shard whose log holds work `id` (open, or finished and kept); -1:
- * none does. */
+ * none does (503 when a database that could not be asked might). */
 int view_work_shard(ViewDbs *d, const char *id, int *shard, Err *err) WARN_UNUSED;
 /* view_work_shard for n ids at once: shards[i] is ids[i]'s. */
 int view_work_shards(ViewDbs *d, char *const *ids, size_t n, int *shards, Err *err) WARN_UNUSED;

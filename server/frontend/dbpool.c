@@ -22,6 +22,8 @@ struct DbPool {
     pthread_cond_t cond;
     Task *head, *tail;
     bool stopping;
+    bool (*down)(void *ud, int db); /* dbpool_watch's; under lock */
+    void *down_ud;
     int nthreads;
     pthread_t *threads;
 };
@@ -49,6 +51,12 @@ static PGconn *session(ViewDbs *d, int db)
         return s->conn[db];
     PQfinish(s->conn[db]);
     s->conn[db] = NULL;
+    DbPool *p = (DbPool *)s->pool;
+    pthread_mutex_lock(&p->lock);
+    bool down = p->down && p->down(p->down_ud, db);
+    pthread_mutex_unlock(&p->lock);
+    if (down)
+        return NULL;
     Err err = {0};
     s->conn[db] = db_connect(s->pool->stores->url[db], "frontend", &err);
     if (!s->conn[db])
@@ -134,6 +142,14 @@ void dbpool_free(DbPool *p)
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
+}
+
+void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), void *ud)
+{
+    pthread_mutex_lock(&p->lock);
+    p->down = down;
+    p->down_ud = ud;
+    pthread_mutex_unlock(&p->lock);
 }
 
 void dbpool_submit(DbPool *p, DbTaskFn fn, void *arg)

@@ -23,5 +23,10 @@ DbPool *dbpool_start(const Stores *stores, int threads, Err *err) WARN_UNUSED;
 void dbpool_stop(DbPool *p);
 void dbpool_free(DbPool *p);
 void dbpool_submit(DbPool *p, DbTaskFn fn, void *arg);
+/* From now on a database that down(ud, db) says is down gives no session
+ * at once, rather than a connect that waits for its timeout (a host that
+ * does not answer would hold every pool thread): the listener's word
+ * (listener_db_down). Any thread. */
+void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), void *ud);
 
 #endif

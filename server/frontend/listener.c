@@ -19,14 +19,24 @@
 
 #define PAGE 1000
 #define NODE_EVERY_MS 3000
+/* A session being opened is given up after this long (db_connect's
+ * connect_timeout, which libpq does not keep for a session opened without
+ * blocking): a host that does not answer costs a retry, not the thread. */
+#define OPEN_MS 5000
 
 /* The session to one database, and when to try it again. */
 typedef struct ListenDb {
     PGconn *conn;
+    /* a session being opened (db_connect_start): what its socket waits
+     * for, and when to give up */
+    PGconn *opening;
+    bool opening_write;
+    int64_t opening_until;
     bool down_logged;
     int64_t retry_ms, backoff_ms;
-    uint64_t shards; /* the shards it keeps (a bit per shard) */
-    atomic_bool ok;  /* the session is up (written by the thread only) */
+    uint64_t shards;  /* the shards it keeps (a bit per shard) */
+    atomic_bool ok;   /* the session is up (written by the thread only) */
+    atomic_bool down; /* the last try to open it failed, or it dropped (ditto) */
 } ListenDb;
 
 struct Listener {
@@ -65,6 +75,7 @@ static void drop(Listener *l, int d, const char *why)
     PQfinish(b->conn);
     b->conn = NULL;
     atomic_store(&b->ok, false);
+    atomic_store(&b->down, true);
 }
 
 /* The session of the database that keeps shard k (NULL: down). */
@@ -127,21 +138,46 @@ WARN_UNUSED static int pump(Listener *l, int k, int64_t notified)
     }
 }
 
-/* Opens the session to database d, LISTENs, and reads what its shards
- * committed while it was down: each from where the hub is. */
+/* A try to open database d's session failed (why): the next one after a
+ * wait, doubled each time up to 250 ms. */
+static void open_failed(Listener *l, int d, const char *why)
+{
+    ListenDb *b = &l->db[d];
+    char name[48];
+    if (!b->down_logged)
+        log_warn("listener cannot reach %s, retrying: %s", db_name(l, d, name, sizeof name), why);
+    b->down_logged = true;
+    atomic_store(&b->down, true);
+    PQfinish(b->opening);
+    b->opening = NULL;
+    b->retry_ms = mono_ms() + b->backoff_ms;
+    /* Capped as low as the managers' election interval: after a failover
+     * this node's streams, and its forwards to the leader (the leader's URL
+     * comes from here), wait for this reconnect. */
+    b->backoff_ms = b->backoff_ms * 2 > 250 ? 250 : b->backoff_ms * 2;
+}
+
+/* Begins opening database d's session (without blocking). */
+static void open_start(Listener *l, int d)
+{
+    ListenDb *b = &l->db[d];
+    Err err = {0};
+    if (!(b->opening = db_connect_start(l->cfg.stores->url[d], "listener", &err))) {
+        open_failed(l, d, err.msg);
+        return;
+    }
+    b->opening_write = true;
+    b->opening_until = mono_ms() + OPEN_MS;
+}
+
+/* On database d's session, newly opened: LISTENs, and reads what its shards
+ * committed while it was down, each from where the hub is. */
 WARN_UNUSED static int connect_listen(Listener *l, int d)
 {
     ListenDb *b = &l->db[d];
     Err err = {0};
     char name[48];
     db_name(l, d, name, sizeof name);
-    b->conn = db_connect(l->cfg.stores->url[d], "listener", &err);
-    if (!b->conn) {
-        if (!b->down_logged)
-            log_warn("listener cannot reach %s, retrying: %s", name, err.msg);
-        b->down_logged = true;
-        return -1;
-    }
     /* Its reads are the same few statements all the time: plan them once
      * (db_exec_cached), whatever their parameters. */
     PGresult *r = db_exec(b->conn, "SET plan_cache_mode = force_generic_plan", 0, NULL,
@@ -187,6 +223,7 @@ WARN_UNUSED static int connect_listen(Listener *l, int d)
             return -1;
     }
     atomic_store(&b->ok, true);
+    atomic_store(&b->down, false);
     return 0;
 }
 
@@ -297,6 +334,32 @@ static void take_notifications(Listener *l, int d, bool suspect)
     }
 }
 
+/* Goes on opening database d's session (ready: its socket is), and once it
+ * is open, LISTENs and catches up (connect_listen). */
+static void open_step(Listener *l, int d, bool ready)
+{
+    ListenDb *b = &l->db[d];
+    Err err = {0};
+    int rc = 0;
+    if (ready && (rc = db_connect_step(b->opening, "listener", &b->opening_write, &err)) < 0) {
+        open_failed(l, d, err.msg);
+        return;
+    }
+    if (rc == 0) {
+        if (mono_ms() >= b->opening_until)
+            open_failed(l, d, "no answer within 5 s");
+        return;
+    }
+    b->conn = b->opening;
+    b->opening = NULL;
+    if (connect_listen(l, d) == 0) {
+        b->backoff_ms = 50;
+        return;
+    }
+    /* (connect_listen dropped the session) */
+    open_failed(l, d, "the new session failed");
+}
+
 static void *listener_main(void *arg)
 {
     Listener *l = arg;
@@ -304,20 +367,9 @@ static void *listener_main(void *arg)
         hub_tick(l->cfg.hub, mono_ms());
         if (l->cfg.http)
             http_sweep(l->cfg.http, mono_ms());
-        for (int d = 0; d < l->n; d++) {
-            ListenDb *b = &l->db[d];
-            if (b->conn || mono_ms() < b->retry_ms)
-                continue;
-            if (connect_listen(l, d) == 0) {
-                b->backoff_ms = 50;
-                continue;
-            }
-            b->retry_ms = mono_ms() + b->backoff_ms;
-            /* Capped as low as the managers' election interval: after a
-             * failover this node's streams, and its forwards to the leader
-             * (the leader's URL comes from here), wait for this reconnect. */
-            b->backoff_ms = b->backoff_ms * 2 > 250 ? 250 : b->backoff_ms * 2;
-        }
+        for (int d = 0; d < l->n; d++)
+            if (!l->db[d].conn && !l->db[d].opening && mono_ms() >= l->db[d].retry_ms)
+                open_start(l, d);
         if (l->db[0].conn && mono_ms() >= l->next_node_ms) {
             announce(l);
             l->next_node_ms = mono_ms() + NODE_EVERY_MS;
@@ -327,20 +379,31 @@ static void *listener_main(void *arg)
         struct pollfd pfd[1 + SHARDS_MAX] = {{.fd = l->efd, .events = POLLIN}};
         int of[1 + SHARDS_MAX], np = 1;
         for (int d = 0; d < l->n; d++) {
-            if (!l->db[d].conn) { /* until its next try */
-                int64_t due = l->db[d].retry_ms - now;
+            ListenDb *b = &l->db[d];
+            PGconn *c = b->conn ? b->conn : b->opening;
+            if (!c) { /* until its next try */
+                int64_t due = b->retry_ms - now;
                 most = due < 0 ? 0 : due < most ? due : most;
                 continue;
             }
+            if (b->opening) {
+                int64_t due = b->opening_until - now;
+                most = due < 0 ? 0 : due < most ? due : most;
+            }
             of[np] = d;
-            pfd[np++] = (struct pollfd){.fd = PQsocket(l->db[d].conn), .events = POLLIN};
+            pfd[np++] = (struct pollfd){
+                .fd = PQsocket(c), .events = b->opening && b->opening_write ? POLLOUT : POLLIN};
         }
         poll(pfd, (nfds_t)np, tick_in(l, most));
         if (pfd[0].revents)
             wake_drain(l->efd);
-        for (int i = 1; i < np; i++)
-            if (l->db[of[i]].conn)
+        for (int i = 1; i < np; i++) {
+            ListenDb *b = &l->db[of[i]];
+            if (b->conn)
                 take_notifications(l, of[i], suspect);
+            else if (b->opening)
+                open_step(l, of[i], pfd[i].revents != 0);
+        }
     }
     return NULL;
 }
@@ -374,6 +437,11 @@ bool listener_db_ok(Listener *l)
     return l != NULL;
 }
 
+bool listener_db_down(Listener *l, int db)
+{
+    return l && db >= 0 && db < l->n && atomic_load(&l->db[db].down);
+}
+
 bool listener_shard_db_ok(Listener *l, int shard)
 {
     return l && atomic_load(&l->db[l->cfg.stores->of[shard]].ok);
@@ -393,7 +461,8 @@ void listener_stop(Listener *l)
     pthread_join(l->thread, NULL);
     for (int d = 0; d < l->n; d++) {
         PQfinish(l->db[d].conn);
-        l->db[d].conn = NULL;
+        PQfinish(l->db[d].opening);
+        l->db[d].conn = l->db[d].opening = NULL;
         atomic_store(&l->db[d].ok, false);
     }
 }

@@ -41,6 +41,10 @@ void listener_wake(Listener *l);
 bool listener_db_ok(Listener *l);
 /* Whether its session to the database of shard `shard` is up (any thread;
  * NULL: no). */
+/* Whether the listener's last try to reach database db (stores.h) failed,
+ * or its session dropped, and it has not reached it since: a read there
+ * would wait on it (any thread). */
+bool listener_db_down(Listener *l, int db);
 bool listener_shard_db_ok(Listener *l, int shard);
 /* The live server nodes as JSON (a new reference), refreshed every few seconds. */
 json_t *listener_nodes(Listener *l);

@@ -64,7 +64,13 @@ static void db_notice(void *arg, const PGresult *res)
              primary ? primary : PQresultErrorMessage(res));
 }
 
-PGconn *db_connect(const char *url, const char *app, Err *err)
+/* The connection parameters of a session of workd to url (keys and vals
+ * NULL-terminated, pointing into url, appname and options, which the
+ * caller provides). -1: url cannot be read (err). */
+#define CONNECT_PARAMS_MAX (N_DEFAULTS + 4)
+WARN_UNUSED static int connect_params(const char *url, const char *app, const char **keys,
+                                      const char **vals, char *appname, size_t appname_len,
+                                      char *options, size_t options_len, Err *err)
 {
     char *perr = NULL;
     PQconninfoOption *given = PQconninfoParse(url, &perr);
@@ -73,13 +79,10 @@ PGconn *db_connect(const char *url, const char *app, Err *err)
         snprintf(msg, sizeof msg, "%s", perr ? perr : "out of memory");
         trim(msg);
         PQfreemem(perr);
-        err_set(err, 400, "bad-config", "the database URL cannot be read: %s", msg);
-        return NULL;
+        return err_set(err, 400, "bad-config", "the database URL cannot be read: %s", msg);
     }
-    char appname[64], options[512];
-    snprintf(appname, sizeof appname, "workd-%s", app);
-    snprintf(options, sizeof options, "%s", DB_SESSION_OPTIONS);
-    const char *keys[N_DEFAULTS + 4], *vals[N_DEFAULTS + 4];
+    snprintf(appname, appname_len, "workd-%s", app);
+    snprintf(options, options_len, "%s", DB_SESSION_OPTIONS);
     size_t n = 0;
     keys[n] = "dbname"; /* expanded: the URL's own settings, overridden by what follows */
     vals[n++] = url;
@@ -97,23 +100,72 @@ PGconn *db_connect(const char *url, const char *app, Err *err)
     }
     for (const PQconninfoOption *o = given; o->keyword; o++)
         if (!strcmp(o->keyword, "options") && o->val && o->val[0])
-            snprintf(options, sizeof options, "%s %s", o->val, DB_SESSION_OPTIONS);
+            snprintf(options, options_len, "%s %s", o->val, DB_SESSION_OPTIONS);
     keys[n] = "options";
     vals[n++] = options;
     keys[n] = vals[n] = NULL;
     PQconninfoFree(given);
+    return 0;
+}
 
+/* Sets err from a session that could not be opened. */
+static void connect_failed(PGconn *c, Err *err)
+{
+    char clean[400];
+    snprintf(clean, sizeof clean, "%s", c ? PQerrorMessage(c) : "out of memory");
+    trim(clean);
+    err_set(err, 503, "database-unavailable", "cannot connect to PostgreSQL: %s", clean);
+}
+
+PGconn *db_connect(const char *url, const char *app, Err *err)
+{
+    const char *keys[CONNECT_PARAMS_MAX], *vals[CONNECT_PARAMS_MAX];
+    char appname[64], options[512];
+    if (connect_params(url, app, keys, vals, appname, sizeof appname, options, sizeof options,
+                       err) != 0)
+        return NULL;
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c || PQstatus(c) != CONNECTION_OK) {
-        char clean[400];
-        snprintf(clean, sizeof clean, "%s", c ? PQerrorMessage(c) : "out of memory");
-        trim(clean);
-        err_set(err, 503, "database-unavailable", "cannot connect to PostgreSQL: %s", clean);
+        connect_failed(c, err);
         PQfinish(c);
         return NULL;
     }
     PQsetNoticeReceiver(c, db_notice, (void *)app);
     return c;
+}
+
+PGconn *db_connect_start(const char *url, const char *app, Err *err)
+{
+    const char *keys[CONNECT_PARAMS_MAX], *vals[CONNECT_PARAMS_MAX];
+    char appname[64], options[512];
+    if (connect_params(url, app, keys, vals, appname, sizeof appname, options, sizeof options,
+                       err) != 0)
+        return NULL;
+    PGconn *c = PQconnectStartParams(keys, vals, 1);
+    if (!c || PQstatus(c) == CONNECTION_BAD) {
+        connect_failed(c, err);
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+int db_connect_step(PGconn *c, const char *app, bool *want_write, Err *err)
+{
+    switch (PQconnectPoll(c)) {
+    case PGRES_POLLING_OK:
+        PQsetNoticeReceiver(c, db_notice, (void *)app);
+        return 1;
+    case PGRES_POLLING_WRITING:
+        *want_write = true;
+        return 0;
+    case PGRES_POLLING_READING:
+        *want_write = false;
+        return 0;
+    default:
+        connect_failed(c, err);
+        return -1;
+    }
 }
 
 bool db_alive(PGconn *c)

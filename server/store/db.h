@@ -32,6 +32,15 @@ static inline int db_shard_lock(int shard)
  * server's notices and warnings on the session go to workd's log (debug and
  * warn), named by app, which must outlive the connection (a literal). */
 PGconn *db_connect(const char *url, const char *app, Err *err) WARN_UNUSED;
+/* The session of db_connect, opened without blocking (a thread that also
+ * serves other databases must not wait on one whose host does not answer):
+ * db_connect_start begins it (NULL: err), and db_connect_step goes on each
+ * time its socket is ready for what the last step asked (*want_write: for
+ * writing, else for reading; it is writing at first): 1 connected, 0 not
+ * yet, -1 failed (err). libpq keeps no time limit for such a session: the
+ * caller gives up on it (PQfinish) when it has waited long enough. */
+PGconn *db_connect_start(const char *url, const char *app, Err *err) WARN_UNUSED;
+int db_connect_step(PGconn *c, const char *app, bool *want_write, Err *err) WARN_UNUSED;
 
 /* For an idle connection that does not LISTEN (no query running): false if its
  * server has gone away or said anything meanwhile (the socket tells without a

@@ -6,8 +6,11 @@ shard database is down, the home database's reads go on, the reads that
 need it answer 503 and /readyz says which; once it is back the results
 stream goes on without missing anything."""
 
+import os
+import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
@@ -133,6 +136,53 @@ def test_a_shard_database_down_fails_only_what_needs_it(cluster):
         wait_until(lambda: {e["data"]["id"] for e in stream.events} >= {ids[3], ids[0], ids[2]},
                    15, what="the results of both databases' shards on the stream")
     expect(http("GET", f"{s.url}/work?limit=10"), 200, "the list again")
+
+
+
+def test_a_shard_database_that_does_not_answer_holds_up_nothing_else(cluster):
+    """A shard database whose host takes connections and never answers them
+    (its postmaster stopped: the kernel still accepts, nothing replies): a
+    front-end node opens its sessions there without blocking, so the other
+    shards' results still reach its streams at once, and reads that need the
+    silent database answer 503 at once, not after a connect timeout."""
+    s, other, qs = start(cluster)
+    f = cluster.start_server("f1", extra_args=[
+        "--roles", "frontend", "--shards", "4", "--shard-databases", f"2={other} 3={other}",
+        *FAST])
+    wait_until(lambda: http("GET", f.url + "/readyz").status == 200, 20, what="f1 ready")
+    pid_file = cluster.databases["other"]["dir"] / "data" / "postmaster.pid"
+    postmaster = int(pid_file.read_text().split()[0])
+    sessions = cluster.psql("SELECT pid FROM pg_stat_activity WHERE application_name IN"
+                            " ('workd-listener', 'workd-frontend')", url=other).split()
+    with SSEClient(f.url + "/results") as sse:
+        os.kill(postmaster, signal.SIGSTOP)
+        try:
+            for pid in sessions:  # as pg_terminate_backend would, without the postmaster
+                os.kill(int(pid), signal.SIGTERM)
+            wait_until(lambda: http("GET", f.url + "/readyz").status == 503, 10,
+                       what="f1 to see that it lost the shard database")
+            t = time.monotonic()
+            r = http("GET", f.url + "/work?limit=5")
+            took = time.monotonic() - t
+            assert r.status == 503 and took < 2, (
+                f"a list needing the silent database answered {r.status} after {took:.1f}s: "
+                "it should be 503 at once")
+            for i in range(6):
+                work_id = submit(s.url, {"queue": qs[0], "payload": {"i": i}})["id"]
+                t = time.monotonic()
+                jobs = pull(s.url, "w0", queues=[qs[0]])
+                complete(s.url, "w0", jobs[0], {"i": i})
+                sse.wait_for(lambda e, w=work_id: e["data"]["id"] == w, 10)
+                took = time.monotonic() - t
+                assert took < 1.5, (
+                    f"a result of shard 0 took {took:.1f}s to reach f1's stream while shard 2's "
+                    "database did not answer: its listener waited on that database")
+                time.sleep(0.5)  # spread over more than one of the listener's tries
+        finally:
+            os.kill(postmaster, signal.SIGCONT)
+    wait_until(lambda: http("GET", f.url + "/readyz").status == 200, 20,
+               what="f1 ready again once the shard database answers")
+    expect(http("GET", f.url + "/work?limit=5"), 200, "the list once both databases answer")
 
 
 if __name__ == "__main__":

@@ -143,10 +143,10 @@ static json_t *cluster_json(const ClusterView *v)
         "parts_dropped", (json_int_t)v->parts_dropped);
     /* Its shard's line (merge_cluster gathers every shard's). */
     json_t *shard = json_pack(
-        "{s:i, s:s, s:I, s:I, s:f, s:f, s:f}", "shard", v->shard, "leader", v->leader, "term",
-        (json_int_t)v->term, "open_total", (json_int_t)v->open_total, "writer_busy",
-        (double)v->busy_permille / 1000.0, "commit_mean_ms", (double)v->commit_mean_us / 1000.0,
-        "commit_p99_ms", (double)v->commit_p99_us / 1000.0);
+        "{s:i, s:s, s:s, s:I, s:I, s:f, s:f, s:f}", "shard", v->shard, "database", v->database,
+        "leader", v->leader, "term", (json_int_t)v->term, "open_total", (json_int_t)v->open_total,
+        "writer_busy", (double)v->busy_permille / 1000.0, "commit_mean_ms",
+        (double)v->commit_mean_us / 1000.0, "commit_p99_ms", (double)v->commit_p99_us / 1000.0);
     return json_pack("{s:s, s:I, s:o, s:o, s:I, s:o, s:[o]}", "leader", v->leader, "term",
                      (json_int_t)v->term, "workers", workers, "open", open, "open_total",
                      (json_int_t)v->open_total, "storage", storage, "shards", shard);

@@ -138,6 +138,8 @@ typedef struct ClusterView {
     char *leader; /* advertise URL */
     int64_t term;
     int shard;
+    char database[24]; /* where the shard's rows are: "home", or "shard-K" (the
+                          first shard of its own database) */
     /* the writer over the last stats window (ManagerStats) */
     int64_t busy_permille, commit_mean_us, commit_p99_us;
     int64_t now; /* when the view was taken (silent_ms is from it) */

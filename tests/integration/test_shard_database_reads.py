@@ -60,6 +60,10 @@ def test_every_read_finds_rows_in_either_database(cluster):
         e = expect(http("GET", f"{s.url}/work/{work_id}/events"), 200, f"events of shard {k}")
         assert [x["type"] for x in e.json()["events"]] == ["accepted"], e.json()
     expect(http("GET", f"{s.url}/work/nowhere"), 404, "an id in no database")
+    shards = expect(http("GET", f"{s.url}/cluster"), 200, "GET /cluster").json()["shards"]
+    where = {x["shard"]: x["database"] for x in shards}
+    assert where == {0: "home", 1: "home", 2: "shard-2", 3: "shard-2"}, (
+        f"/cluster names each shard's database: {where}")
     # The list: newest first over both databases, paged by its cursor.
     everything = expect(http("GET", f"{s.url}/work?limit=10"), 200, "GET /work").json()
     listed = [w["id"] for w in everything["items"]]

@@ -59,9 +59,22 @@ random, and every subscriber must see each shard's results in that shard's
 
     python3 tests/chaos/chaos.py --short --shards 4     # CTest's chaos/short-shards
 
+With ``--shard-databases K`` as well, shards 1..N-1 keep their rows in K
+more private PostgreSQL servers (shard s in the ((s - 1) mod K)-th; shard 0
+stays in the home database), every server started with the same
+``--shard-databases``: every check reads every database and merges (each
+keeps its own shards' log, open work and terms), a PostgreSQL restart
+restarts one of the servers at random (the home one or a shard's), and a
+backend termination of a shard's leader session runs in that shard's
+database.
+
+    python3 tests/chaos/chaos.py --short --shards 4 --shard-databases 2
+                                                  # CTest's chaos/short-shard-databases
+
 Options: --bin-dir DIR, --seed N, --only KIND[,KIND...], --timeout S (hard
 overall bound), --keep (keep the cluster's temporary directory), --artifacts DIR
-(where logs are copied when the run fails), --shards N, --servers N.
+(where logs are copied when the run fails), --shards N, --servers N,
+--shard-databases K.
 """
 
 import argparse
@@ -480,6 +493,9 @@ class Chaos:
                 break
         if self.shards == 1:
             self.queues = []
+        # --shard-databases K: the names of the K added PostgreSQL servers
+        # (harness add_database); shard s > 0 lives in extra[(s - 1) % K].
+        self.extra = [f"shards{k + 1}" for k in range(args.shard_databases or 0)]
 
     # ------------------------------------------------------------ utilities
     def log(self, msg):
@@ -489,8 +505,32 @@ class Chaos:
         self.failures.append((self.phase, msg))
         print(f"chaos: FAIL [{self.phase}] {msg}", flush=True)
 
-    def psql(self, sql):
-        return self.cluster.psql(sql)
+    def psql(self, sql, db=None):
+        """sql in one database: the home one, or the added database named db."""
+        return self.cluster.psql(sql, url=self.cluster.database_url(db) if db else None)
+
+    def databases(self):
+        """Every database of the cluster: None (home) and the shards' own."""
+        return [None] + self.extra
+
+    def db_of(self, shard):
+        """The database that keeps shard's rows (None: home)."""
+        return self.extra[(shard - 1) % len(self.extra)] if self.extra and shard else None
+
+    def db_name(self, db):
+        if db is None:
+            return "the home database" + (" (shard 0)" if self.extra else "")
+        kept = [s for s in range(self.shards) if self.db_of(s) == db]
+        return f"database {db} (shard{'s' if len(kept) > 1 else ''} " \
+               f"{','.join(map(str, kept))})"
+
+    def psql_lines(self, sql):
+        """The rows of sql in every database, one list (each database's rows in
+        its own order: seqs are per shard)."""
+        out = []
+        for db in self.databases():
+            out += [line for line in self.psql(sql, db).splitlines() if line]
+        return out
 
     def later(self, delay, what, fn):
         self.pending.append([now() + delay, what, fn])
@@ -549,26 +589,32 @@ class Chaos:
 
     def open_attempts_of(self, worker_id):
         """Attempts the log has started for worker_id that have not ended."""
-        rows = self.psql(
+        rows = self.psql_lines(
             "SELECT s.work_id, (s.data->>'attempt')::int FROM workd_events s "
             f"WHERE s.type = 'started' AND s.data->>'worker_id' = '{worker_id}' "
             "AND NOT EXISTS (SELECT 1 FROM workd_events e WHERE e.work_id = s.work_id "
             "AND e.seq > s.seq AND e.type IN ('completed','failed','timed_out','dead',"
             "'cancelled'))")
-        return [(line.split("|")[0], int(line.split("|")[1])) for line in rows.splitlines()
-                if line]
+        return [(line.split("|")[0], int(line.split("|")[1])) for line in rows]
 
     # ---------------------------------------------------------------- setup
     def setup(self):
         p = self.prof
         shard_args = ["--shards", str(self.shards)] if self.shards > 1 else []
+        for name in self.extra:
+            self.cluster.add_database(name)
+        if self.extra:
+            spec = " ".join(f"{s}={self.cluster.database_url(self.db_of(s))}"
+                            for s in range(1, self.shards))
+            shard_args += ["--shard-databases", spec]
+            self.log(f"shard databases: {spec}")
         for i in range(self.args.servers or p["servers"]):
             s = self.cluster.start_server(f"s{i + 1}", extra_args=SERVER_ARGS + shard_args)
             wait_leader(s.url)
             self.servers.append(s)
         if self.shards > 1:
-            self.poll(lambda: self.psql("SELECT count(*) FROM workd_shards") == str(self.shards),
-                      30, "every shard to elect a leader")
+            self.poll(lambda: sum(map(int, self.psql_lines("SELECT count(*) FROM workd_shards")))
+                      == self.shards, 30, "every shard to elect a leader")
         self.urls = [s.url for s in self.servers]
         for i in range(p["workers"]):
             self.start_worker(self.urls[i % len(self.urls)])
@@ -642,10 +688,15 @@ class Chaos:
                      held=held)
 
     def fault_pg_restart(self):
+        db = self.rng.choice(self.databases()) if self.extra else None
         t = now()
-        self.cluster.pg_restart()
+        if db is None:
+            self.cluster.pg_restart()
+        else:
+            self.cluster.db_restart(db)
         t_end = now()
-        return Fault("pg_restart", t, f"PostgreSQL fast restart (stop and start) took "
+        which = f" of {self.db_name(db)}" if self.extra else ""
+        return Fault("pg_restart", t, f"PostgreSQL fast restart{which} (stop and start) took "
                      f"{(t_end - t) * 1000:.0f} ms", t_end=t_end)
 
     def fault_backend_terminate(self):
@@ -658,20 +709,29 @@ class Chaos:
                    "l.granted AND a.application_name LIKE 'workd-manager%'")
             what = (f"shard {shard}'s leader's session (advisory lock holder)" if self.shards > 1
                     else "the leader's session (advisory lock holder)")
+            dbs = [self.db_of(shard)]
+            if self.extra:
+                what += f" in {self.db_name(dbs[0])}"
         else:
             sql = ("SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
                    "WHERE application_name = 'workd-listener'")
             what = "every front-end listener session"
+            dbs = self.databases()
+            if self.extra:
+                what += f" in each of the {len(dbs)} databases"
+
+        def terminate():
+            return [line for db in dbs for line in self.psql(sql, db).splitlines() if line]
         t = now()
-        out = self.psql(sql)
+        out = terminate()
         for _ in range(20):
             if out:
                 break
             self.idle(0.1)  # e.g. no leader at this instant (an election is running)
             t = now()
-            out = self.psql(sql)
+            out = terminate()
         t_end = now()
-        pids = [line.split("|")[0] for line in out.splitlines() if line.endswith("|t")]
+        pids = [line.split("|")[0] for line in out if line.endswith("|t")]
         if not pids:
             self.fail(f"pg_terminate_backend of {what}: no such session found")
         return Fault("backend_terminate", t, f"terminated {what}: backend pid(s) "
@@ -827,14 +887,15 @@ class Chaos:
                           f"(last answers: {c.responses[-5:]})")
         # 2. No work stays stuck: all open work drains within the bound.
         bound = self.prof["drain_bound"]
-        drained = self.poll(lambda: self.psql("SELECT count(*) FROM workd_open WHERE status "
-                                              "IN ('pending','running')") == "0", bound, "drain",
+        drained = self.poll(lambda: sum(map(int, self.psql_lines(
+                                "SELECT count(*) FROM workd_open WHERE status "
+                                "IN ('pending','running')"))) == 0, bound, "drain",
                             interval=0.2)
         drain_ms = (now() - t_pause) * 1000
         stuck = []
         if not drained:
-            stuck = self.psql("SELECT id FROM workd_open WHERE status IN ('pending','running') "
-                              "ORDER BY id").split()
+            stuck = sorted(self.psql_lines("SELECT id FROM workd_open WHERE status IN "
+                                           "('pending','running') ORDER BY id"))
             self.fail(f"{len(stuck)} work item(s) still open {bound:.0f}s after the load "
                       f"stopped: {stuck[:10]}" + self.evidence(stuck))
         # 3. The event log against the clients' records.
@@ -868,7 +929,7 @@ class Chaos:
 
     def log_rows(self, like):
         """{work_id: (accepted, completed, [completed attempts], last started, dead)}."""
-        out = self.psql(
+        out = self.psql_lines(
             "SELECT work_id, count(*) FILTER (WHERE type = 'accepted'), "
             "count(*) FILTER (WHERE type = 'completed'), "
             "coalesce(string_agg(data->>'attempt', ',' ORDER BY seq) "
@@ -877,10 +938,12 @@ class Chaos:
             "count(*) FILTER (WHERE type = 'dead') "
             f"FROM workd_events WHERE work_id LIKE '{like}' GROUP BY work_id")
         rows = {}
-        for line in out.splitlines():
+        for line in out:  # an id in two databases adds up (and shows as accepted twice)
             wid, acc, comp, atts, started, dead = line.split("|")
-            rows[wid] = (int(acc), int(comp), [int(a) for a in atts.split(",") if a],
-                         int(started), int(dead))
+            got = rows.get(wid, (0, 0, [], 0, 0))
+            rows[wid] = (got[0] + int(acc), got[1] + int(comp),
+                         got[2] + [int(a) for a in atts.split(",") if a],
+                         max(got[3], int(started)), got[4] + int(dead))
         return rows
 
     def check_log(self, tag, name):
@@ -938,9 +1001,9 @@ class Chaos:
             missing += len(miss)
             dups += len(mine) - len(counts)
             if miss:
-                seqs = self.psql("SELECT seq, work_id FROM workd_events WHERE type = "
-                                 "'completed' AND work_id = ANY('{" + ",".join(miss[:20])
-                                 + "}') ORDER BY seq").replace("\n", " ")
+                seqs = " ".join(self.psql_lines(
+                    "SELECT seq, work_id FROM workd_events WHERE type = 'completed' AND "
+                    "work_id = ANY('{" + ",".join(miss[:20]) + "}') ORDER BY seq"))
                 self.fail(f"subscriber {s.name_} missed {len(miss)} result(s): {miss[:10]} "
                           f"(seq|id: {seqs}); its connections: {self.conns(s)}")
             if d:
@@ -976,9 +1039,8 @@ class Chaos:
         if not checks:
             return
         late = renewed = 0
-        terms = [float(x) / 1000 for x in self.psql(
-            "SELECT extract(epoch FROM at) * 1000 FROM workd_events WHERE type = 'term'"
-        ).split()]
+        terms = [float(x) / 1000 for x in self.psql_lines(
+            "SELECT extract(epoch FROM at) * 1000 FROM workd_events WHERE type = 'term'")]
         for chk in checks:
             if chk.log_offset is not None:
                 with open(chk.worker.log_path, "rb") as f:
@@ -989,11 +1051,11 @@ class Chaos:
                 continue
             new_terms = [t for t in terms if chk.wall <= t <= chk.wall_resume]
             ids = ",".join(i for i, _ in chk.held)
-            out = self.psql("SELECT work_id, type, (data->>'attempt')::int FROM workd_events "
-                            "WHERE work_id = ANY('{" + ids + "}') AND type IN "
-                            "('completed','failed','timed_out') ORDER BY seq")
+            out = self.psql_lines("SELECT work_id, type, (data->>'attempt')::int FROM "
+                                  "workd_events WHERE work_id = ANY('{" + ids + "}') AND type IN "
+                                  "('completed','failed','timed_out') ORDER BY seq")
             ends = collections.defaultdict(list)
-            for line in out.splitlines():
+            for line in out:
                 wid, typ, att = line.split("|")
                 ends[(wid, int(att))].append(typ)
             for key in chk.held:
@@ -1030,12 +1092,16 @@ class Chaos:
                 if wid in c.accepted:
                     out.append(f"  client {c.idx}: 202 at t={c.accepted[wid] - self.t0:.2f}s "
                                f"after {c.retried.get(wid, [])}")
-            try:
-                out.append("  events (seq|term|type|data):\n    " + self.psql(
-                    "SELECT seq, term, type, data FROM workd_events WHERE work_id = "
-                    f"'{wid}' ORDER BY seq").replace("\n", "\n    "))
-            except RuntimeError as e:
-                out.append(f"  events: {e}")
+            for db in self.databases():
+                where = f" in {self.db_name(db)}" if self.extra else ""
+                try:
+                    rows = self.psql("SELECT seq, term, type, data FROM workd_events WHERE "
+                                     f"work_id = '{wid}' ORDER BY seq", db)
+                    if rows or not self.extra:
+                        out.append(f"  events{where} (seq|term|type|data):\n    "
+                                   + rows.replace("\n", "\n    "))
+                except RuntimeError as e:
+                    out.append(f"  events{where}: {e}")
             for p in self.cluster.procs:
                 lines = [ln for ln in p.log_text().splitlines()
                          if re.search(re.escape(wid) + r"\b", ln)]
@@ -1068,7 +1134,8 @@ class Chaos:
             mine = [w for _t, _s, w, _e in s.seen if w.startswith("s")]
             sse_missing += len(completed - set(mine))
             sse_dup += len(mine) - len(set(mine))
-        term = self.psql("SELECT max(term) FROM workd_events")
+        term = max((int(t) for t in self.psql_lines("SELECT max(term) FROM workd_events")),
+                   default="")
         self.summary = {
             "submitted": len(accepted), "completed": len(completed & set(accepted)),
             "lost": len(lost), "duplicated": sum(n - 1 for n in dup.values()),
@@ -1090,11 +1157,15 @@ def main():
     ap.add_argument("--shards", type=int, default=1, help="shards of the manager (default 1)")
     ap.add_argument("--servers", type=int, default=None,
                     help="server nodes (default: the profile's, 2 with --shards)")
+    ap.add_argument("--shard-databases", type=int, default=0, metavar="K",
+                    help="shards 1..N-1 in K more PostgreSQL servers (needs --shards N > 1)")
     ap.add_argument("--artifacts", default=None,
                     help="where to copy logs when the run fails (default: a new /tmp dir)")
     args = ap.parse_args()
     if args.shards > 1 and not args.servers:
         args.servers = 2
+    if args.shard_databases and not 1 <= args.shard_databases < args.shards:
+        ap.error("--shard-databases K needs --shards N > 1 and K from 1 to N - 1")
     mode = "long" if args.long else "short"
     prof = PROFILES[mode]
     plan = prof["plan"]
@@ -1111,7 +1182,8 @@ def main():
         if not (bin_dir / exe).exists():
             print(f"chaos: FAIL: {bin_dir / exe} does not exist (build first, or --bin-dir)")
             return 2
-    print(f"chaos: mode={mode} shards={args.shards} seed={seed} hard_timeout_s={hard:.0f} "
+    dbs = f" shard_databases={args.shard_databases}" if args.shard_databases else ""
+    print(f"chaos: mode={mode} shards={args.shards}{dbs} seed={seed} hard_timeout_s={hard:.0f} "
           f"bin_dir={bin_dir} "
           f"plan={','.join(f'{k}x{n}' for k, n in plan)}", flush=True)
 
@@ -1152,6 +1224,9 @@ def main():
                 dest.mkdir(parents=True, exist_ok=True)
                 for f in list(cluster.tmp.glob("*.log")) + list(cluster.pg_dir.glob("*.log")):
                     shutil.copy(f, dest / f.name)
+                for name, db in cluster.databases.items():
+                    for f in db["dir"].glob("*.log"):
+                        shutil.copy(f, dest / f"{f.stem}-{name}{f.suffix}")
                 print(f"chaos: logs copied to {dest}", flush=True)
     except ChaosTimeout as e:  # while the cluster itself was starting
         rc = 1
@@ -1167,7 +1242,8 @@ def main():
     def total(key):
         return sum(f.get(key) or 0 for f in figs)
     worst = [f["worst_recovery_ms"] for f in figs if f.get("worst_recovery_ms") is not None]
-    print(f"chaos summary mode={mode} shards={args.shards} seed={seed} scenarios={len(figs)} "
+    print(f"chaos summary mode={mode} shards={args.shards}{dbs} seed={seed} "
+          f"scenarios={len(figs)} "
           f"faults={total('faults')} submitted={sm.get('submitted', total('submitted'))} "
           f"completed={sm.get('completed', total('completed'))} "
           f"lost={sm.get('lost', total('lost'))} "
@@ -1181,7 +1257,10 @@ def main():
         print(f"chaos: {len(chaos.failures)} failure(s):", flush=True)
         for phase, msg in chaos.failures:
             print(f"  [{phase}] {msg.splitlines()[0][:400]}", flush=True)
-        print(f"chaos: reproduce with: {sys.argv[0]} --{mode} --seed {seed}", flush=True)
+        print(f"chaos: reproduce with: {sys.argv[0]} --{mode} --seed {seed}"
+              + (f" --shards {args.shards}" if args.shards > 1 else "")
+              + (f" --shard-databases {args.shard_databases}" if args.shard_databases else ""),
+              flush=True)
     return rc
 
 

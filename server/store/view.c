@@ -1288,23 +1288,30 @@ typedef struct FindById {
     const char *id;
     int64_t now, after;
     int limit;
+    /* the read in one database (NULL with a 404: not there) */
+    void *(*get)(PGconn *c, const struct FindById *f, Err *err);
     void *found; /* what was found (the read's own type) */
 } FindById;
 
-static int find_work(PGconn *c, void *ud, Err *err)
+static int find_by_get(PGconn *c, void *ud, Err *err)
 {
     FindById *f = ud;
     Err e = {0};
-    f->found = work_get(c, f->id, f->now, &e);
+    f->found = f->get(c, f, &e);
     if (!f->found && e.status != 404 && err)
         *err = e;
     return f->found ? 1 : e.status == 404 ? 0 : -1;
 }
 
+static void *get_work(PGconn *c, const FindById *f, Err *err)
+{
+    return work_get(c, f->id, f->now, err);
+}
+
 WorkView *view_work_get(ViewDbs *d, const char *id, int64_t now, Err *err)
 {
-    FindById f = {.id = id, .now = now};
-    int rc = find_each(d, 0, find_work, &f, err);
+    FindById f = {.id = id, .now = now, .get = get_work};
+    int rc = find_each(d, 0, find_by_get, &f, err);
     if (rc == 0)
         err_set(err, 404, "not-found", "no work with id '%s'", id);
     return rc == 1 ? f.found : NULL;
@@ -1345,33 +1352,23 @@ WorkEvents *view_work_events(ViewDbs *d, const char *id, int64_t after, int limi
     return o;
 }
 
-static int find_batch(PGconn *c, void *ud, Err *err)
+static void *get_batch(PGconn *c, const FindById *f, Err *err)
 {
-    FindById *f = ud;
-    Err e = {0};
-    f->found = batch_get(c, f->id, f->now, &e);
-    if (!f->found && e.status != 404 && err)
-        *err = e;
-    return f->found ? 1 : e.status == 404 ? 0 : -1;
+    return batch_get(c, f->id, f->now, err);
 }
 
 BatchView *view_batch_get(ViewDbs *d, const char *id, int64_t now, Err *err)
 {
-    FindById f = {.id = id, .now = now};
-    int rc = find_each(d, 0, find_batch, &f, err);
+    FindById f = {.id = id, .now = now, .get = get_batch};
+    int rc = find_each(d, 0, find_by_get, &f, err);
     if (rc == 0)
         err_set(err, 404, "not-found", "no batch '%s'", id);
     return rc == 1 ? f.found : NULL;
 }
 
-static int find_schedule(PGconn *c, void *ud, Err *err)
+static void *get_schedules(PGconn *c, const FindById *f, Err *err)
 {
-    FindById *f = ud;
-    Err e = {0};
-    f->found = schedules_in(c, f->id, &e);
-    if (!f->found && e.status != 404 && err)
-        *err = e;
-    return f->found ? 1 : e.status == 404 ? 0 : -1;
+    return schedules_in(c, f->id, err);
 }
 
 static int by_name(const void *a, const void *b)
@@ -1382,8 +1379,8 @@ static int by_name(const void *a, const void *b)
 ScheduleList *view_schedules(ViewDbs *d, const char *name, Err *err)
 {
     if (name) {
-        FindById f = {.id = name};
-        int rc = find_each(d, 0, find_schedule, &f, err);
+        FindById f = {.id = name, .get = get_schedules};
+        int rc = find_each(d, 0, find_by_get, &f, err);
         if (rc == 0)
             err_set(err, 404, "not-found", "no schedule '%s'", name);
         return rc == 1 ? f.found : NULL;

@@ -132,12 +132,14 @@ def test_four_shards_in_three_databases(cluster):
     """Shards 2 and 3 in a second PostgreSQL, shard 1 in a third: every
     shard's job runs to completion, its rows are in its own database and
     nowhere else, and the cluster reads as one (GET /work, /results with a
-    resume, /cluster, /metrics)."""
+    resume, /cluster, /metrics) on the node that leads and on a front-end
+    node (which follows every shard's log through its listener)."""
     cluster.add_database("pg2")
     cluster.add_database("pg3")
     lay = Layout(cluster, 4, {1: "pg3", 2: "pg2", 3: "pg2"})
     s = start(cluster, "s1", lay)
     lay.wait_led()
+    f = start(cluster, "front", lay, extra=["--roles", "frontend"])
     recorded = lay.psql("home", "SELECT string_agg(shard::text, ',' ORDER BY shard)"
                         " FROM workd_shard_databases")
     assert recorded == "1,2,3", f"the home database records shards 1,2,3 elsewhere: {recorded}"
@@ -150,20 +152,29 @@ def test_four_shards_in_three_databases(cluster):
     for shard, q in qs.items():
         expect(http("PUT", f"{s.url}/queues/{q}", {"rate": {"limit": 50, "per": 1}}, JSON), 200,
                f"a rate limit on {q} (shard {shard})")
-    with SSEClient(s.url + "/results") as live:
-        wait_until(lambda: live.last_event_id, 5, what="the stream's ready id")
-        start_id = live.last_event_id
+    live = {n.name: SSEClient(n.url + "/results") for n in (s, f)}
+    try:
+        for n in (s, f):
+            wait_until(lambda: live[n.name].last_event_id, 5, what=f"{n.name}'s ready id")
+        start_id = live[f.name].last_event_id
         assert len(start_id.split(".")) == 4, f"an event id of 4 shards has 4 seqs: {start_id}"
         first = {f"a{shard}": q for shard, q in qs.items()}
         for work_id, q in first.items():
             run_job(s.url, q, work_id, {"done": work_id})
         for work_id in first:
-            w = wait_status(s.url, work_id, "completed")
-            assert w["result"] == {"done": work_id} and w["queue"] == first[work_id], w
-        live.wait_count(len(first), timeout=15)
+            for n in (s, f):
+                w = wait_status(n.url, work_id, "completed")
+                assert w["result"] == {"done": work_id} and w["queue"] == first[work_id], \
+                    f"GET /work/{work_id} on {n.name}: {w}"
+        for n in (s, f):
+            live[n.name].wait_count(len(first), timeout=15)
         time.sleep(0.5)  # a declared window: no result may come twice
-        seen = list(live.events)
-    check_once(seen, first, "the live /results stream")
+        seen = list(live[f.name].events)
+        check_once(live[s.name].events, first, "the live /results stream of the leading node")
+        check_once(seen, first, "the live /results stream of the front-end node")
+    finally:
+        for c in live.values():
+            c.close()
     for e in seen:
         assert len(e["id"].split(".")) == 4, f"event id {e['id']} should have 4 seqs"
 
@@ -184,12 +195,11 @@ def test_four_shards_in_three_databases(cluster):
     assert lay.count("workd_open") == 0, lay.by_db("SELECT id, shard FROM workd_open")
 
     # Reads over every database.
-    for work_id, q in first.items():
-        w = get_work(s.url, work_id)
-        assert w["status"] == "completed" and w["queue"] == q, f"GET /work/{work_id}: {w}"
-    listed = expect(http("GET", s.url + "/work?limit=100"), 200, "GET /work").json()
-    assert sorted(w["id"] for w in listed["items"]) == sorted(first), \
-        f"GET /work lists every shard's work: {[w['id'] for w in listed['items']]}"
+    for n in (s, f):
+        listed = expect(http("GET", n.url + "/work?limit=100"), 200, "GET /work").json()
+        assert sorted(w["id"] for w in listed["items"]) == sorted(first), \
+            f"GET /work on {n.name} lists every shard's work: " \
+            f"{[w['id'] for w in listed['items']]}"
 
     # Reconnecting misses nothing and repeats nothing.
     second = {f"b{shard}": q for shard, q in qs.items()}
@@ -199,19 +209,24 @@ def test_four_shards_in_three_databases(cluster):
         wait_status(s.url, work_id, "completed")
     for k, e in enumerate(seen):
         want = [x["data"]["id"] for x in seen[k + 1:]] + list(second)
-        with SSEClient(s.url + "/results", last_event_id=e["id"]) as again:
+        n = (s, f)[k % 2]  # a client reconnects anywhere
+        with SSEClient(n.url + "/results", last_event_id=e["id"]) as again:
             again.wait_count(len(want), timeout=10)
             time.sleep(0.3)  # a declared window: no repeat may follow
-            check_once(again.events, want, f"/results resumed after {e['id']}")
-    with SSEClient(s.url + "/results", last_event_id=start_id) as again:
-        again.wait_count(8, timeout=10)
-        time.sleep(0.3)  # a declared window: no repeat may follow
-        check_once(again.events, list(first) + list(second), f"/results resumed at {start_id}")
+            check_once(again.events, want, f"/results on {n.name} resumed after {e['id']}")
+    for n in (s, f):
+        with SSEClient(n.url + "/results", last_event_id=start_id) as again:
+            again.wait_count(8, timeout=10)
+            time.sleep(0.3)  # a declared window: no repeat may follow
+            check_once(again.events, list(first) + list(second),
+                       f"/results on {n.name} resumed at {start_id}")
 
-    c = expect(http("GET", s.url + "/cluster"), 200, "GET /cluster").json()
-    assert [x["shard"] for x in c["shards"]] == [0, 1, 2, 3], c.get("shards")
-    for x in c["shards"]:
-        assert x["leader"] == s.url and x["term"] >= 1, f"/cluster: shard {x['shard']}: {x}"
+    for n in (s, f):
+        c = expect(http("GET", n.url + "/cluster"), 200, f"GET /cluster on {n.name}").json()
+        assert [x["shard"] for x in c["shards"]] == [0, 1, 2, 3], c.get("shards")
+        for x in c["shards"]:
+            assert x["leader"] == s.url and x["term"] >= 1, \
+                f"/cluster on {n.name}: shard {x['shard']}: {x}"
     text = expect(http("GET", s.url + "/metrics"), 200, "GET /metrics").text
     for shard in range(4):
         assert f'workd_commit_events_count{{shard="{shard}"}}' in text, \
@@ -262,6 +277,10 @@ def test_a_setting_that_contradicts_the_databases_is_refused(cluster):
                               f"{own} 9={base}/fresh"], shard=9, why=["4 shards"])
     refused(cluster, "move-1", ["--shards", "4", *FAST, "--shard-databases", f"{own} 1={pg2}"],
             shard=1, why=["never"])
+    home_again = cluster.db_url.replace("127.0.0.1", "localhost")
+    refused(cluster, "home-again", ["--shards", "4", *FAST, "--shard-databases",
+                                    f"2={home_again} 3={lay.url(3)}"],
+            shard=2, why=["home database"])
     refused(cluster, "foreign", ["--shards", "4", *FAST, "--shard-databases",
                                  f"2={base}/othershard 3={lay.url(3)}"],
             shard=2, why=["another cluster"])
@@ -413,9 +432,44 @@ def completed_counts(lay, prefix):
     return counts, misplaced
 
 
+class Results:
+    """A client of /results that reconnects with Last-Event-ID whenever its
+    stream ends: its events are everything it was given."""
+
+    def __init__(self, url):
+        self.url, self.streams = url, [SSEClient(url + "/results")]
+        wait_until(lambda: self.streams[0].last_event_id, 5, what="the stream's ready id")
+
+    def events(self):
+        last = self.streams[-1]
+        if last.done.is_set():
+            try:
+                self.streams.append(SSEClient(self.url + "/results",
+                                              last_event_id=last.last_event_id))
+            except (AssertionError, OSError):
+                pass  # the node is not answering yet: try again on the next call
+        return [e for c in self.streams for e in list(c.events)]
+
+    def wait_all(self, ids, timeout):
+        want = set(ids)
+        try:
+            wait_until(lambda: {e["data"]["id"] for e in self.events()} >= want, timeout,
+                       what=lambda: f"every result on /results (missing "
+                       f"{sorted(want - {e['data']['id'] for e in self.events()})[:10]}, "
+                       f"{len(self.streams)} connections)")
+            time.sleep(0.3)  # a declared window: no repeat may follow
+            got = Counter(e["data"]["id"] for e in self.events() if e["data"]["id"] in want)
+            twice = sorted(w for w, n in got.items() if n > 1)
+            assert not twice, f"results seen more than once on /results: {twice[:10]}"
+        finally:
+            for c in self.streams:
+                c.close()
+
+
 def test_the_second_postgresql_restarted_under_load(cluster):
     """pg2 (shards 2 and 3) fast-restarted while their work is submitted and
-    worked: every accepted job completes exactly once; the leaders come back."""
+    worked: every accepted job completes exactly once, and its result is on
+    /results once; the leaders come back."""
     cluster.add_database("pg2")
     lay = Layout(cluster, 4, {2: "pg2", 3: "pg2"})
     s = start(cluster, "s1", lay)
@@ -423,6 +477,7 @@ def test_the_second_postgresql_restarted_under_load(cluster):
     qs = queues_per_shard(4, per=2)
     queues = qs[2] + qs[3]
     cluster.start_worker("w1", s.url, ["--demo", "--demo-delay", "5ms", "--concurrency", "8"])
+    results = Results(s.url)
     total, accepted, refusals = 300, [], Counter()
 
     def submitter():
@@ -465,6 +520,7 @@ def test_the_second_postgresql_restarted_under_load(cluster):
     lay.wait_led(15)
     c = expect(http("GET", s.url + "/cluster"), 200, "GET /cluster").json()
     assert all(x["leader"] == s.url for x in c["shards"]), c["shards"]
+    results.wait_all(accepted, 30)
 
 
 def test_a_node_kill_moves_a_shard_of_the_second_database(cluster):

@@ -524,11 +524,20 @@ def test_the_second_postgresql_restarted_under_load(cluster):
 
 
 def test_a_node_kill_moves_a_shard_of_the_second_database(cluster):
+    """Two nodes started at once on a new cluster (each records where the
+    shards live, once between them); spread, then the node leading shard 2
+    killed: the other takes it over and no accepted job is lost."""
     cluster.add_database("pg2")
     lay = Layout(cluster, 4, {2: "pg2", 3: "pg2"})
-    a = start(cluster, "a", lay)
+    a = start(cluster, "a", lay, wait_ready=False)
+    b = start(cluster, "b", lay, wait_ready=False)
+    for n in (a, b):
+        cluster.wait_healthy(n, 20)
     lay.wait_led()
-    b = start(cluster, "b", lay)
+    recorded = lay.psql("home", "SELECT string_agg(shard::text, ',' ORDER BY shard)"
+                        " FROM workd_shard_databases")
+    assert recorded == "2,3", f"shards 2 and 3 recorded once in pg2: {recorded}"
+    assert lay.psql("pg2", "SELECT keeps FROM workd_cluster") == "{2,3}"
     nodes = {a.url: a, b.url: b}
 
     def spread():

@@ -270,6 +270,8 @@ def test_a_setting_that_contradicts_the_databases_is_refused(cluster):
     own = lay.spec()
 
     refused(cluster, "none", ["--shards", "4", *FAST], shard=2, why=["--shard-databases"])
+    refused(cluster, "none-frontend", ["--shards", "4", "--roles", "frontend"], shard=2,
+            why=["--shard-databases"])
     refused(cluster, "other-db", ["--shards", "4", *FAST, "--shard-databases",
                                   f"2={base}/fresh 3={lay.url(3)}"],
             shard=2, why=["--shard-databases"])
@@ -297,10 +299,13 @@ def test_a_setting_that_contradicts_the_databases_is_refused(cluster):
     for shard, q in qs.items():
         run_job(a.url, q, f"after-{shard}", "ok")
         wait_status(a.url, f"after-{shard}", "completed")
-    # The same setting, given by the environment, is a second node of the cluster.
+    # The same setting, given by the environment and with the databases'
+    # URLs spelled another way (a database is known by its id), is a second
+    # node of the cluster.
     b = cluster.start_server("b", extra_args=["--shards", "4", *FAST],
-                             env={"WORKD_SHARD_DATABASES": own})
-    assert get_work(b.url, "after-2")["status"] == "completed"
+                             env={"WORKD_SHARD_DATABASES": own.replace("127.0.0.1", "localhost")})
+    for shard in qs:
+        assert get_work(b.url, f"after-{shard}")["status"] == "completed"
 
 
 def test_ids_across_databases(cluster):
@@ -521,6 +526,77 @@ def test_the_second_postgresql_restarted_under_load(cluster):
     c = expect(http("GET", s.url + "/cluster"), 200, "GET /cluster").json()
     assert all(x["leader"] == s.url for x in c["shards"]), c["shards"]
     results.wait_all(accepted, 30)
+
+
+def test_a_shard_database_down_the_others_go_on(cluster):
+    """pg2 (shards 2 and 3) stopped for a few seconds: shards 0 and 1 go on
+    with generated ids; a client-chosen id cannot be checked against pg2
+    meanwhile and is refused (503 database-unavailable, docs/architecture.md),
+    and is accepted again soon after pg2 is back. A schedule of shard 0 (its
+    tick ids are looked up in pg2 too, so its ticks wait) fires every tick
+    once in the end, none skipped (catch_up all)."""
+    cluster.add_database("pg2")
+    lay = Layout(cluster, 4, {2: "pg2", 3: "pg2"})
+    s = start(cluster, "s1", lay)
+    lay.wait_led()
+    qs = {shard: q for shard, (q,) in queues_per_shard(4).items()}
+    spec = {"cron": "* * * * * *", "overlap": "allow", "catch_up": "all", "catch_up_max": 100,
+            "work": {"queue": qs[0], "payload": 1}}
+    expect(http("PUT", s.url + "/schedules/tick0", spec, JSON), 200, "PUT a schedule")
+    cluster.start_worker("w1", s.url, ["--demo", "--concurrency", "4",
+                                       "--queues", f"{qs[0]},{qs[1]}"])
+
+    def ticks():
+        return json.loads(lay.psql("home", (
+            "SELECT coalesce(json_agg(json_build_object('tick', (data->>'tick')::bigint,"
+            " 'work', data->>'work_id', 'data', data) ORDER BY seq), '[]') FROM workd_events"
+            " WHERE type = 'tick' AND data->>'schedule' = 'tick0'")))
+    wait_until(lambda: len(ticks()) >= 2, 10, what="two ticks before pg2 stops")
+
+    def db_ms():
+        return int(lay.psql("home", "SELECT (extract(epoch FROM now()) * 1000)::bigint"))
+    cluster.db_stop("pg2")
+    down = time.monotonic()
+    made, refused_ids = [], Counter()
+    k = 0
+    while time.monotonic() < down + 4 or k < 3:
+        for shard in (0, 1):
+            made.append(submit(s.url, {"queue": qs[shard], "payload": k})["id"])
+        r = http("POST", s.url + "/work", {"id": f"while-down-{k}", "queue": qs[0],
+                                          "payload": k}, JSON)
+        refused_ids[(r.status, r.json().get("type", "").rsplit("/", 1)[-1])] += 1
+        k += 1
+        time.sleep(0.2)  # a client's pace
+    assert set(refused_ids) == {(503, "database-unavailable")}, \
+        f"ids for shard 0 while pg2 is down: {dict(refused_ids)} (an id cannot be checked)"
+    for work_id in made:
+        wait_status(s.url, work_id, "completed", timeout=15)
+    assert time.monotonic() - down < 15, "the work of shards 0 and 1 waited for pg2"
+
+    cluster.db_start("pg2")
+    up, up_ms = time.monotonic(), db_ms()
+    n = iter(range(10 ** 6))
+
+    def id_accepted():
+        r = http("POST", s.url + "/work", {"id": f"after-up-{next(n)}", "queue": qs[0],
+                                          "payload": 1}, JSON)
+        return r.status == 202
+    wait_until(id_accepted, 35, interval=0.2,
+               what="a client-chosen id for shard 0 to be accepted after pg2 is back")
+    took = time.monotonic() - up
+    print(f"ids accepted again {took:.1f} s after pg2 came back", flush=True)
+    lay.wait_led(15)
+    wait_until(lambda: ticks()[-1]["tick"] >= up_ms + 2000, 20,
+               what=lambda: f"ticks 2 s past pg2's return (the last: {ticks()[-1]})")
+    expect(http("POST", s.url + "/schedules/tick0/pause"), 200, "pause the schedule")
+    got = ticks()
+    times = [t["tick"] for t in got if t["work"]]
+    doubles = [t for t, c in Counter(times).items() if c > 1]
+    assert not doubles, f"ticks fired twice: {doubles}"
+    assert not [t for t in got if not t["work"]], \
+        f"ticks skipped while pg2 was down: {[t['data'] for t in got if not t['work']]}"
+    gaps = [(a, b) for a, b in zip(times, times[1:]) if b - a != 1000]
+    assert not gaps, f"ticks missing between these (ms): {gaps}"
 
 
 def test_a_node_kill_moves_a_shard_of_the_second_database(cluster):

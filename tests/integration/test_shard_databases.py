@@ -227,6 +227,9 @@ def test_four_shards_in_three_databases(cluster):
         for x in c["shards"]:
             assert x["leader"] == s.url and x["term"] >= 1, \
                 f"/cluster on {n.name}: shard {x['shard']}: {x}"
+        where = [x.get("database") for x in c["shards"]]
+        assert where == ["home", "shard-1", "shard-2", "shard-2"], \
+            f"/cluster on {n.name}: where each shard's rows are: {where}"
     text = expect(http("GET", s.url + "/metrics"), 200, "GET /metrics").text
     for shard in range(4):
         assert f'workd_commit_events_count{{shard="{shard}"}}' in text, \

@@ -834,26 +834,21 @@ WARN_UNUSED static int look_elsewhere(Manager *m, const IdList *l, KnownSet *kno
     for (int db = 0; rc == 0 && db < st->n; db++) {
         if (db == own)
             continue;
-        int64_t now = mono_ms();
-        if (now < m->peer_retry_ms[db]) {
-            rc = err_set(err, 503, "database-unavailable",
-                         "the database of another shard could not be reached a moment ago");
-            break;
-        }
-        if (journal_peer(&m->peer[db], st->url[db], err) != 0 ||
-            journal_known_elsewhere(m->peer[db], l->ids, l->claim, l->n, busy, known, err) != 0) {
-            journal_close(m->peer[db]);
-            m->peer[db] = NULL;
-            m->peer_wait_ms[db] = m->peer_wait_ms[db] ? m->peer_wait_ms[db] * 2 : 1000;
-            if (m->peer_wait_ms[db] > 30000)
-                m->peer_wait_ms[db] = 30000;
-            m->peer_retry_ms[db] = mono_ms() + m->peer_wait_ms[db];
-            log_warn("shard %d: cannot look ids up in the database of shard(s) of database %d "
-                     "(tried again in %lld ms): %s",
-                     m->cfg.shard, db, (long long)m->peer_wait_ms[db], err->msg);
+        JournalPeer *p = &m->peer[db];
+        if (journal_peer(p, st->url[db], err) != 0 ||
+            journal_known_elsewhere(p->conn, l->ids, l->claim, l->n, busy, known, err) != 0) {
+            if (p->conn)
+                journal_peer_close(p, true);
+            if (!p->down_logged) /* once an outage: rounds go on trying meanwhile */
+                log_warn("shard %d: cannot look ids up in the database of another shard, so "
+                         "client-chosen ids and dependencies wait (503): %s",
+                         m->cfg.shard, err->msg);
+            p->down_logged = true;
             rc = -1;
-        } else
-            m->peer_wait_ms[db] = 0;
+        } else if (p->down_logged) {
+            log_info("shard %d: the database of another shard answers again", m->cfg.shard);
+            p->down_logged = false;
+        }
     }
     for (size_t i = 0; rc == 0 && i < l->n; i++)
         if (busy[i] && !id_busy(m, l->ids[i])) {
@@ -1194,10 +1189,7 @@ static void *manager_main(void *arg)
     journal_close(m->conn);
     m->conn = NULL;
     for (int db = 0; db < SHARDS_MAX; db++)
-        if (m->peer[db]) {
-            journal_close(m->peer[db]);
-            m->peer[db] = NULL;
-        }
+        journal_peer_close(&m->peer[db], false);
     MgrCmd *mail = take_mailbox(m);
     reject_all(m, mail, "the server is shutting down");
     flush_done(m);

@@ -54,11 +54,7 @@ struct Manager {
     PGconn *conn;
     /* Sessions to the cluster's other databases (cfg.stores), by database,
      * for the looks of ids there (lookup_known): opened when first needed. */
-    PGconn *peer[SHARDS_MAX];
-    /* After a failed one, no new attempt before peer_retry_ms (mono), the
-     * wait doubling from 1 s to 30 s: a database that does not answer would
-     * hold the manager thread for a connect timeout at every round. */
-    int64_t peer_retry_ms[SHARDS_MAX], peer_wait_ms[SHARDS_MAX];
+    JournalPeer peer[SHARDS_MAX];
     WorkState *ws;
     int64_t last_seq;
     int part;              /* the part this leader appends into (also in cur_part) */

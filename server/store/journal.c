@@ -1,6 +1,7 @@
 /* journal: see journal.h. */
 #include "journal.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1363,13 +1364,58 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
     return 0;
 }
 
-int journal_peer(PGconn **c, const char *url, Err *err)
+void journal_peer_close(JournalPeer *p, bool failed)
 {
-    if (db_alive(*c))
+    PQfinish(p->conn);
+    PQfinish(p->opening);
+    p->conn = p->opening = NULL;
+    if (failed)
+        p->retry_ms = mono_ms() + JOURNAL_PEER_RETRY_MS;
+}
+
+int journal_peer(JournalPeer *p, const char *url, Err *err)
+{
+    if (p->conn && db_alive(p->conn))
         return 0;
-    PQfinish(*c);
-    *c = db_connect(url, "manager-peer", err);
-    return *c ? 0 : -1;
+    if (p->conn)
+        journal_peer_close(p, false); /* gone while idle: open another at once */
+    int64_t now = mono_ms(), wait_until = now;
+    if (!p->opening) {
+        if (now < p->retry_ms)
+            return err_set(err, 503, "database-unavailable",
+                           "it could not be reached a moment ago");
+        if (!(p->opening = db_connect_start(url, "manager-peer", err))) {
+            journal_peer_close(p, true);
+            return -1;
+        }
+        p->write = true;
+        p->until_ms = now + JOURNAL_PEER_OPEN_MS;
+        wait_until = now + JOURNAL_PEER_WAIT_MS;
+    }
+    for (;;) {
+        struct pollfd pfd = {.fd = PQsocket(p->opening), .events = p->write ? POLLOUT : POLLIN};
+        int64_t left = wait_until - mono_ms();
+        if (poll(&pfd, 1, left > 0 ? (int)left : 0) > 0) {
+            int rc = db_connect_step(p->opening, "manager-peer", &p->write, err);
+            if (rc < 0) {
+                journal_peer_close(p, true);
+                return -1;
+            }
+            if (rc > 0) {
+                p->conn = p->opening;
+                p->opening = NULL;
+                return 0;
+            }
+            continue;
+        }
+        if (mono_ms() >= p->until_ms) {
+            journal_peer_close(p, true);
+            return err_set(err, 503, "database-unavailable", "no answer within %d s",
+                           JOURNAL_PEER_OPEN_MS / 1000);
+        }
+        if (mono_ms() >= wait_until)
+            return err_set(err, 503, "database-unavailable", "its session is being opened");
+    }
 }
 
 int journal_known_elsewhere(PGconn *c, char *const *ids, const bool *claim, size_t n, bool *busy,

@@ -142,9 +142,27 @@ void journal_known_free(KnownSet *k);
 
 /* ---- the cluster's other databases (shards with databases of their own, stores.h) ---- */
 /* A leader looks ids up in every database of the cluster: its own session
- * (journal_known, journal_claim) and one to each other database, opened here
- * when *c is NULL or broken (the caller closes it with journal_close). */
-int journal_peer(PGconn **c, const char *url, Err *err) WARN_UNUSED;
+ * (journal_known, journal_claim) and one to each other database. That one
+ * is opened without holding the manager's rounds (a host that does not
+ * answer must not stop the shard): a try waits at most JOURNAL_PEER_WAIT_MS
+ * in the round that begins it, then goes on in later rounds without
+ * waiting, and is given up after JOURNAL_PEER_OPEN_MS; after a failure the
+ * next try begins JOURNAL_PEER_RETRY_MS later. Owned by the manager thread. */
+#define JOURNAL_PEER_WAIT_MS 100
+#define JOURNAL_PEER_OPEN_MS 5000
+#define JOURNAL_PEER_RETRY_MS 1000
+typedef struct JournalPeer {
+    PGconn *conn;               /* open; NULL: none */
+    PGconn *opening;            /* being opened */
+    bool write;                 /* what opening's socket waits for */
+    int64_t until_ms, retry_ms; /* mono: give opening up; no new try before */
+    bool down_logged;           /* the caller's: it said that it cannot be reached */
+} JournalPeer;
+/* p's session to url, open: 0 and p->conn, or -1 (503 database-unavailable:
+ * not open yet, or it failed: err says which). */
+int journal_peer(JournalPeer *p, const char *url, Err *err) WARN_UNUSED;
+/* Closes p's sessions; a failure (failed: the next try waits) or the end. */
+void journal_peer_close(JournalPeer *p, bool failed);
 /* What another database holds of these ids, added to *out (rows as
  * journal_known's). The ids claim[i] marks are claimed there for the look
  * alone: each takes that database's claim lock (the one journal_claim takes,

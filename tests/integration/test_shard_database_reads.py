@@ -148,16 +148,20 @@ def test_a_shard_database_that_does_not_answer_holds_up_nothing_else(cluster):
     (its postmaster stopped: the kernel still accepts, nothing replies): a
     front-end node opens its sessions there without blocking, so the other
     shards' results still reach its streams at once, and reads that need the
-    silent database answer 503 at once, not after a connect timeout."""
+    silent database answer 503 at once, not after a connect timeout; so do a
+    leader's looks of ids there, and its other work goes on."""
     s, other, qs = start(cluster)
     f = cluster.start_server("f1", extra_args=[
         "--roles", "frontend", "--shards", "4", "--shard-databases", f"2={other} 3={other}",
         *FAST])
     wait_until(lambda: http("GET", f.url + "/readyz").status == 200, 20, what="f1 ready")
+    # Shard 1's leader opens its session for looks of ids in the other database.
+    submit(s.url, {"id": "before", "queue": qs[1], "payload": 0})
     pid_file = cluster.databases["other"]["dir"] / "data" / "postmaster.pid"
     postmaster = int(pid_file.read_text().split()[0])
     sessions = cluster.psql("SELECT pid FROM pg_stat_activity WHERE application_name IN"
-                            " ('workd-listener', 'workd-frontend')", url=other).split()
+                            " ('workd-listener', 'workd-frontend', 'workd-manager-peer')",
+                            url=other).split()
     with SSEClient(f.url + "/results") as sse:
         os.kill(postmaster, signal.SIGSTOP)
         try:
@@ -171,6 +175,14 @@ def test_a_shard_database_that_does_not_answer_holds_up_nothing_else(cluster):
             assert r.status == 503 and took < 2, (
                 f"a list needing the silent database answered {r.status} after {took:.1f}s: "
                 "it should be 503 at once")
+            for i in range(3):
+                t = time.monotonic()
+                r = http("POST", s.url + "/work", {"id": f"chosen-{i}", "queue": qs[1],
+                                                   "payload": i}, headers=JSON)
+                took = time.monotonic() - t
+                assert r.status == 503 and took < 1, (
+                    f"a client-chosen id (looked up in every database) answered {r.status} "
+                    f"after {took:.1f}s: it should be 503 at once")
             for i in range(6):
                 work_id = submit(s.url, {"queue": qs[0], "payload": {"i": i}})["id"]
                 t = time.monotonic()

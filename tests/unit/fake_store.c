@@ -411,11 +411,17 @@ void journal_known_free(KnownSet *k)
 }
 
 /* The fake is one database: a manager never looks elsewhere. */
-int journal_peer(PGconn **c, const char *url, Err *err)
+int journal_peer(JournalPeer *p, const char *url, Err *err)
 {
-    (void)c;
+    (void)p;
     (void)url;
     return err_set(err, 500, "internal", "fake: one database only");
+}
+
+void journal_peer_close(JournalPeer *p, bool failed)
+{
+    (void)p;
+    (void)failed;
 }
 
 int journal_known_elsewhere(PGconn *c, char *const *ids, const bool *claim, size_t n, bool *busy,

@@ -42,9 +42,26 @@ was lost, duplicated, missed or out of bounds.
     python3 tests/chaos/dbfailover.py --long   # make chaos-db: 5 postmaster and 5 node
                                                # kills at 500 jobs/s, switchovers, strict
 
+With ``--shard-databases`` the Patroni cluster is a shard's own database:
+the workd cluster is made with ``--shards 2``, its home database
+(--database-url: the cluster's tables and shard 0) is a plain private
+PostgreSQL, and shard 1 keeps its lock, log and rows in the replicated one
+(``--shard-databases "1=<multi-host URL>"``), which the faults hit. Half of
+the clients submit to a queue of shard 0, half to a queue of shard 1 (their
+ids are client-chosen, so shard 0's submissions look at shard 1's database
+too and wait out its outages: docs/architecture.md, "Ids across
+databases"). Each check reads each id's events in the database of its
+shard (and fails if any are in the other), the subscribers check order
+within each shard, flowing again is the later of the two shards' results
+(``accept_ms_home``/``flow_ms_home``: shard 0's clients and results alone),
+and ``terms`` counts both databases' terms (``terms_home``: shard 0's).
+
+    python3 tests/chaos/dbfailover.py --short --shard-databases
+                                    # CTest's chaos/db-failover-shard-databases
+
 Options: --bin-dir DIR, --rate N, --only KIND[,KIND...], --timing fast|default
 (Patroni's ttl/loop_wait/retry_timeout: 8/1/3, or its defaults 30/10/10),
---timeout S (hard overall bound), --keep.
+--timeout S (hard overall bound), --keep, --shard-databases.
 """
 
 import argparse
@@ -67,7 +84,7 @@ import harness  # noqa: E402
 from chaos import Subscriber, snapshot_binaries  # noqa: E402
 from harness import WaitTimeout, http, wait_leader, wait_until  # noqa: E402
 from pgha import DEFAULT_TIMING, FAST_TIMING, ReplicatedCluster, missing_tools  # noqa: E402
-from workd import JSON  # noqa: E402
+from workd import JSON, shard_of  # noqa: E402
 
 CLIENTS = 16
 CLIENT_TIMEOUT_S = 30     # above the servers' 10 s --proxy-deadline
@@ -75,6 +92,7 @@ DRAIN_BOUND_S = 60
 GAP_S = 0.5              # a silence this long (clients send every 32-160 ms) is an outage
 DETECT_BOUND_S = 12       # stuck commits in /readyz: dbwatch's 5 s + 1 s checks + slack
 WORKER_ARGS = ["--noop", "--concurrency", "32", "--poll-wait", "5s"]
+SHARDS = 2                # with --shard-databases: shard 0 at home, shard 1 replicated
 
 PROFILES = {
     "short": {"timeout": 240, "rate": 100, "settle": 3.0, "recovery_bound": 40.0,
@@ -99,9 +117,10 @@ class Client(threading.Thread):
     its own record: id -> time of the 202. Anything else is retried with the
     same id on the other server, with a short capped backoff."""
 
-    def __init__(self, idx, urls, rate, run):
+    def __init__(self, idx, urls, rate, run, queue=None, shard=0):
         super().__init__(daemon=True, name=f"client-{idx}")
         self.idx, self.urls, self.interval, self.run_ = idx, urls, 1.0 / rate, run
+        self.queue, self.shard = queue, shard  # None: the default queue
         self.node = idx
         self.n = 0
         self.accepted = {}      # id -> monotonic time of the 202
@@ -150,7 +169,11 @@ class Client(threading.Thread):
     def submit_one(self):
         self.n += 1
         wid = f"f-c{self.idx}-{self.n}"
-        body = json.dumps({"id": wid, "payload": self.n, "max_attempts": 50}).encode()
+        item = {"id": wid, "payload": self.n, "max_attempts": 50}
+        if self.queue is not None:
+            item["queue"] = self.queue
+        body = json.dumps(item).encode()
+        self.run_.shard_of_id[wid] = self.shard
         self.run_.born[wid] = now()
         backoff = 0.02
         while not self.stop_flag:
@@ -193,6 +216,19 @@ class Run:
         self.cluster, self.ha, self.prof, self.args = cluster, cluster.ha, prof, args
         self.t0 = now()
         self.born = {}
+        self.shard_of_id = {}   # id -> its shard (0 without --shard-databases)
+        self.shards = SHARDS if args.shard_databases else 1
+        # Where each shard's rows are: shard 0 in the cluster's own database
+        # (the replicated one, or a private one with --shard-databases),
+        # shard 1 in the replicated one.
+        self.db_of_shard = ({0: ("home", cluster.psql), 1: ("replicated", self.ha.psql)}
+                            if args.shard_databases else {0: ("replicated", self.ha.psql)})
+        # A queue of each shard (none without --shard-databases: the default queue).
+        self.queues = {}
+        for i in range(1000):
+            if len(self.queues) == self.shards:
+                break
+            self.queues.setdefault(shard_of(f"failover-{i}", self.shards), f"failover-{i}")
         self.faults = []
         self.failures = []
         self.servers, self.workers = [], []
@@ -213,30 +249,42 @@ class Run:
 
     # ---------------------------------------------------------------- setup
     def setup(self):
+        extra = []
+        if self.args.shard_databases:
+            extra = ["--shards", str(SHARDS), "--shard-databases", f"1={self.ha.url()}"]
         for name in ("s1", "s2"):
-            s = self.cluster.start_server(name, timeout=30)
+            s = self.cluster.start_server(name, extra_args=extra, timeout=30)
             self.servers.append(s)
         for s in self.servers:
             wait_leader(s.url, timeout=30)
         self.urls = [s.url for s in self.servers]
         for i, url in enumerate(self.urls):
             self.workers.append(self.cluster.start_worker(f"w{i + 1}", url, WORKER_ARGS))
-        self.subs = [Subscriber(i, self.urls, self, seed=i) for i in range(len(self.urls))]
+        self.subs = [Subscriber(i, self.urls, self, seed=i, shards=self.shards)
+                     for i in range(len(self.urls))]
         for sub in self.subs:
             sub.start()
         if not self.poll(lambda: all(sub.url for sub in self.subs), 15):
             raise AssertionError("the SSE subscribers could not attach")
         rate = self.prof["rate"]
-        self.clients = [Client(i, self.urls, rate / CLIENTS, self) for i in range(CLIENTS)]
+        self.clients = [Client(i, self.urls, rate / CLIENTS, self,
+                               queue=self.queues[i % self.shards] if self.shards > 1 else None,
+                               shard=i % self.shards) for i in range(CLIENTS)]
         for c in self.clients:
             c.start()
-        db = http("GET", self.urls[0] + "/cluster").json().get("database", {})
+        cl = http("GET", self.urls[0] + "/cluster").json()
+        db = cl.get("database", {})
+        where = ""
+        if self.shards > 1:
+            where = (" (home database); shards: "
+                     + " ".join(f"{x['shard']}={x['database']}" for x in cl.get("shards", []))
+                     + "; queues: " + " ".join(f"{k}={v}" for k, v in sorted(self.queues.items())))
         self.log(f"up: {self.ha.url()}; primary {self.ha.primary().name}; workd sees "
                  f"{db.get('server')} durability={db.get('durability')} "
-                 f"sync_standbys={db.get('sync_standbys')}; {CLIENTS} clients at {rate}/s")
-        # Steady state before any fault: results flow to every subscriber.
+                 f"sync_standbys={db.get('sync_standbys')}{where}; {CLIENTS} clients at {rate}/s")
+        # Steady state before any fault: results (of every shard) flow to every subscriber.
         t = now()
-        if not self.poll(lambda: all(self.first_result_after(s, t) for s in self.subs), 30):
+        if not self.poll(lambda: self.flowing_after(t), 30):
             raise AssertionError("no results flowed to every subscriber within 30 s")
 
     def stop_load(self):
@@ -246,12 +294,20 @@ class Run:
             s.stop()
 
     # ------------------------------------------------------------- measures
-    def first_result_after(self, sub, t):
+    def first_result_after(self, sub, t, shard=None):
+        """When sub got the first result of work first submitted at or after t
+        (of that shard, when shard is given)."""
         for t_recv, _seq, wid, _ev in list(sub.seen):
             b = self.born.get(wid)
-            if t_recv >= t and b is not None and b >= t:
+            if (t_recv >= t and b is not None and b >= t
+                    and (shard is None or self.shard_of_id.get(wid) == shard)):
                 return t_recv
         return None
+
+    def flowing_after(self, t):
+        """Work first submitted at or after t reached every subscriber, of every shard."""
+        return all(self.first_result_after(s, t, shard if self.shards > 1 else None)
+                   for s in self.subs for shard in range(self.shards))
 
     @staticmethod
     def back_after(times, t, horizon):
@@ -276,14 +332,35 @@ class Run:
         not taken for the end."""
         if not final:
             return False
-        horizon = self.prof["recovery_bound"]
-        ends = [self.back_after(sorted(c.accepted_at), f.t, horizon) for c in self.clients]
-        if all(e is not None for e in ends):
-            f.accept_ms = (max(ends) - f.t) * 1000
-        ends = [self.back_after([x[0] for x in list(s.seen)], f.t, horizon) for s in self.subs]
-        if all(e is not None for e in ends):
-            f.flow_ms = (max(ends) - f.t) * 1000
+        f.accept_ms = self.accept_back(f, self.clients)
+        f.flow_ms = self.flow_back(f, range(self.shards))
+        if self.shards > 1:
+            # The home shard alone: its database was not hit, but its ids are
+            # looked up in the other one.
+            f.extra["accept_ms_home"] = self.accept_back(
+                f, [c for c in self.clients if c.shard == 0])
+            f.extra["flow_ms_home"] = self.flow_back(f, [0])
         return f.accept_ms is not None and f.flow_ms is not None
+
+    def accept_back(self, f, clients):
+        """ms from f.t to accepting again, for the worst of clients (None: not yet)."""
+        horizon = self.prof["recovery_bound"]
+        ends = [self.back_after(sorted(c.accepted_at), f.t, horizon) for c in clients]
+        return (max(ends) - f.t) * 1000 if all(e is not None for e in ends) else None
+
+    def flow_back(self, f, shards):
+        """ms from f.t to flowing again: the worst subscriber, each shard's
+        results taken apart (all of them together with one shard)."""
+        horizon = self.prof["recovery_bound"]
+        ends = []
+        for s in self.subs:
+            seen = list(s.seen)
+            for shard in shards:
+                ends.append(self.back_after(
+                    [x[0] for x in seen
+                     if self.shards == 1 or self.shard_of_id.get(x[2]) == shard],
+                    f.t, horizon))
+        return (max(ends) - f.t) * 1000 if all(e is not None for e in ends) else None
 
     def await_recovery(self, f, t_ready):
         """Waits until work submitted after t_ready (the database takes writes
@@ -293,12 +370,11 @@ class Run:
 
         def recovered():
             return (all(c.first_accept_after(t_ready) for c in self.clients)
-                    and all(self.first_result_after(s, t_ready) for s in self.subs))
+                    and self.flowing_after(t_ready))
         if not self.poll(recovered, bound):
             self.fail(f"{f.kind}: no recovery within {bound:.0f}s: new work accepted by every "
                       f"client {all(c.first_accept_after(t_ready) for c in self.clients)}, and "
-                      f"flowing to every subscriber "
-                      f"{all(self.first_result_after(s, t_ready) for s in self.subs)}")
+                      f"flowing to every subscriber {self.flowing_after(t_ready)}")
         time.sleep(2 * GAP_S)  # a declared window: a silence still going on would show
         self.measure(f, final=True)
 
@@ -446,14 +522,23 @@ class Run:
             self.fail(f"not every accepted job reached every subscriber within "
                       f"{DRAIN_BOUND_S}s of the load stopping")
         drain_ms = (now() - t) * 1000
-        rows = {}
-        out = self.ha.psql(
-            "SELECT work_id, count(*) FILTER (WHERE type = 'accepted'), "
-            "count(*) FILTER (WHERE type = 'completed') FROM workd_events "
-            "WHERE work_id LIKE 'f-%' GROUP BY work_id")
-        for line in out.splitlines():
-            wid, acc, comp = line.split("|")
-            rows[wid] = (int(acc), int(comp))
+        # Each id's events are read in the database of its shard; any in
+        # another database are misplaced.
+        rows, misplaced = {}, []
+        for shard, (dbname, psql) in self.db_of_shard.items():
+            out = psql(
+                "SELECT work_id, count(*) FILTER (WHERE type = 'accepted'), "
+                "count(*) FILTER (WHERE type = 'completed') FROM workd_events "
+                "WHERE work_id LIKE 'f-%' GROUP BY work_id")
+            for line in out.splitlines():
+                wid, acc, comp = line.split("|")
+                if self.shard_of_id.get(wid, 0) != shard:
+                    misplaced.append((wid, dbname))
+                    continue
+                rows[wid] = (int(acc), int(comp))
+        if misplaced:
+            self.fail(f"{len(misplaced)} id(s) have events in the database of another "
+                      f"shard: {misplaced[:10]}")
         lost = sorted(i for i in want if i not in rows or rows[i][1] == 0)
         unlogged = sorted(i for i in want if i not in rows or rows[i][0] != 1)
         dup = {i: r[1] for i, r in rows.items() if r[1] > 1}
@@ -493,11 +578,17 @@ class Run:
                     lambda n=n: self.ha.psql(q, node=n) == want_log, 15, interval=0.2):
                 self.fail(f"standby {n.name} holds {self.ha.psql(q, node=n)} (count|max seq) "
                           f"of the log, the primary {want_log}")
-        terms = self.ha.psql("SELECT count(*) FROM workd_events WHERE type = 'term'")
-        return {"submitted": len(want), "completed": len(completed & want),
-                "lost": len(lost), "duplicated": sum(n - 1 for n in dup.values()),
-                "sse_missing": sse_missing, "sse_duplicated": sse_dup,
-                "sse_unordered": sse_unordered, "terms": terms, "drain_ms": round(drain_ms)}
+        terms = {shard: int(psql("SELECT count(*) FROM workd_events WHERE type = 'term'"))
+                 for shard, (_name, psql) in self.db_of_shard.items()}
+        out = {"submitted": len(want), "completed": len(completed & want),
+               "lost": len(lost), "duplicated": sum(n - 1 for n in dup.values()),
+               "sse_missing": sse_missing, "sse_duplicated": sse_dup,
+               "sse_unordered": sse_unordered, "terms": sum(terms.values())}
+        if self.shards > 1:
+            out["terms_home"] = terms[0]
+            out["misplaced"] = len(misplaced)
+        out["drain_ms"] = round(drain_ms)
+        return out
 
     def run(self, plan):
         self.setup()
@@ -522,6 +613,9 @@ def main():
                     help="Patroni ttl/loop_wait/retry_timeout: 8/1/3 or its defaults 30/10/10")
     ap.add_argument("--timeout", type=float, default=None, help="hard overall bound (s)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--shard-databases", action="store_true",
+                    help=f"--shards {SHARDS}: the home database (shard 0) a private PostgreSQL, "
+                         "shard 1's database the replicated one")
     args = ap.parse_args()
     mode = "long" if args.long else "short"
     prof = dict(PROFILES[mode])
@@ -537,8 +631,9 @@ def main():
         print(f"dbfailover: FAIL: missing {', '.join(missing)} (run scripts/install-deps)")
         return 1
     bin_dir = Path(args.bin_dir).resolve()
-    print(f"dbfailover: mode={mode} rate={prof['rate']} timing={timing} plan={','.join(plan)} "
-          f"hard_timeout_s={hard:.0f}", flush=True)
+    dbs = f" shards={SHARDS} shard_databases=1" if args.shard_databases else ""
+    print(f"dbfailover: mode={mode} rate={prof['rate']}{dbs} timing={timing} "
+          f"plan={','.join(plan)} hard_timeout_s={hard:.0f}", flush=True)
 
     def on_alarm(_sig, _frame):
         raise HardTimeout(f"the run took more than {hard:.0f}s")
@@ -550,7 +645,8 @@ def main():
     t0 = now()
     run, summary = None, {}
     try:
-        with ReplicatedCluster(bin_dir=bin_dir, keep=args.keep, timing=timing) as cluster:
+        with ReplicatedCluster(bin_dir=bin_dir, keep=args.keep, timing=timing,
+                               private_home=args.shard_databases) as cluster:
             cluster.bin_dir = snapshot_binaries(bin_dir, cluster.tmp / "bin")
             run = Run(cluster, prof, args)
             try:
@@ -579,7 +675,7 @@ def main():
         return round(max(vals)) if vals else "-"
     kills = ("postmaster", "node")
     rc = 1 if run.failures else 0
-    print(f"dbfailover summary mode={mode} rate={prof['rate']} faults={len(run.faults)} "
+    print(f"dbfailover summary mode={mode} rate={prof['rate']}{dbs} faults={len(run.faults)} "
           + " ".join(f"{k}={v}" for k, v in summary.items())
           + f" worst_accept_ms_postmaster={worst('accept_ms', ('postmaster',))}"
           f" worst_flow_ms_postmaster={worst('flow_ms', ('postmaster',))}"

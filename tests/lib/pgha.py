@@ -258,15 +258,25 @@ class Node:
 
 class ReplicatedCluster(Cluster):
     """A harness Cluster whose database is an HaCluster instead of pg-private:
-    ``start_server`` points workd at the multi-host URL of every node."""
+    ``start_server`` points workd at the multi-host URL of every node.
 
-    def __init__(self, bin_dir=None, keep=None, timing=None, strict=False, nodes=2):
+    With ``private_home=True`` the cluster's own database (``db_url``, the
+    servers' --database-url, ``psql`` without a URL) is a private PostgreSQL
+    as in a plain Cluster, and the replicated one is only ``ha.url()``: a
+    shard's own database (--shard-databases). Databases added with
+    ``add_database`` are private PostgreSQL servers either way."""
+
+    def __init__(self, bin_dir=None, keep=None, timing=None, strict=False, nodes=2,
+                 private_home=False):
         super().__init__(bin_dir=bin_dir, keep=keep)
         self.ha_args = {"timing": timing, "strict": strict}
         self.n_nodes = nodes
+        self.private_home = private_home
         self.ha = None
 
-    def _pg(self, command):
+    def _pg(self, command, pg_dir=None):
+        if self.private_home or pg_dir is not None:
+            return super()._pg(command, pg_dir)
         # No private PostgreSQL: the replicated one is started below instead.
         return self.ha.url() if self.ha is not None and command != "destroy" else ""
 
@@ -275,14 +285,17 @@ class ReplicatedCluster(Cluster):
         try:
             self.ha = HaCluster(self, **self.ha_args)
             self.ha.start(self.n_nodes)
-            self.db_url = self.ha.url()
+            if not self.private_home:
+                self.db_url = self.ha.url()
         except BaseException:
             self.close()
             raise
         return self
 
     def psql(self, sql, url=None):
-        return self.ha.psql(sql) if url is None else super().psql(sql, url)
+        if url is None and not self.private_home:
+            return self.ha.psql(sql)
+        return super().psql(sql, url)
 
     def close(self):
         if self.ha is not None:

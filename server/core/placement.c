@@ -40,6 +40,9 @@ static void observe(PlacementState *st, const PlacementInput *in, int live, uint
             st->cooldown_ms[s] = now + PLACEMENT_COOLDOWN_MS;
     st->asked &= led;
     for (int s = 0; s < st->n; s++)
+        if (in->taken >> s & 1) /* the handover is done */
+            st->cooldown_ms[s] = 0;
+    for (int s = 0; s < st->n; s++)
         if (!(in->handed >> s & 1))
             st->handed_ms[s] = -1;
         else if (st->handed_ms[s] < 0)

@@ -66,6 +66,12 @@ typedef struct PlacementInput {
      * node at T does not win the race for a shard meant for a lighter one
      * (and have to hand it over again later). */
     uint64_t handed;
+    /* Shards the table shows led by another node (0 when unknown). A shard
+     * this node handed over waits its cooldown so that the node it was meant
+     * for takes it; once another has, the cooldown has done its work, and if
+     * that node dies before the live count shows it, the shard is free and
+     * must not wait for a cooldown that no longer protects anything. */
+    uint64_t taken;
     const int64_t *open; /* open work per led shard (n entries, others ignored); NULL: none */
     int64_t now_ms;
 } PlacementInput;
@@ -85,7 +91,8 @@ void placement_init(PlacementState *st, int n);
  *   2nd tick. So the lightest node wins a shard handed over (alone for
  *   PLACEMENT_HANDOFF_MS, if `handed` says which), and a dead node's shards
  *   are still taken within about 0.5 s when every survivor is at T. A shard
- *   it released waits PLACEMENT_COOLDOWN_MS, except for a lone node.
+ *   it released waits PLACEMENT_COOLDOWN_MS until another node has taken
+ *   it (`taken`), except for a lone node.
  * - Balance: a node above T, or 2 or more above the lightest node, that is
  *   the heaviest, releases one shard (the one with the least open work: the
  *   cheapest recovery) after PLACEMENT_HOLD_MS, then waits at least

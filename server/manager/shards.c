@@ -56,9 +56,11 @@ WARN_UNUSED static PGresult *ask(ShardSet *set, int db, const char *sql, const c
 
 /* What the tables say of the live manager nodes (workd_nodes, at home):
  * how many, the fewest shards one leads (workd_shards, in every database),
- * and how many are heavier than this one (or as heavy with a smaller URL).
- * -1: unknown (a database could not say). */
-WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *heavier)
+ * and how many are heavier than this one (or as heavy with a smaller URL),
+ * and which shards another node leads (*taken). -1: unknown (a database
+ * could not say). */
+WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *heavier,
+                                  uint64_t *taken)
 {
     PGresult *nodes = ask(set, 0,
                           "SELECT n.url FROM workd_nodes n, (SELECT $2::int[]) k"
@@ -72,13 +74,18 @@ WARN_UNUSED static int read_nodes(ShardSet *set, int *live, int *fewest, int *he
     int rc = 0;
     for (int db = 0; rc == 0 && db < set->stores->n; db++) {
         PGresult *led = ask(set, db,
-                            "SELECT url, count(*) FROM workd_shards, (SELECT $1::int) l"
-                            " WHERE shard = ANY ($2::int[]) GROUP BY url",
+                            "SELECT shard, url FROM workd_shards, (SELECT $1::int) l"
+                            " WHERE shard = ANY ($2::int[])",
                             "reading who leads which shard");
-        for (int j = 0; led && j < PQntuples(led); j++)
-            for (int i = 0; i < rows; i++)
-                if (!strcmp(db_str(nodes, i, 0), db_str(led, j, 0)))
-                    count[i] += (int)db_int(led, j, 1);
+        for (int j = 0; led && j < PQntuples(led); j++) {
+            int s = (int)db_int(led, j, 0);
+            const char *url = db_str(led, j, 1);
+            if (url && strcmp(url, set->advertise_url) && s >= 0 && s < SHARDS_MAX)
+                *taken |= (uint64_t)1 << s;
+            for (int i = 0; url && i < rows; i++)
+                if (!strcmp(db_str(nodes, i, 0), url))
+                    count[i]++;
+        }
         rc = led ? 0 : -1;
         PQclear(led);
     }
@@ -115,9 +122,10 @@ static void place(ShardSet *set)
             open[s] = atomic_load(&manager_stats(set->mgr[s])->open_work);
         }
     in.open = open;
-    if (read_nodes(set, &in.live_managers, &in.fewest, &in.heavier) != 0) {
+    if (read_nodes(set, &in.live_managers, &in.fewest, &in.heavier, &in.taken) != 0) {
         in.live_managers = 1; /* alone, as far as it knows: the locks still decide */
         in.fewest = in.heavier = -1;
+        in.taken = 0;
     }
     PlacementDecision d = placement_decide(&set->place, &in);
     for (int s = 0; s < set->n; s++)

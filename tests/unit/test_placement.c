@@ -145,6 +145,30 @@ static void release_and_cooldown(void **state)
     in.now_ms = now + TICK_MS;
     CHECK(placement_decide(&lone, &in).try_mask == bit(0),
           "a lone node retries at once a shard it handed over when it was not alone");
+    /* Handed over and taken by the other node, which then dies before the
+     * live count shows it: the shard is free, and the cooldown no longer
+     * protects a handover, so it is tried within the at-T cadence. */
+    PlacementState st2;
+    placement_init(&st2, 4);
+    in = input(all, 2, 0);
+    for (now = 0; placement_decide(&st2, &in).release < 0; now += TICK_MS)
+        in.now_ms = now;
+    in.led = all & ~bit(0);
+    in.taken = bit(0);
+    in.now_ms = now + TICK_MS;
+    CHECK(!(placement_decide(&st2, &in).try_mask & bit(0)), "led by the other node: not tried");
+    in.taken = 0; /* the other died: its lock went, its row is still fresh */
+    int64_t died = now + TICK_MS;
+    int64_t tried_at = -1;
+    for (now = died; now < died + 2000 && tried_at < 0; now += TICK_MS) {
+        in.now_ms = now;
+        if (placement_decide(&st2, &in).try_mask & bit(0))
+            tried_at = now;
+    }
+    CHECK(tried_at >= 0 && tried_at - died <= 2 * TICK_MS,
+          "a shard handed over, taken, then freed by a death is tried %lld ms after it, not "
+          "within the cadence",
+          (long long)(tried_at < 0 ? -1 : tried_at - died));
 }
 
 /* ---- the simulator ---- */

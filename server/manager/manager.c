@@ -297,6 +297,28 @@ static void reject_all(Manager *m, MgrCmd *list, const char *why)
     reject_all_as(m, list, "not-leader", why);
 }
 
+/* Answers 503 the commands of list that wanted ids looked up (looks) while
+ * another shard's database cannot say; returns the others, in order. */
+static MgrCmd *reject_looks(Manager *m, MgrCmd *list)
+{
+    MgrCmd *keep = NULL, **tail = &keep;
+    while (list) {
+        MgrCmd *next = list->next;
+        list->next = NULL;
+        if (list->looks) {
+            cmd_fail(list, 503, "database-unavailable",
+                     "the database of another shard cannot be reached to look its ids up; retry "
+                     "(generated ids need no look)");
+            queue_done(m, list);
+        } else {
+            *tail = list;
+            tail = &list->next;
+        }
+        list = next;
+    }
+    return keep;
+}
+
 /* Gives up leadership: the state is dropped (the log is the truth), the
  * session is closed so that the lock is released at once, and everything in
  * flight is answered 503 so that callers retry against the next leader. */
@@ -932,16 +954,20 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
 }
 
 /* What the round's commands need to know of ids that are not open (each
- * kind's lookup, commands.c), read once for the whole round. -1: stepped
- * down; -2: another database cannot say (lookup_known). */
+ * kind's lookup, commands.c), read once for the whole round; a command that
+ * wants any is marked (looks). -1: stepped down; -2: another database cannot
+ * say (lookup_known). */
 WARN_UNUSED static int prefetch_known(Manager *m, MgrCmd *list, KnownSet *known)
 {
     IdList l = {0};
-    for (MgrCmd *c = list; c; c = c->next)
+    for (MgrCmd *c = list; c; c = c->next) {
+        size_t before = l.n;
         if (cmd_lookup(m, c, &l) != 0) {
             idlist_free(&l);
             return -1;
         }
+        c->looks = l.n > before;
+    }
     int rc = lookup_known(m, &l, known);
     idlist_free(&l);
     return rc;
@@ -1120,14 +1146,13 @@ static void lead_round(Manager *m)
     ws_advance(m->ws, now);
     KnownSet known = {0};
     int looked = mail ? prefetch_known(m, mail, &known) : 0;
-    if (looked != 0) {
-        reject_all_as(m, mail, looked == -2 ? "database-unavailable" : "not-leader",
-                      looked == -2 ? "the database of another shard cannot be reached to look "
-                                     "ids up; retry (generated ids need no look)"
-                                   : "the database failed; retry");
+    if (looked == -1) {
+        reject_all(m, mail, "the database failed; retry");
         flush_done(m);
         return;
     }
+    if (looked == -2) /* the others go on: they need no look */
+        mail = reject_looks(m, mail);
     while (mail) {
         MgrCmd *following = mail->next;
         mail->next = NULL;

@@ -255,6 +255,7 @@ typedef struct MgrCmd {
     int64_t deadline;
     int64_t inbox_n;       /* a submission taken from workd_inbox (0: from HTTP) */
     struct KnownSet *bulk; /* MC_BULK_RETRY: the dead work the round found */
+    bool looks;            /* the round looks up ids for it (cmd_lookup) */
 } MgrCmd;
 
 typedef struct ManagerStats {

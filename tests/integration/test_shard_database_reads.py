@@ -143,6 +143,46 @@ def test_a_shard_database_down_fails_only_what_needs_it(cluster):
 
 
 
+def test_a_leader_refuses_only_what_needs_the_database_that_is_down(cluster):
+    """While shard 2's database is down, shard 0's leader cannot look a
+    client-chosen id up there and refuses it (503); the pulls, reports and
+    generated-id submissions that reach it in the same rounds need no look
+    and are served."""
+    s, other, qs = start(cluster)
+    cluster.db_stop("other")
+    wait_until(lambda: http("GET", s.url + "/readyz").status == 503, 10,
+               what="/readyz to see the shard database down")
+    stop, refused = threading.Event(), []
+
+    def chosen_ids():  # a client that names its ids, as fast as answers come
+        i = 0
+        while not stop.is_set():
+            r = http("POST", s.url + "/work", {"id": f"chosen-{i}", "queue": qs[0],
+                                               "payload": i}, JSON)
+            refused.append(r.status)
+            i += 1
+    t = threading.Thread(target=chosen_ids)
+    t.start()
+    try:
+        for i in range(30):
+            r = http("POST", s.url + "/work", {"queue": qs[0], "payload": i}, JSON)
+            expect(r, 202, f"a generated id beside ids that need a look ({i})")
+            r = http("POST", s.url + "/workers/w0/pull",
+                     {"instance": "i1", "max": 1, "wait": 5, "queues": [qs[0]]}, JSON)
+            jobs = expect(r, 200, f"a pull beside ids that need a look ({i})").json()["jobs"]
+            assert jobs, f"pull {i} got nothing"
+            r = http("POST", s.url + "/workers/w0/reports", {"reports": [
+                {"id": jobs[0]["id"], "attempt": jobs[0]["attempt"], "outcome": "completed",
+                 "result": i}]}, JSON)
+            expect(r, 200, f"a report beside ids that need a look ({i})")
+    finally:
+        stop.set()
+        t.join(10)
+    assert refused and set(refused) == {503}, (
+        f"client-chosen ids while the database is down: {sorted(set(refused))}")
+    cluster.db_start("other")
+
+
 def test_a_shard_database_that_does_not_answer_holds_up_nothing_else(cluster):
     """A shard database whose host takes connections and never answers them
     (its postmaster stopped: the kernel still accepts, nothing replies): a

@@ -66,9 +66,12 @@ chaos: build
 
 # workd on PostgreSQL replicated and failed over by Patroni (etcd, a primary and
 # a synchronous standby), 500 jobs/s: the primary killed 5 times each way, two
-# switchovers, a lost standby in strict mode (~5 minutes; docs/reliability.md).
+# switchovers, a lost standby in strict mode (~5 minutes; docs/reliability.md);
+# then the short form with shard 1's database on the Patroni cluster and the
+# home database (shard 0) a private one: the faults hit a shard's database.
 chaos-db: build
 	@python3 tests/chaos/dbfailover.py --long --bin-dir $(BUILD)/bin
+	@python3 tests/chaos/dbfailover.py --short --shard-databases --bin-dir $(BUILD)/bin
 
 clean-data:
 	@scripts/pg-private destroy var/pg 2>/dev/null || true

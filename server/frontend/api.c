@@ -549,9 +549,36 @@ static void merge_no_content(Req *r, FanReply *rs, size_t n, void *ud)
         req_finish_raw(r, 204, NULL, NULL, 0);
 }
 
+/* Adds storage b (a shard's: its database's, when its manager runs that
+ * database's retention, else nothing measured) into a: sizes and parts
+ * summed, the oldest part and the stalest retention pass kept. */
+static void merge_storage(json_t *a, const json_t *b)
+{
+    if (json_is_null(json_object_get(b, "retention_last_run_at")))
+        return;
+    if (json_is_null(json_object_get(a, "retention_last_run_at"))) {
+        json_object_update(a, (json_t *)b);
+        return;
+    }
+    static const char *const sums[] = {"parts", "events_bytes", "done_bytes", "open_bytes",
+                                       "parts_dropped"};
+    for (size_t i = 0; i < sizeof sums / sizeof *sums; i++)
+        json_object_set_new(a, sums[i],
+                            json_integer(json_integer_value(json_object_get(a, sums[i])) +
+                                         json_integer_value(json_object_get(b, sums[i]))));
+    /* RFC 3339 UTC times of one format compare as strings. */
+    static const char *const oldest[] = {"oldest_part_at", "retention_last_run_at"};
+    for (size_t i = 0; i < sizeof oldest / sizeof *oldest; i++) {
+        const char *x = json_string_value(json_object_get(a, oldest[i]));
+        const char *y = json_string_value(json_object_get(b, oldest[i]));
+        if (y && (!x || strcmp(y, x) < 0))
+            json_object_set(a, oldest[i], json_object_get(b, oldest[i]));
+    }
+}
+
 /* /cluster: shard 0's leader and term (and the node's nodes and database),
- * the workers every shard knows, the open work of every shard, and a line
- * per shard. */
+ * the workers every shard knows, the open work of every shard, the storage
+ * of every database, and a line per shard. */
 static void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud)
 {
     const FanReply *bad = fan_first_error(rs, n);
@@ -586,6 +613,8 @@ static void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud)
             }
         }
         json_object_update(open, json_object_get(b, "open"));
+        if (k > 0)
+            merge_storage(json_object_get(out, "storage"), json_object_get(b, "storage"));
         total += json_integer_value(json_object_get(b, "open_total"));
         json_array_extend(shards, json_object_get(b, "shards"));
     }

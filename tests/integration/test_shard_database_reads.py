@@ -64,6 +64,17 @@ def test_every_read_finds_rows_in_either_database(cluster):
     where = {x["shard"]: x["database"] for x in shards}
     assert where == {0: "home", 1: "home", 2: "shard-2", 3: "shard-2"}, (
         f"/cluster names each shard's database: {where}")
+
+    def parts():  # each database's retention keeps its own parts
+        return [int(cluster.psql("SELECT count(*) FROM workd_parts", url=u))
+                for u in (None, other)]
+
+    def storage_parts():
+        return expect(http("GET", f"{s.url}/cluster"), 200, "GET /cluster").json()[
+            "storage"]["parts"]
+    wait_until(lambda: storage_parts() == sum(parts()), 10,
+               what=lambda: f"/cluster's storage to count both databases' parts {parts()} "
+                            f"(it says {storage_parts()})")
     # The list: newest first over both databases, paged by its cursor.
     everything = expect(http("GET", f"{s.url}/work?limit=10"), 200, "GET /work").json()
     listed = [w["id"] for w in everything["items"]]

@@ -152,35 +152,59 @@ static void render_managers(SBuf *b, const ShardSet *set)
                     labels,
                     (double)atomic_load(&manager_stats(shards_manager(set, s))->busy_us) / 1e6);
     }
-    /* Retention runs in shard 0's manager. */
-    const Manager *mgr = shards_manager(set, 0);
-    const RetentionStats *rs = manager_retention_stats(mgr);
-    if (manager_is_leader(mgr) && atomic_load(&rs->last_run_ms))
-        sbuf_printf(
-            b,
-            "# HELP workd_storage_bytes Size of workd's tables with their indexes.\n"
-            "# TYPE workd_storage_bytes gauge\n"
-            "workd_storage_bytes{table=\"events\"} %lld\n"
-            "workd_storage_bytes{table=\"done\"} %lld\n"
-            "workd_storage_bytes{table=\"open\"} %lld\n"
-            "# HELP workd_parts Parts (partitions) of the history kept.\n"
-            "# TYPE workd_parts gauge\nworkd_parts %lld\n"
-            "# HELP workd_oldest_part_timestamp_seconds When the oldest part kept was first "
-            "written.\n"
-            "# TYPE workd_oldest_part_timestamp_seconds gauge\n"
-            "workd_oldest_part_timestamp_seconds %.3f\n"
-            "# HELP workd_retention_last_run_timestamp_seconds When retention last completed a "
-            "pass.\n"
-            "# TYPE workd_retention_last_run_timestamp_seconds gauge\n"
-            "workd_retention_last_run_timestamp_seconds %.3f\n"
-            "# HELP workd_parts_dropped_total Parts dropped by retention since this node "
-            "started.\n"
-            "# TYPE workd_parts_dropped_total counter\nworkd_parts_dropped_total %lld\n",
-            (long long)atomic_load(&rs->events_bytes), (long long)atomic_load(&rs->done_bytes),
-            (long long)atomic_load(&rs->open_bytes), (long long)atomic_load(&rs->parts),
-            (double)atomic_load(&rs->oldest_part_ms) / 1000.0,
-            (double)atomic_load(&rs->last_run_ms) / 1000.0,
-            (long long)atomic_load(&rs->parts_dropped));
+    /* Retention runs in the manager of each database's first shard: a
+     * sample per database this node leads that for (labelled by database
+     * when the cluster has several). */
+    static const struct {
+        const char *name, *type, *help;
+    } fams[] = {
+        {"workd_storage_bytes", "gauge", "Size of workd's tables with their indexes."},
+        {"workd_parts", "gauge", "Parts (partitions) of the history kept."},
+        {"workd_oldest_part_timestamp_seconds", "gauge",
+         "When the oldest part kept was first "
+         "written."},
+        {"workd_retention_last_run_timestamp_seconds", "gauge",
+         "When retention last completed a pass."},
+        {"workd_parts_dropped_total", "counter",
+         "Parts dropped by retention since this node "
+         "started."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof *fams; f++) {
+        bool head = false;
+        for (int s = 0; s < n; s++) {
+            const Manager *mgr = shards_manager(set, s);
+            const RetentionStats *rs = manager_retention_stats(mgr);
+            if (!manager_is_leader(mgr) || !atomic_load(&rs->last_run_ms))
+                continue;
+            if (!head)
+                sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", fams[f].name, fams[f].help,
+                            fams[f].name, fams[f].type);
+            head = true;
+            char db[24], label[48] = "";
+            if (manager_database(mgr, db, sizeof db) > 1)
+                snprintf(label, sizeof label, "database=\"%s\"", db);
+            const char *sep = label[0] ? "," : "";
+            switch (f) {
+            case 0:
+                sbuf_printf(b, "%s{table=\"events\"%s%s} %lld\n", fams[f].name, sep, label,
+                            (long long)atomic_load(&rs->events_bytes));
+                sbuf_printf(b, "%s{table=\"done\"%s%s} %lld\n", fams[f].name, sep, label,
+                            (long long)atomic_load(&rs->done_bytes));
+                sbuf_printf(b, "%s{table=\"open\"%s%s} %lld\n", fams[f].name, sep, label,
+                            (long long)atomic_load(&rs->open_bytes));
+                break;
+            case 1:
+            case 4:
+                sbuf_printf(b, label[0] ? "%s{%s} %lld\n" : "%s%s %lld\n", fams[f].name, label,
+                            (long long)atomic_load(f == 1 ? &rs->parts : &rs->parts_dropped));
+                break;
+            default:
+                sbuf_printf(b, label[0] ? "%s{%s} %.3f\n" : "%s%s %.3f\n", fams[f].name, label,
+                            (double)atomic_load(f == 2 ? &rs->oldest_part_ms : &rs->last_run_ms) /
+                                1000.0);
+            }
+        }
+    }
 }
 
 char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)

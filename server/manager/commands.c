@@ -333,14 +333,7 @@ static ClusterView *cluster_view(Manager *m, int64_t now)
     v->term = atomic_load(&m->term);
     v->now = now;
     v->shard = m->cfg.shard;
-    const Stores *stores = m->cfg.stores;
-    int db = stores ? stores->of[m->cfg.shard] : 0, first = 0;
-    while (db && stores->of[first] != db)
-        first++;
-    if (db)
-        snprintf(v->database, sizeof v->database, "shard-%d", first);
-    else
-        snprintf(v->database, sizeof v->database, "home");
+    manager_database(m, v->database, sizeof v->database);
     v->busy_permille = atomic_load(&m->stats.window_busy_permille);
     v->commit_mean_us = atomic_load(&m->stats.window_commit_mean_us);
     v->commit_p99_us = atomic_load(&m->stats.window_commit_p99_us);

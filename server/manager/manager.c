@@ -188,6 +188,19 @@ const ManagerStats *manager_stats(const Manager *m)
     return &m->stats;
 }
 
+int manager_database(const Manager *m, char *label, size_t len)
+{
+    const Stores *stores = m->cfg.stores;
+    int db = stores ? stores->of[m->cfg.shard] : 0, first = 0;
+    while (db && stores->of[first] != db)
+        first++;
+    if (db)
+        snprintf(label, len, "shard-%d", first);
+    else
+        snprintf(label, len, "home");
+    return stores ? stores->n : 1;
+}
+
 const RetentionStats *manager_retention_stats(const Manager *m)
 {
     static const RetentionStats none;

@@ -304,6 +304,10 @@ bool manager_is_leader(const Manager *m);
 const ManagerStats *manager_stats(const Manager *m);
 /* The history's size and the last retention pass (kept while this node leads). */
 const RetentionStats *manager_retention_stats(const Manager *m);
+/* Where m's shard keeps its rows, as operators see it: "home", or "shard-K"
+ * for a database of its own (K its first shard). Returns how many databases
+ * the cluster has (1: every shard at home). */
+int manager_database(const Manager *m, char *label, size_t len);
 /* Frees a view and all it holds (NULL: nothing). */
 void cluster_view_free(ClusterView *v);
 

@@ -72,6 +72,13 @@ def test_every_read_finds_rows_in_either_database(cluster):
     def storage_parts():
         return expect(http("GET", f"{s.url}/cluster"), 200, "GET /cluster").json()[
             "storage"]["parts"]
+    def parts_metrics():
+        text = expect(http("GET", f"{s.url}/metrics"), 200, "GET /metrics").text
+        return {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
+                if line.startswith("workd_parts{")}
+    wait_until(lambda: parts_metrics() == {'workd_parts{database="home"}': parts()[0],
+                                           'workd_parts{database="shard-2"}': parts()[1]}, 10,
+               what=lambda: f"workd_parts of each database {parts()}: {parts_metrics()}")
     wait_until(lambda: storage_parts() == sum(parts()), 10,
                what=lambda: f"/cluster's storage to count both databases' parts {parts()} "
                             f"(it says {storage_parts()})")

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "term.h"
 #include "util.h"
 
 void cli_init(Cli *cli, const char *prog)
@@ -110,10 +111,11 @@ int cli_fail(Cli *cli, const Err *err)
 {
     if (!strcmp(err->type, "stopped"))
         return CLI_INTERRUPTED;
+    /* The message may be a server's problem detail or the start of its body. */
     if (err->status)
-        fprintf(stderr, "%s: %s (HTTP %d %s)\n", cli->prog, err->msg, err->status, err->type);
+        term_line(stderr, "%s: %s (HTTP %d %s)", cli->prog, err->msg, err->status, err->type);
     else
-        fprintf(stderr, "%s: %s\n", cli->prog, err->msg);
+        term_line(stderr, "%s: %s", cli->prog, err->msg);
     return cli_exit_for(err->status);
 }
 
@@ -143,6 +145,12 @@ int cli_get_for_table(Cli *cli, const char *path, json_t **ans)
 char *cli_dump(const json_t *v)
 {
     return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
+}
+
+const char *cli_str(const json_t *j, const char *key)
+{
+    const char *s = json_string_value(json_object_get(j, key));
+    return s ? s : "-";
 }
 
 const char *cli_text(const json_t *j, const char *key, char *buf, size_t len)
@@ -175,15 +183,38 @@ bool cli_finished(const char *status)
                       !strcmp(status, "cancelled"));
 }
 
+/* Prints "key  value": the key padded to width, the value escaped for a
+ * terminal. A text of several lines (a stack trace in last_error) keeps its
+ * lines, each after the first indented to the value's column so that none
+ * can pass for a field of its own. */
 static void print_field(const char *key, const json_t *v, int width)
 {
     if (!v || json_is_null(v) || (json_is_array(v) && !json_array_size(v)))
         return;
     /* A payload or a result is shown as JSON, so that "7" and 7 differ. */
     bool as_json = !json_is_string(v) || !strcmp(key, "payload") || !strcmp(key, "result");
-    char *s = as_json ? cli_dump(v) : NULL;
-    printf("%-*s  %s\n", width, key, s ? s : json_string_value(v));
-    free(s);
+    char *dump = as_json ? cli_dump(v) : NULL;
+    const char *text = as_json ? dump : json_string_value(v);
+    if (!text)
+        text = "?";
+    SBuf k, val, line;
+    sbuf_init(&k);
+    sbuf_init(&val);
+    sbuf_init(&line);
+    term_escape(&k, key, strlen(key), TERM_LINE);
+    term_escape(&val, text, strlen(text), TERM_LINES);
+    sbuf_printf(&line, "%-*s  ", width, k.data ? k.data : "");
+    for (size_t i = 0; i < val.len; i++) {
+        sbuf_append(&line, &val.data[i], 1);
+        if (val.data[i] == '\n')
+            sbuf_printf(&line, "%*s", width + 2, "");
+    }
+    sbuf_puts(&line, "\n");
+    fwrite(line.data, 1, line.len, stdout);
+    sbuf_free(&k);
+    sbuf_free(&val);
+    sbuf_free(&line);
+    free(dump);
 }
 
 void cli_print_fields(const json_t *obj, const char *const *keys)

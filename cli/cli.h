@@ -58,7 +58,8 @@ bool cli_args(Cli *cli, const CommandHelp *help, const Flag *flags, size_t nflag
 int cli_usage(Cli *cli, const CommandHelp *help, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prints what went wrong on stderr and returns the exit code it maps to. */
+/* Prints what went wrong on stderr (escaped for a terminal: the message may
+ * be a server's) and returns the exit code it maps to. */
 int cli_fail(Cli *cli, const Err *err);
 
 /* The exit code of an HTTP status (0: no server answered). */
@@ -81,14 +82,19 @@ int cli_exit_for_work(const char *status);
 /* Whether a work status is final (completed, dead, cancelled). */
 bool cli_finished(const char *status);
 
-/* ---- reading answers ---- */
+/* ---- reading answers ----
+ * What these print for people is escaped for a terminal (term.h); so are the
+ * rows of a table (table.h) and cli_fail's message. */
+/* j's string member key, or "-" when it is absent or not a string. */
+const char *cli_str(const json_t *j, const char *key);
 /* j's member as text for a table cell: strings as they are, null as NULL,
  * anything else as compact JSON. Written into buf (always NUL-terminated);
  * returns buf, or NULL when the member is absent or null. */
 const char *cli_text(const json_t *j, const char *key, char *buf, size_t len);
 /* Prints obj's members as aligned "name  value" lines: those named by keys
  * (NULL-terminated) in that order, or all of them when keys is NULL. Absent,
- * null and empty-array members are left out. */
+ * null and empty-array members are left out. Values are escaped for a
+ * terminal; a text of several lines keeps them, indented under its value. */
 void cli_print_fields(const json_t *obj, const char *const *keys);
 /* A JSON value as compact JSON text (the caller frees it). */
 char *cli_dump(const json_t *v);

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "sse.h"
+#include "term.h"
 #include "util.h"
 
 /* A work id or queue, escaped, and an --after event id of every shard. */
@@ -26,7 +27,8 @@ typedef struct Tail {
     bool done;
 } Tail;
 
-/* The human form of one event: at, status, id, queue and what it says. */
+/* The human form of one event: at, status, id, queue and what it says, on
+ * one line escaped for a terminal (an error's text is the worker's). */
 static void print_event(const json_t *ev)
 {
     const char *status = json_string_value(json_object_get(ev, "status"));
@@ -59,9 +61,8 @@ static void print_event(const json_t *ev)
         dump = cli_dump(json_object_get(ev, "counts"));
     }
     const char *queue = json_string_value(json_object_get(ev, "queue"));
-    printf("%s  %-9s  %s  %s  %s\n", json_string_value(json_object_get(ev, "at")), s,
-           json_string_value(json_object_get(ev, "id")), queue && *queue ? queue : "-",
-           dump ? dump : detail);
+    term_line(stdout, "%s  %-9s  %s  %s  %s", cli_str(ev, "at"), s, cli_str(ev, "id"),
+              queue && *queue ? queue : "-", dump ? dump : detail);
     free(dump);
 }
 
@@ -168,9 +169,9 @@ static int follow(Tail *t, const char *path)
         if (cli->retry_for.set && mono_ms() - last_open > cli->retry_for.i)
             return cli_fail(cli, &err);
         if (!quiet || r == 0)
-            fprintf(stderr, "%s: the stream %s (%s); resuming after event %s\n", cli->prog,
-                    r == 0 ? "ended" : "is away", r == 0 ? client_server(cli->client) : err.msg,
-                    t->sse.last_id[0] ? t->sse.last_id : "(none yet)");
+            term_line(stderr, "%s: the stream %s (%s); resuming after event %s", cli->prog,
+                      r == 0 ? "ended" : "is away", r == 0 ? client_server(cli->client) : err.msg,
+                      t->sse.last_id[0] ? t->sse.last_id : "(none yet)");
         quiet = r != 0;
         int64_t wait = backoff;
         while (wait > 0 && !atomic_load(&cli->stop)) {

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "table.h"
+#include "term.h"
 #include "util.h"
 
 /* The longest path a command builds: a route, an id and a query. */
@@ -90,7 +91,7 @@ typedef struct SubmitOut {
 static void submit_out_add(SubmitOut *o, const Cli *cli, const json_t *r)
 {
     if (o->quiet) {
-        printf("%s\n", json_string_value(json_object_get(r, "id")));
+        term_line(stdout, "%s", cli_str(r, "id"));
     } else if (o->json) {
         cli_print_json(cli, r, false);
     } else {
@@ -240,7 +241,7 @@ static int print_when_done(Cli *cli, const char *id, bool quiet)
         return cli_fail(cli, &err);
     Table *t = cli->json || quiet ? NULL : table_new(wait_heads);
     if (quiet)
-        printf("%s\n", json_string_value(json_object_get(done, "id")));
+        term_line(stdout, "%s", cli_str(done, "id"));
     else
         print_waited(cli, t, done);
     if (t)
@@ -497,7 +498,7 @@ int cmd_list(Cli *cli, int argc, char **argv)
     if (json_is_integer(next)) /* a cluster of one shard: a seq */
         printf("(more: workd list --before %lld)\n", (long long)json_integer_value(next));
     else if (json_is_string(next)) /* of several: a cursor */
-        printf("(more: workd list --before %s)\n", json_string_value(next));
+        term_line(stdout, "(more: workd list --before %s)", json_string_value(next));
 cleanup:
     json_decref(ans);
     strs_free(&pos);

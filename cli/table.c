@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "term.h"
 #include "util.h"
 
 struct Table {
@@ -28,8 +29,13 @@ void table_row(Table *t, const char *const *cells)
         t->cap = t->cap ? t->cap * 2 : 16;
         t->cells = xrealloc(t->cells, t->cap * t->ncols * sizeof *t->cells);
     }
-    for (size_t i = 0; i < t->ncols; i++)
-        t->cells[t->rows * t->ncols + i] = xstrdup(cells[i] ? cells[i] : "-");
+    for (size_t i = 0; i < t->ncols; i++) {
+        const char *c = cells[i] ? cells[i] : "-";
+        SBuf safe;
+        sbuf_init(&safe);
+        term_escape(&safe, c, strlen(c), TERM_LINE);
+        t->cells[t->rows * t->ncols + i] = sbuf_steal(&safe);
+    }
     t->rows++;
 }
 
@@ -43,13 +49,9 @@ static size_t width(const char *s)
     return w;
 }
 
-/* Cuts s in place to at most max code points, ending with "..." when cut, and
- * turns control characters (a newline in a result) into spaces. */
+/* Cuts s in place to at most max code points, ending with "..." when cut. */
 static void fit(char *s, bool cut)
 {
-    for (char *p = s; *p; p++)
-        if ((unsigned char)*p < 0x20)
-            *p = ' ';
     if (!cut || width(s) <= TABLE_CELL_MAX)
         return;
     size_t w = 0;

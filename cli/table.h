@@ -16,7 +16,9 @@ typedef struct Table Table;
 /* A table with the given column heads (NULL-terminated, at most
  * TABLE_COLS_MAX; the strings are borrowed and must outlive the table). */
 Table *table_new(const char *const *heads);
-/* Adds a row of as many cells as heads; each cell is copied (NULL prints "-"). */
+/* Adds a row of as many cells as heads; each cell is copied (NULL prints "-"),
+ * escaped for a terminal on one line (term.h: a newline in a result shows as
+ * \n, an ESC as \x1b). */
 void table_row(Table *t, const char *const *cells);
 /* Prints the heads and the rows (nothing when there is no row), then frees the
  * table. cut: shorten long cells (the caller passes whether out is a terminal). */

@@ -26,16 +26,29 @@ COMMANDS = ["submit", "get", "list", "wait", "cancel", "retry", "tail", "queues"
 OK, FAILED, USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE, DENIED, TIMEOUT = range(8)
 
 
-def workd(*args, server=None, token=None, stdin=None, timeout=60):
+def workd(*args, server=None, token=None, stdin=None, timeout=60, text=True):
     """Runs build/bin/workd ARGS with WORKD_SERVER (and WORKD_TOKEN) set;
-    returns the CompletedProcess (text)."""
+    returns the CompletedProcess (text, or bytes when not text)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKD_")}
     if server:
         env["WORKD_SERVER"] = server
     if token:
         env["WORKD_TOKEN"] = token
     return subprocess.run([str(harness.BIN_DIR / "workd"), *map(str, args)], env=env,
-                          input=stdin, capture_output=True, text=True, timeout=timeout)
+                          input=stdin, capture_output=True, text=text, timeout=timeout)
+
+
+def terminal_safe(data, what):
+    """Fails unless bytes a command printed are UTF-8 without anything a
+    terminal acts on: no C0 control but the newline, no DEL, no C1 control
+    (U+0080..U+009F, or a byte 0x80..0x9f outside UTF-8)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise AssertionError(f"{what}: printed bytes that are not UTF-8 ({e}): {data!r}") from None
+    bad = sorted({c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F})
+    assert not bad, f"{what}: printed control characters {bad} to the terminal: {data!r}"
+    return text
 
 
 def expect(r, code, what):
@@ -179,6 +192,59 @@ def test_work_commands_and_exit_codes(cluster):
     r = expect(workd("tail", "--id", "p-1", server=srv, timeout=30), OK, "tail --id")
     assert r.stdout.count("\n") == 1 and "completed" in r.stdout, r.stdout
     expect(workd("tail", "--id", "later", server=srv, timeout=30), FAILED, "tail --id cancelled")
+
+
+# Text made to drive a terminal: set its title (OSC ... BEL), clear the
+# screen (ESC [2J), CSI and OSC as C1 controls (U+009B, U+009D), DEL, and a
+# carriage return that would let "spoof" overwrite the line.
+EVIL = "\x1b]0;owned\x07\x1b[2J\u009b31m\u009d8;;x\x07\x7f\rspoof"
+# A job that fails with it on stderr (so in its error), in the shell's octal.
+EVIL_EXEC = (r"printf '\033]0;owned\007\033[2J\302\23331m\302\2358;;x\007\177\rspoof\n' >&2;"
+             " exit 3")
+
+
+def test_server_text_is_escaped_for_a_terminal(cluster):
+    """A work item's error, payload and result can hold any text (a worker's
+    stderr, a producer's JSON): every command that shows them to people
+    escapes what a terminal would act on (ESC is shown as \\x1b, CSI as
+    \\u009b), while --json prints the API's values unchanged."""
+    s = start(cluster)
+    cluster.start_worker("evil", s.url, ["--queues", "evil", "--exec", EVIL_EXEC])
+    cluster.start_worker("echo", s.url, ["--queues", "echo", "--exec", "cat"])
+    payload = json.dumps(EVIL)
+    expect(workd("submit", "--queue", "evil", "--id", "bad-1", "--max-attempts", "1", payload,
+                 server=s.url), OK, "submit work that fails with control characters")
+    expect(workd("submit", "--queue", "echo", "--id", "ok-1", payload, server=s.url), OK,
+           "submit work whose result is its payload")
+    expect(workd("wait", "bad-1", "ok-1", server=s.url), FAILED, "wait for both")
+    api = {w: harness.http("GET", f"{s.url}/work/{w}").json() for w in ("bad-1", "ok-1")}
+    assert api["bad-1"]["last_error"] == "exit 3: " + EVIL, api["bad-1"]
+    assert api["ok-1"]["result"] == EVIL, api["ok-1"]
+
+    shown = {}
+    for args, code in [("wait bad-1", FAILED), ("wait ok-1", OK), ("get bad-1 ok-1", OK),
+                       ("get --events bad-1", OK), ("list --queue evil", OK),
+                       ("tail --id bad-1", FAILED), ("tail --id ok-1", OK)]:
+        r = expect(workd(*args.split(), server=s.url, text=False, timeout=30), code, args)
+        shown[args] = terminal_safe(r.stdout, f"workd {args}")
+        terminal_safe(r.stderr, f"workd {args} (stderr)")
+    # What was there is shown, escaped: ESC, BEL, C1, DEL, CR; in a result's
+    # JSON, ESC, BEL and CR are JSON's escapes already (jansson's).
+    error = r"\x1b]0;owned\x07\x1b[2J\u009b31m\u009d8;;x\x07\x7f\rspoof"
+    result = r"\u001B]0;owned\u0007\u001B[2J\u009b31m\u009d8;;x\u0007\x7f\rspoof"
+    for args, want in [("wait bad-1", error), ("get bad-1 ok-1", error),
+                       ("list --queue evil", error), ("tail --id bad-1", error),
+                       ("wait ok-1", result), ("get bad-1 ok-1", result),
+                       ("tail --id ok-1", result), ("get --events bad-1", result)]:
+        assert want in shown[args], f"workd {args} does not show {want}: {shown[args]!r}"
+
+    # --json is the API's JSON, the control characters in it as they are.
+    for w in ("bad-1", "ok-1"):
+        got = as_json(workd("get", "--json", w, server=s.url), f"get --json {w}")
+        assert got == api[w], f"get --json {w} is not the API's answer:\n{got}\n{api[w]}"
+    r = expect(workd("tail", "--id", "bad-1", "--json", server=s.url, timeout=30), FAILED,
+               "tail --id --json")
+    assert json.loads(r.stdout.splitlines()[-1])["error"] == "exit 3: " + EVIL, r.stdout
 
 
 def test_tokens_and_scopes(cluster):

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "servers.h"
 #include "util.h"
@@ -17,6 +18,17 @@
 /* A results stream says something (a keep-alive comment) every 15 s by
  * default; this long without a byte is a dead connection. */
 #define STREAM_SILENT_S 45L
+/* The longest answer read (a stream's events are bounded by its parser,
+ * sse.h). No workd answer comes near it: the largest, GET /work/{id}, holds
+ * a payload and a result of at most --max-body each (1 MiB by default), and
+ * a node refuses to forward a reply over --max-reply-bytes (16 MiB). Past it
+ * is a broken or hostile server, not a reason to take all the memory. */
+#define ANSWER_MAX ((curl_off_t)64 << 20)
+/* The longest pause a Retry-After buys, whatever it says (a date next year):
+ * the bound the worker keeps too. A request never waits past --retry-for. */
+#define RETRY_AFTER_MAX_MS 60000
+/* A redirect's Location kept for the message. */
+#define LOCATION_MAX 256
 
 struct Client {
     CURL *curl;
@@ -102,19 +114,78 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t d, curl_
     return stopping(ud) ? 1 : 0;
 }
 
+/* What a request keeps of an answer besides its status. */
+typedef struct Answer {
+    SBuf body;
+    bool too_long;               /* the body passed ANSWER_MAX; the rest was not read */
+    int64_t retry_after_ms;      /* -1: none, or none that could be read */
+    char location[LOCATION_MAX]; /* of a redirect, cut; "" when none */
+} Answer;
+
+static void answer_reset(Answer *a)
+{
+    sbuf_reset(&a->body);
+    a->too_long = false;
+    a->retry_after_ms = -1;
+    a->location[0] = '\0';
+}
+
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
-    sbuf_append(ud, p, size * n);
+    Answer *a = ud;
+    if (a->body.len + size * n > (size_t)ANSWER_MAX) {
+        a->too_long = true;
+        return 0; /* libcurl ends the transfer */
+    }
+    sbuf_append(&a->body, p, size * n);
     return size * n;
+}
+
+/* A Retry-After value (RFC 9110: delta-seconds or an HTTP-date) as the
+ * milliseconds to wait from now, at most RETRY_AFTER_MAX_MS; -1 when it is
+ * neither (a negative number, a fraction, words). */
+static int64_t retry_after_ms(const char *v)
+{
+    size_t digits = strspn(v, "0123456789");
+    if (digits && !v[digits]) /* no overflow: 9 digits are more than the bound already */
+        return digits > 9 || atol(v) > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS
+                                                                 : atol(v) * 1000;
+    if (digits || !*v)
+        return -1;
+    time_t when = curl_getdate(v, NULL);
+    if (when == -1)
+        return -1;
+    time_t now = time(NULL);
+    if (when <= now)
+        return 0;
+    return when - now > RETRY_AFTER_MAX_MS / 1000 ? RETRY_AFTER_MAX_MS
+                                                  : (int64_t)(when - now) * 1000;
+}
+
+/* The value of header line p (n bytes, "Name: value\r\n") into out, trimmed
+ * and cut to outlen, when it is the header name (with its colon). */
+static bool header_value(const char *p, size_t n, const char *name, char *out, size_t outlen)
+{
+    size_t nlen = strlen(name);
+    if (n <= nlen || strncasecmp(p, name, nlen) != 0)
+        return false;
+    const char *v = p + nlen, *end = p + n;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    snprintf(out, outlen, "%.*s", (int)(end - v), v);
+    return true;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
-    int64_t *retry_after_ms = ud;
-    if (size * n > 12 && !strncasecmp(p, "Retry-After:", 12)) {
-        double secs = atof(p + 12);
-        *retry_after_ms = secs >= 0 && secs <= 60 ? (int64_t)(secs * 1000) : 1000;
-    }
+    Answer *a = ud;
+    char v[64];
+    if (header_value(p, size * n, "Retry-After:", v, sizeof v))
+        a->retry_after_ms = retry_after_ms(v);
+    else
+        header_value(p, size * n, "Location:", a->location, sizeof a->location);
     return size * n;
 }
 
@@ -152,9 +223,18 @@ static bool never_sent(CURLcode rc)
 }
 
 /* Fills err from an answer that is not 2xx: the problem's kind and detail when
- * the body is problem+json, else the start of the body. */
-static void problem(long status, const char *body, Err *err)
+ * the body is problem+json, else the start of the body. A redirect is not
+ * followed (a workd server never sends one, and following it would send the
+ * request and its body wherever an answer says): it says where it pointed. */
+static void problem(long status, const char *body, const char *location, Err *err)
 {
+    if (status >= 300 && status <= 399) {
+        err_set(err, (int)status, "redirect",
+                "the server answered %ld, a redirect to %s, which workd does not follow (a workd "
+                "server never redirects: give --server the URL it names if you trust it)",
+                status, location && *location ? location : "(no Location)");
+        return;
+    }
     json_t *j = json_loads(body ? body : "", 0, NULL);
     const char *type = json_string_value(json_object_get(j, "type"));
     const char *detail = json_string_value(json_object_get(j, "detail"));
@@ -174,23 +254,23 @@ int client_call(Client *c, const char *method, const char *path, json_t *body, b
     struct curl_slist *hdrs = base_headers(c, text != NULL);
     int64_t deadline = mono_ms() + c->retry_ms, backoff = 100;
     size_t failures = 0; /* servers that could not be reached in a row */
-    SBuf resp;
-    sbuf_init(&resp);
+    Answer a;
+    sbuf_init(&a.body);
     int rc = -1;
     for (;;) {
         char url[SERVERS_URL_MAX + 1024];
         char base[SERVERS_URL_MAX];
         size_t pos = servers_url(c->servers, "", base, sizeof base);
         snprintf(url, sizeof url, "%s%s", base, path);
-        int64_t retry_after = -1;
-        sbuf_reset(&resp);
+        answer_reset(&a);
         common_options(c, url, hdrs);
         curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
         curl_easy_setopt(c->curl, CURLOPT_TIMEOUT_MS, (long)(ANSWER_MS + wait_ms));
         curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &resp);
+        curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &a);
         curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, &retry_after);
+        curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, &a);
+        curl_easy_setopt(c->curl, CURLOPT_MAXFILESIZE_LARGE, ANSWER_MAX);
         if (text) {
             curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, text);
             curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
@@ -203,6 +283,14 @@ int client_call(Client *c, const char *method, const char *path, json_t *body, b
             curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
         if (stopping(c)) {
             err_set(err, 0, "stopped", "%s %s: stopped", method, path);
+            goto cleanup;
+        }
+        if (a.too_long || cc == CURLE_FILESIZE_EXCEEDED) {
+            /* Not sent again: the server did answer, with what no workd sends. */
+            err_set(err, 0, "bad-answer",
+                    "%s %s%s: the answer is longer than %d MiB, which no workd answer is; not "
+                    "read further",
+                    method, base, path, (int)(ANSWER_MAX >> 20));
             goto cleanup;
         }
         if (cc != CURLE_OK) {
@@ -230,23 +318,28 @@ int client_call(Client *c, const char *method, const char *path, json_t *body, b
         failures = 0;
         if ((status == 503 || status == 429) && mono_ms() < deadline) {
             /* A leader being elected, a node without a leader, a full queue:
-             * the answer says when to ask again. */
-            nap(c, retry_after >= 0 ? retry_after : backoff);
+             * the answer says when to ask again, within bounds (never sooner
+             * than the backoff, never past --retry-for). */
+            int64_t pause = a.retry_after_ms > backoff ? a.retry_after_ms : backoff;
+            int64_t left = deadline - mono_ms();
+            nap(c, pause < left ? pause : left);
             backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
             if (status == 503)
                 servers_unreachable(c->servers, pos, NULL, 0);
             continue;
         }
         if (status < 200 || status > 299) {
-            problem(status, resp.data, err);
+            problem(status, a.body.data, a.location, err);
             goto cleanup;
         }
-        if (resp.len) {
+        if (a.body.len) {
             json_error_t je;
-            *out = json_loadb(resp.data, resp.len, JSON_DECODE_ANY, &je);
+            *out = json_loadb(a.body.data, a.body.len, JSON_DECODE_ANY, &je);
             if (!*out) {
-                err_set(err, (int)status, "bad-answer", "%s %s: the answer is not JSON: %s", method,
-                        path, je.text);
+                /* A server that answers so is broken (exit 5), not a request
+                 * that was refused. */
+                err_set(err, 0, "bad-answer", "%s %s%s: the answer (HTTP %ld) is not JSON: %s",
+                        method, base, path, status, je.text);
                 goto cleanup;
             }
         }
@@ -255,7 +348,7 @@ int client_call(Client *c, const char *method, const char *path, json_t *body, b
     }
 cleanup:
     curl_slist_free_all(hdrs);
-    sbuf_free(&resp);
+    sbuf_free(&a.body);
     free(text);
     return rc;
 }
@@ -265,7 +358,7 @@ typedef struct StreamCtx {
     void *ud;
     long status;  /* 0 until the head is read */
     bool stopped; /* fn asked to stop */
-    SBuf error;   /* the body of an answer that is not 200 */
+    Answer error; /* the head and the start of an answer that is not 200 */
     CURL *curl;
 } StreamCtx;
 
@@ -275,8 +368,8 @@ static size_t on_stream(char *p, size_t size, size_t n, void *ud)
     if (!s->status)
         curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &s->status);
     if (s->status != 200) {
-        if (s->error.len < 4096)
-            sbuf_append(&s->error, p, size * n);
+        if (s->error.body.len < 4096)
+            sbuf_append(&s->error.body, p, size * n);
         return size * n;
     }
     if (s->fn(p, size * n, s->ud)) {
@@ -304,10 +397,13 @@ int client_stream(Client *c, const char *path, const char *last_id, ClientChunkF
         hdrs = curl_slist_append(hdrs, h.data);
     }
     StreamCtx s = {.fn = fn, .ud = ud, .curl = c->curl};
-    sbuf_init(&s.error);
+    sbuf_init(&s.error.body);
+    answer_reset(&s.error);
     common_options(c, url.data, hdrs);
     curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_stream);
     curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c->curl, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c->curl, CURLOPT_HEADERDATA, &s.error);
     curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(c->curl, CURLOPT_LOW_SPEED_TIME, STREAM_SILENT_S);
     CURLcode cc = curl_easy_perform(c->curl);
@@ -320,14 +416,14 @@ int client_stream(Client *c, const char *path, const char *last_id, ClientChunkF
     } else if (s.status == 200) {
         rc = 0;
     } else if (s.status) {
-        problem(s.status, s.error.data, err);
+        problem(s.status, s.error.body.data, s.error.location, err);
         rc = -1;
     } else {
         servers_unreachable(c->servers, pos, NULL, 0);
         err_set(err, 0, "unreachable", "%s: %s", base, curl_easy_strerror(cc));
         rc = -1;
     }
-    sbuf_free(&s.error);
+    sbuf_free(&s.error.body);
     sbuf_free(&url);
     sbuf_free(&h);
     return rc;

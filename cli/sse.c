@@ -54,6 +54,13 @@ static bool on_line(SseParser *p, const char *l, size_t len, SseFn fn, void *ud)
         v++;
     size_t vlen = (size_t)(l + len - v);
     if (nlen == 4 && !memcmp(l, "data", 4)) {
+        /* An event's data lines together are bounded as one line is: a
+         * server that never sends the blank line ending an event must not
+         * grow it without end. */
+        if (p->data.len + 1 + vlen > SSE_LINE_MAX) {
+            p->too_long = true;
+            return true;
+        }
         if (p->has_data)
             sbuf_append(&p->data, "\n", 1);
         sbuf_append(&p->data, v, vlen);

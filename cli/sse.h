@@ -10,8 +10,9 @@
 #include "shard.h"
 #include "util.h"
 
-/* The longest line kept: a result's data line can be as large as a result the
- * server accepts (a few MiB); a longer line is an error, not a memory grab. */
+/* The longest line kept, and the longest data of one event (its data lines
+ * joined): a result's data line can be as large as a result the server
+ * accepts (a few MiB); a longer one is an error, not a memory grab. */
 #define SSE_LINE_MAX (16u << 20)
 
 /* The longest event id kept, with its NUL. An id is an opaque cursor: each
@@ -44,7 +45,8 @@ void sse_free(SseParser *p);
 void sse_reset(SseParser *p);
 
 /* Parses n bytes. Returns true if fn asked to stop (the rest of buf is not
- * parsed) or a line passed SSE_LINE_MAX (p->too_long is then set). */
+ * parsed) or a line or an event's data passed SSE_LINE_MAX (p->too_long is
+ * then set). */
 bool sse_feed(SseParser *p, const char *buf, size_t n, SseFn fn, void *ud);
 
 /* Whether s is an event id as workd writes one (for a user's --after): 1 to

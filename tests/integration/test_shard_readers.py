@@ -7,7 +7,10 @@ listener reads each shard's log on NOTIFY "<seq>" and "1:<seq>"); a resume
 from any id has no gap and no repeat, also after a restart, when every event
 is read back from the table; a work's own stream and GET /work/{id}?wait
 follow the work's shard; GET /work pages across both shards; a cursor of
-more shards than the cluster's is refused."""
+more shards than the cluster's is refused. When one shard's leader is
+killed while results flow, a stream on the node that takes the shard over
+goes on, and a stream of the killed node resumed there with its
+Last-Event-ID, each without a gap or a repeat."""
 
 import sys
 import threading
@@ -16,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import SSEClient, http, run_tests, wait_until  # noqa: E402
-from workd import complete, expect, pull, submit  # noqa: E402
+from workd import JSON, complete, expect, pull, submit  # noqa: E402
 
 FAST = ["--election-interval", "100ms", "--shards", "2"]
 
@@ -173,6 +176,109 @@ def test_two_shards_stream_page_and_wait(cluster):
 
     # The listener of the other node knows shard 1's leader.
     assert "leader of shard 1 is " + a.url in b.log_text(), b.log_tail()
+
+
+def shard_leaders(cluster):
+    """{shard: url} as workd_shards says."""
+    rows = cluster.psql("SELECT shard, url FROM workd_shards ORDER BY shard")
+    return {int(r.split("|")[0]): r.split("|")[1] for r in rows.splitlines() if r}
+
+
+class Submitter:
+    """Submits works to `url` one after another, alternately to a queue of
+    each shard (ids ending in the shard's digit), each until it is accepted
+    (the same id again after any other answer, as the API asks)."""
+
+    def __init__(self, url, prefix):
+        self.url, self.prefix, self.accepted = url, prefix, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        i = 0
+        while not self.stop.is_set():
+            work_id = f"{self.prefix}{i}-{i % 2}"
+            while not self.stop.is_set():
+                try:
+                    r = http("POST", self.url + "/work",
+                             {"id": work_id, "payload": i, "queue": Q[i % 2]}, JSON, timeout=15)
+                    if r.status == 202:
+                        self.accepted.append(work_id)
+                        break
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            i += 1
+            time.sleep(0.02)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(30)
+        return list(self.accepted)
+
+
+def seen_once(events, want, what):
+    """Every work of `want` is in events exactly once, and nothing else."""
+    got = [e["data"]["id"] for e in events]
+    twice = sorted({w for w in got if got.count(w) > 1})
+    assert not twice, f"{what}: results seen more than once: {twice[:10]}"
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    assert not missing and not extra, \
+        f"{what}: missing {missing[:10]} ({len(missing)}), unexpected {extra[:10]}"
+
+
+def test_results_resumed_after_a_shard_leaders_kill(cluster):
+    """Two nodes, a shard each; results flow in both shards while the
+    leader of shard 1 is killed -9. The other node's stream goes on across
+    its takeover of shard 1 (its shard-1 results came from its listener,
+    now from its own manager), and the killed node's stream, resumed on
+    the survivor with its Last-Event-ID, goes on from where it was: every
+    result once, each shard's in seq order."""
+    args = FAST + ["--worker-timeout", "3s", "--lease-grace", "2s"]
+    a = cluster.start_server("a", extra_args=args)
+    b = cluster.start_server("b", extra_args=args)
+    nodes = {a.url: a, b.url: b}
+    wait_until(lambda: shard_leaders(cluster), 40,
+               until=lambda got: len(got) == 2 and len(set(got.values())) == 2,
+               what=lambda: f"the two shards to spread over the two nodes: "
+                            f"{shard_leaders(cluster)}")
+    victim = nodes[shard_leaders(cluster)[1]]
+    survivor = b if victim is a else a
+    on = {n.name: SSEClient(n.url + "/results") for n in (victim, survivor)}
+    for n in (victim, survivor):
+        wait_until(lambda: on[n.name].last_event_id, 5, what=f"{n.name}'s ready id")
+    start = {n: [int(x) for x in c.last_event_id.split(".")] for n, c in on.items()}
+    cluster.start_worker("w", survivor.url, ["--demo", "--concurrency", "4"])
+
+    load = Submitter(survivor.url, "k")
+    wait_until(lambda: len(on[victim.name].events), 15, until=lambda n: n >= 20,
+               what="results of 20 works on the stream of shard 1's leader")
+    victim.kill()
+    assert on[victim.name].done.wait(5), "the killed node's stream should end"
+    before = list(on[victim.name].events)
+    resumed = SSEClient(survivor.url + "/results", last_event_id=on[victim.name].last_event_id)
+    wait_until(lambda: shard_leaders(cluster).get(1), 15, until=lambda u: u == survivor.url,
+               what=f"{survivor.name} to take shard 1 over")
+    taken = len(load.accepted)
+    wait_until(lambda: len(load.accepted), 30, until=lambda n: n >= taken + 20,
+               what="20 more works accepted after the takeover")
+    works = load.finish()
+
+    for what, stream, earlier in (("the survivor's stream", on[survivor.name], []),
+                                  ("the killed node's stream, resumed", resumed, before)):
+        wait_until(lambda: {e["data"]["id"] for e in earlier + stream.events}, 60,
+                   until=lambda got: got >= set(works),
+                   what=lambda: f"every result on {what} (missing "
+                   f"{sorted(set(works) - {e['data']['id'] for e in earlier + stream.events})[:10]})")
+    time.sleep(0.3)  # a declared window: no repeat may follow
+    seen_once(on[survivor.name].events, works, "the survivor's stream")
+    check_cursors(on[survivor.name].events, start[survivor.name])
+    seen_once(before + resumed.events, works, "the killed node's stream and its resumption")
+    check_cursors(before, start[victim.name])
+    check_cursors(resumed.events, [int(x) for x in on[victim.name].last_event_id.split(".")])
+    for c in (*on.values(), resumed):
+        c.close()
 
 
 if __name__ == "__main__":

@@ -99,21 +99,48 @@ int fill_pull(Manager *m, MgrCmd *c, int64_t now)
     return (int)c->n_jobs;
 }
 
+/* The answer to a command that needs id while its claim is held elsewhere
+ * (id_busy): 503 id-busy while another shard's leader creates it (the node
+ * asks again), 503 id-locked at once when a session that is no leader holds
+ * it. `what` names the id's kind for the message. */
+static int busy_error(const Manager *m, const char *id, const char *what, Err *err)
+{
+    const char *who = id_squatted(m, id);
+    if (who)
+        return err_set(err, 503, "id-locked",
+                       "%s '%s' cannot be taken: the database lock that claims it in this cluster "
+                       "is held by %s, which is not a workd leader; end that session "
+                       "(pg_terminate_backend) or its lock",
+                       what, id, who);
+    return err_set(err, 503, "id-busy",
+                   "%s '%s' is being taken in another shard of this cluster at this moment; "
+                   "retry",
+                   what, id);
+}
+
 /* What refuses a submission before its items are decided: a batch opened
- * again under an id whose earlier callback is still known (its callback's id
- * is taken). */
+ * under an id that another shard's open batch holds, or whose earlier
+ * callback is still known (its callback's id is taken). */
 WARN_UNUSED static int submit_refused(const Manager *m, const MgrCmd *c, const KnownSet *known,
                                       Err *err)
 {
-    if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
-        char cb[ID_MAX + 1];
-        ws_callback_id(c->batch_id, cb, sizeof cb);
-        if (id_taken(m, known, cb))
-            return err_set(err, 409, "batch-callback-exists",
-                           "batch '%s' ran its callback '%s' within the retention window; a batch "
-                           "with a callback needs another id",
-                           c->batch_id, cb);
-    }
+    if (!c->batch_id || ws_batch(m->ws, c->batch_id))
+        return 0;
+    char cb[ID_MAX + 1];
+    ws_callback_id(c->batch_id, cb, sizeof cb);
+    if (id_busy(m, cb))
+        return busy_error(m, c->batch_id, "batch", err);
+    const KnownWork *k = id_taken(m, known, cb) ? known_get(m, known, cb) : NULL;
+    if (k && !strcmp(k->status, RESERVED))
+        return err_set(err, 409, "batch-exists",
+                       "batch '%s' is open in shard %d of this cluster, and a batch's work is in "
+                       "one shard: submit to a queue of that shard, or give this batch another id",
+                       c->batch_id, k->shard);
+    if (c->batch_callback && id_taken(m, known, cb))
+        return err_set(err, 409, "batch-callback-exists",
+                       "batch '%s' ran its callback '%s' within the retention window; a batch "
+                       "with a callback needs another id",
+                       c->batch_id, cb);
     return 0;
 }
 
@@ -168,10 +195,7 @@ static void handle_submit(Manager *m, MgrCmd *c, const KnownSet *known, int64_t 
     BatchOpen bo = {.id = c->batch_id, .callback = c->batch_callback};
     for (size_t i = 0; i < c->n_items && !err.status; i++)
         if (id_busy(m, c->items[i].id))
-            err_set(&err, 503, "id-busy",
-                    "work '%s' is being submitted in another shard of this cluster at this "
-                    "moment; retry",
-                    c->items[i].id);
+            (void)busy_error(m, c->items[i].id, "work", &err);
     if (err.status || submit_refused(m, c, known, &err) != 0 ||
         parents_elsewhere(m, c, kn, n_kn, &err) != 0) {
         cmd_fail(c, err.status, err.type, err.msg);
@@ -687,9 +711,44 @@ static void handle_bulk_retry(Manager *m, MgrCmd *c, const KnownSet *known, int6
 
 /* ---- schedules ---- */
 
+/* What refuses a new schedule (x: NULL) in a cluster of several shards,
+ * from its reservations (lookup_schedule_set); else 0. */
+WARN_UNUSED static int schedule_refused(const Manager *m, const MgrCmd *c, const KnownSet *known,
+                                        Err *err)
+{
+    if (m->cfg.shards < 2)
+        return ws_schedule_count(m->ws) >= (size_t)m->cfg.max_schedules
+                   ? err_set(err, 409, "too-many-schedules",
+                             "there are %lld schedules, the limit (--max-schedules); delete one "
+                             "first",
+                             (long long)m->cfg.max_schedules)
+                   : 0;
+    char name[ID_MAX + 16];
+    journal_schedule_reservation(c->name, name, sizeof name);
+    if (id_busy(m, name))
+        return busy_error(m, c->name, "schedule", err);
+    if (id_busy(m, RESERVE_SCHEDULES))
+        return busy_error(m, "(every new schedule)", "the count of schedules", err);
+    const KnownWork *k = known_get(m, known, name);
+    if (k && k->shard != m->cfg.shard)
+        return err_set(err, 409, "schedule-moves-shard",
+                       "schedule '%s' is in shard %d, and its queue '%s' in shard %d: delete it "
+                       "first, or keep a queue of that shard",
+                       c->name, k->shard, c->schedule->work.queue, m->cfg.shard);
+    long long count = 0;
+    for (size_t i = 0; i < known->n; i++)
+        if (!strcmp(known->items[i].id, RESERVE_SCHEDULES))
+            count += known->items[i].attempts;
+    if (count >= m->cfg.max_schedules)
+        return err_set(err, 409, "too-many-schedules",
+                       "there are %lld schedules in the cluster, the limit (--max-schedules); "
+                       "delete one first",
+                       count);
+    return 0;
+}
+
 static void handle_schedule_set(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
-    (void)known;
     const Schedule *x = ws_schedule(m->ws, c->name);
     ScheduleSpec *spec = c->schedule;
     if (!spec) { /* pause or resume: the schedule as it is */
@@ -702,13 +761,12 @@ static void handle_schedule_set(Manager *m, MgrCmd *c, const KnownSet *known, in
         spec = schedspec_dup(x->spec);
         spec->paused = c->pause == 1;
         c->schedule = spec; /* freed with the command */
-    } else if (!x && ws_schedule_count(m->ws) >= (size_t)m->cfg.max_schedules) {
-        char msg[200];
-        snprintf(msg, sizeof msg,
-                 "there are %lld schedules, the limit (--max-schedules); delete one first",
-                 (long long)m->cfg.max_schedules);
-        cmd_fail(c, 409, "too-many-schedules", msg);
-        return;
+    } else {
+        Err err = {0};
+        if (!x && schedule_refused(m, c, known, &err) != 0) {
+            cmd_fail(c, err.status, err.type, err.msg);
+            return;
+        }
     }
     EventList tmp;
     eventlist_init(&tmp);
@@ -943,12 +1001,27 @@ static int lookup_submit(Manager *m, MgrCmd *c, IdList *ids)
         for (size_t j = 0; c->items[i].after && c->items[i].after[j]; j++)
             want_known(m, ids, c->items[i].after[j]);
     }
-    /* A batch opened again under its id: its callback's id must be free. */
-    if (c->batch_id && c->batch_callback && !ws_batch(m->ws, c->batch_id)) {
+    /* A batch opened here: no other shard may hold its id (an open batch
+     * reserves its callback's, journal.h), and its callback's id must be free. */
+    if (c->batch_id && !ws_batch(m->ws, c->batch_id)) {
         char cb[ID_MAX + 1];
         ws_callback_id(c->batch_id, cb, sizeof cb);
-        want_known_made(m, ids, xstrdup(cb));
+        want_claimed_made(m, ids, xstrdup(cb));
     }
+    return 0;
+}
+
+/* A new schedule, in a cluster of several shards: its name must be free in
+ * every shard (its ticks' ids are made from it), and the cluster's count
+ * under the limit; both are reservations (journal.h), claimed. */
+static int lookup_schedule_set(Manager *m, MgrCmd *c, IdList *ids)
+{
+    if (m->cfg.shards < 2 || !c->schedule || ws_schedule(m->ws, c->name))
+        return 0;
+    char name[ID_MAX + 16];
+    journal_schedule_reservation(c->name, name, sizeof name);
+    want_claimed_made(m, ids, xstrdup(name));
+    want_claimed_made(m, ids, xstrdup(RESERVE_SCHEDULES));
     return 0;
 }
 
@@ -1011,7 +1084,9 @@ static const CmdKind KINDS[] = {
     [MC_QUEUE_SET] = {.decide = handle_queue_set, .writes = true},
     [MC_BULK_CANCEL] = {.decide = handle_bulk_cancel, .writes = true},
     [MC_BULK_RETRY] = {.lookup = lookup_dead, .decide = handle_bulk_retry, .writes = true},
-    [MC_SCHEDULE_SET] = {.decide = handle_schedule_set, .writes = true},
+    [MC_SCHEDULE_SET] = {.lookup = lookup_schedule_set,
+                         .decide = handle_schedule_set,
+                         .writes = true},
     [MC_SCHEDULE_DELETE] = {.decide = handle_schedule_delete, .writes = true},
     [MC_PROGRESS] = {.decide = handle_progress, .writes = true},
     [MC_SUBSCRIPTION_SET] = {.decide = handle_subscription_set,

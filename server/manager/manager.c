@@ -335,13 +335,15 @@ static MgrCmd *reject_looks(Manager *m, MgrCmd *list)
 /* Gives up leadership: the state is dropped (the log is the truth), the
  * session is closed so that the lock is released at once, and everything in
  * flight is answered 503 so that callers retry against the next leader. */
-/* Empties m->busy (it owns its keys, each also its value). */
+/* Empties m->busy (it owns its keys and values). */
 static void busy_clear(Manager *m)
 {
     const char *k;
     void *v;
-    for (size_t i = 0; hmap_next(&m->busy, &i, &k, &v);)
+    for (size_t i = 0; hmap_next(&m->busy, &i, &k, &v);) {
+        free((char *)k);
         free(v);
+    }
     hmap_free(&m->busy);
     hmap_init(&m->busy);
 }
@@ -803,6 +805,46 @@ bool id_busy(const Manager *m, const char *id)
     return m->busy.len && hmap_get(&m->busy, id);
 }
 
+const char *id_squatted(const Manager *m, const char *id)
+{
+    const char *who = m->busy.len ? hmap_get(&m->busy, id) : NULL;
+    return who && who[0] ? who : NULL;
+}
+
+void want_claimed_made(Manager *m, IdList *l, char *id)
+{
+    size_t before = l->n;
+    want_known_made(m, l, id);
+    if (l->n > before && m->cfg.shards > 1)
+        l->claim[before] = true;
+}
+
+/* Notes ids[i] (busy[i]: its claim is held elsewhere) in m->busy, with who
+ * holds each as c's database tells (journal_claim_holders). -1: c failed
+ * (err). */
+WARN_UNUSED static int note_busy(Manager *m, PGconn *c, char *const *ids, const bool *busy,
+                                 size_t n, Err *err)
+{
+    char **held = xcalloc(n + 1, sizeof *held), **foreign = xcalloc(n + 1, sizeof *foreign);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (busy[i] && !id_busy(m, ids[i]))
+            held[k++] = ids[i];
+    int rc = journal_claim_holders(c, held, k, foreign, err);
+    for (size_t i = 0; rc == 0 && i < k; i++) {
+        hmap_put(&m->busy, xstrdup(held[i]), foreign[i] ? foreign[i] : xstrdup(""));
+        if (foreign[i])
+            log_warn("id %s: its claim is held by %s, not by a leader of this cluster", held[i],
+                     foreign[i]);
+        foreign[i] = NULL;
+    }
+    for (size_t i = 0; i < k; i++)
+        free(foreign[i]);
+    free(held);
+    free(foreign);
+    return rc;
+}
+
 /* Releases the claims whose appends committed; then claims the ids of l
  * marked so, noting those another shard's leader holds. Every append out
  * has landed (settle). -1: the leader stepped down. */
@@ -823,13 +865,11 @@ WARN_UNUSED static int claim_ids(Manager *m, const IdList *l)
     int64_t *keys = xcalloc(n + 1, sizeof *keys);
     bool *busy = xcalloc(n + 1, sizeof *busy);
     int rc = n ? journal_claim(m->conn, ids, n, keys, busy, &err) : 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        if (busy[i]) {
-            char *id = xstrdup(ids[i]);
-            hmap_put(&m->busy, id, id);
-        } else
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (!busy[i])
             claims_push(&m->claims, &m->n_claims, &keys[i], 1);
-    }
+    if (rc == 0)
+        rc = note_busy(m, m->conn, ids, busy, n, &err);
     free(ids);
     free(keys);
     free(busy);
@@ -870,8 +910,10 @@ WARN_UNUSED static int look_elsewhere(Manager *m, const IdList *l, KnownSet *kno
         if (db == own)
             continue;
         JournalPeer *p = &m->peer[db];
+        memset(busy, 0, l->n * sizeof *busy);
         if (journal_peer(p, st->url[db], err) != 0 ||
-            journal_known_elsewhere(p->conn, l->ids, l->claim, l->n, busy, known, err) != 0) {
+            journal_known_elsewhere(p->conn, l->ids, l->claim, l->n, busy, known, err) != 0 ||
+            note_busy(m, p->conn, l->ids, busy, l->n, err) != 0) {
             if (p->conn)
                 journal_peer_close(p, true);
             if (!p->down_logged) /* once an outage: rounds go on trying meanwhile */
@@ -885,11 +927,6 @@ WARN_UNUSED static int look_elsewhere(Manager *m, const IdList *l, KnownSet *kno
             p->down_logged = false;
         }
     }
-    for (size_t i = 0; rc == 0 && i < l->n; i++)
-        if (busy[i] && !id_busy(m, l->ids[i])) {
-            char *id = xstrdup(l->ids[i]);
-            hmap_put(&m->busy, id, id);
-        }
     free(busy);
     return rc;
 }
@@ -923,14 +960,17 @@ WARN_UNUSED static int lookup_known(Manager *m, IdList *l, KnownSet *known)
  * append the database refused twice: such a tick is recorded as skipped, its
  * work not accepted (a second accepted event under one id would break "one
  * id, one job", and an append the database refuses would stop every leader
- * that fires the tick). -1: the leader stepped down; -2: another database
- * cannot say (lookup_known), tmp is as it was. */
+ * that fires the tick). A tick's id is made from its schedule's name, which
+ * this shard alone holds in the cluster (reserved, journal.h): it is looked
+ * up, never claimed, so no lock another session holds can stop a tick.
+ * -1: the leader stepped down; -2: another database cannot say
+ * (lookup_known), tmp is as it was. */
 WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
 {
     IdList l = {0};
     for (size_t i = 0; i < tmp->len; i++)
         if (tmp->items[i].type == EV_ACCEPTED && !hmap_get(&m->finished, tmp->items[i].work_id))
-            want_claimed(m, &l, tmp->items[i].work_id);
+            want_known(m, &l, tmp->items[i].work_id);
     KnownSet known;
     int rc = lookup_known(m, &l, &known);
     idlist_free(&l);
@@ -941,9 +981,9 @@ WARN_UNUSED static int screen_ticks(Manager *m, EventList *tmp)
         Event *e = &tmp->items[i];
         const char *why = NULL;
         if (e->type == EV_ACCEPTED)
-            why = id_taken(m, &known, e->work_id) || id_busy(m, e->work_id) ? "duplicate-id"
-                  : tick_isolated(m, e->work_id)                            ? "append-refused"
-                                                                            : NULL;
+            why = id_taken(m, &known, e->work_id) ? "duplicate-id"
+                  : tick_isolated(m, e->work_id)  ? "append-refused"
+                                                  : NULL;
         if (!why) {
             tmp->items[kept++] = *e;
             continue;

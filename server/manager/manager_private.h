@@ -115,12 +115,20 @@ void step_down(Manager *m, const char *why);
 void emit(Manager *m, EventList *tmp, int64_t now);
 int settle(Manager *m) WARN_UNUSED;
 void want_known(Manager *m, IdList *l, const char *id);
-/* want_known for an id the round may create (a submission's, a tick's). */
+/* want_known for an id the round may create (a client's, or a reservation,
+ * journal.h): claimed first in the cluster (several shards). */
 void want_claimed(Manager *m, IdList *l, const char *id);
-/* Whether another shard's leader is creating id now (its claim is held):
- * the command waits for that commit (503 id-busy, retried by the node). */
+/* Whether id's claim is held elsewhere now: by another shard's leader, which
+ * is creating it (the command waits for that commit: 503 id-busy, retried
+ * by the node), or by a session that is no leader (id_squatted). */
 bool id_busy(const Manager *m, const char *id);
+/* Who holds id's claim when that is no leader of the cluster (a session of
+ * some other role or program): nobody waits for it (503 id-locked, naming
+ * it). NULL: not busy, or a leader's. Valid until the next round. */
+const char *id_squatted(const Manager *m, const char *id);
+/* want_known / want_claimed for an id made for the lookup: l owns it. */
 void want_known_made(Manager *m, IdList *l, char *id);
+void want_claimed_made(Manager *m, IdList *l, char *id);
 
 /* ---- commands.c: the command table ---- */
 /* Adds to ids what c needs looked up before its round decides; -1: stepped

@@ -1298,6 +1298,12 @@ int journal_parts(PGconn *c, PartList *out, Err *err)
     " w.max_attempts, w.last_error, w.key, w.batch, w.trace->>'traceparent',"                      \
     " w.trace->>'tracestate', w.shard"
 
+/* A reservation's row (journal.h, RESERVE_*) in KNOWN_COLS' shape:
+ * "k.id, 'reserved', <count>, " RESERVED_COLS "<shard>". */
+#define RESERVED_COLS                                                                              \
+    "'null'::text, '', 0, 0::bigint, 0, NULL::text, NULL::text, NULL::text, NULL::text,"           \
+    " NULL::text, "
+
 /* Adds the rows of res (KNOWN_COLS) to out; res must live as long as out. */
 static void known_rows_of(KnownSet *out, const PGresult *res)
 {
@@ -1342,13 +1348,28 @@ WARN_UNUSED static PGresult *known_look(PGconn *c, char *const *ids, size_t n, E
      * the tables' statistics, which are those of empty tables when the
      * session starts: an index lookup per id (LATERAL, kept a subquery by
      * OFFSET 0), where a join may be planned as a hash join over every row. */
-    PGresult *r = db_exec_cached(c, "workd_known",
-                                 "SELECT w.* FROM unnest($1::text[]) AS k(id) CROSS JOIN LATERAL"
-                                 " (SELECT " KNOWN_COLS " FROM workd_open w WHERE w.id = k.id"
-                                 "  UNION ALL"
-                                 "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
-                                 "  OFFSET 0) w",
-                                 1, params, "looking up work ids", err);
+    /* Names that make ids are reserved as ids too (RESERVE_*, journal.h):
+     * an open batch reserves its callback's id, a schedule its name; the
+     * count of schedules answers as one row. */
+    PGresult *r = db_exec_cached(
+        c, "workd_known",
+        "SELECT w.* FROM unnest($1::text[]) AS k(id) CROSS JOIN LATERAL"
+        " (SELECT " KNOWN_COLS " FROM workd_open w WHERE w.id = k.id"
+        "  UNION ALL"
+        "  SELECT " KNOWN_COLS " FROM workd_done w WHERE w.id = k.id"
+        "  UNION ALL"
+        "  SELECT k.id, 'reserved', 0, " RESERVED_COLS "b.shard FROM workd_batches b"
+        "   WHERE k.id LIKE '%" RESERVE_CALLBACK_SQL "' AND b.finished_seq IS NULL"
+        "     AND b.id = left(k.id, -" RESERVE_CALLBACK_LEN ")"
+        "  UNION ALL"
+        "  SELECT k.id, 'reserved', 0, " RESERVED_COLS "s.shard FROM workd_schedules s"
+        "   WHERE k.id LIKE '%" RESERVE_SCHEDULE_SQL "'"
+        "     AND s.name = left(k.id, -" RESERVE_SCHEDULE_LEN ")"
+        "  UNION ALL"
+        "  SELECT k.id, 'reserved', n.n::int, " RESERVED_COLS "-1"
+        "    FROM (SELECT count(*) n FROM workd_schedules) n WHERE k.id = '" RESERVE_SCHEDULES "'"
+        "  OFFSET 0) w",
+        1, params, "looking up work ids", err);
     free(arr);
     return r;
 }
@@ -1501,6 +1522,43 @@ int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *bu
     for (size_t i = 0; i < n && (int)i < PQntuples(r); i++) {
         busy[i] = strcmp(PQgetvalue(r, (int)i, 1), "t") != 0;
         keys[i] = busy[i] ? 0 : db_int(r, (int)i, 0);
+    }
+    PQclear(r);
+    return 0;
+}
+
+int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign, Err *err)
+{
+    memset(foreign, 0, n * sizeof *foreign);
+    if (!n)
+        return 0;
+    char *arr = text_array(ids, n);
+    const char *params[] = {arr};
+    /* A bigint advisory key shows in pg_locks as its halves, objsubid 1.
+     * The sessions that write each shard's log are workd_shards' pids. */
+    PGresult *r = db_exec_cached(
+        c, "workd_claim_holders",
+        "SELECT k.n - 1, l.pid, coalesce(a.usename::text, '?'),"
+        "       coalesce(a.application_name, ''), s.shard IS NOT NULL"
+        "  FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n)"
+        "  CROSS JOIN LATERAL hashtextextended(k.id, 0) AS h"
+        "  JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        "   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        "   AND l.classid = ((h >> 32) & 4294967295)::oid AND l.objid = (h & 4294967295)::oid"
+        "  LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+        "  LEFT JOIN workd_shards s ON s.pid = l.pid",
+        1, params, "finding who holds claims", err);
+    free(arr);
+    if (!r)
+        return -1;
+    for (int i = 0; i < PQntuples(r); i++) {
+        int64_t at = db_int(r, i, 0);
+        if (at < 0 || (size_t)at >= n || !strcmp(PQgetvalue(r, i, 4), "t") || foreign[at])
+            continue;
+        char who[256];
+        snprintf(who, sizeof who, "database session pid %s (role '%.63s', application '%.63s')",
+                 PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
+        foreign[at] = xstrdup(who);
     }
     PQclear(r);
     return 0;

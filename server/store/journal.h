@@ -10,10 +10,12 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "err.h"
 #include "event.h"
 #include "projection.h"
+#include "util.h" /* SYSTEM_ID_MARK */
 #include "view.h" /* ACTIVITY_*: the append keeps workd_activity */
 #include "workstate.h"
 
@@ -127,6 +129,32 @@ typedef struct KnownSet {
 } KnownSet;
 int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err) WARN_UNUSED;
 
+/* ---- reservations: names from which ids are made, looked up as ids ---- */
+/* A name from which workd makes ids is reserved in the whole cluster under
+ * an id no client can choose (SYSTEM_ID_MARK): "B~callback" while batch B is
+ * open (its callback's id, ws_callback_id), "S~schedule" while schedule S
+ * exists (its ticks' ids are "S~<time>"). journal_known answers for each a
+ * row of status "reserved" (RESERVED) whose shard holds the name. Claimed as
+ * new ids are (journal_claim), two shards cannot take one name at once, so
+ * every id made from it is made by one shard alone. RESERVE_SCHEDULES
+ * answers one row per database whose attempts is the count of its
+ * schedules: claimed by every new schedule, so that schedules are made one
+ * at a time in the cluster and its limit holds. */
+#define RESERVED "reserved"
+#define RESERVE_CALLBACK_SQL "~callback"
+#define RESERVE_CALLBACK_LEN "9"
+#define RESERVE_SCHEDULE_SQL "~schedule"
+#define RESERVE_SCHEDULE_LEN "9"
+#define RESERVE_SCHEDULES "~schedules"
+_Static_assert(SYSTEM_ID_MARK == '~', "the reservations' SQL spells the mark");
+_Static_assert(sizeof RESERVE_CALLBACK_SQL - 1 == 9 && sizeof RESERVE_SCHEDULE_SQL - 1 == 9,
+               "the reservations' lengths");
+/* The reservation of a schedule's name (RESERVE_SCHEDULE_SQL), in out. */
+static inline void journal_schedule_reservation(const char *name, char *out, size_t len)
+{
+    snprintf(out, len, "%s" RESERVE_SCHEDULE_SQL, name);
+}
+
 /* ---- claims of new ids (a cluster of several shards) ---- */
 /* Two shards' leaders may take the same new id at once, and the database's
  * primary key would refuse the second append, after its leader had applied
@@ -136,6 +164,13 @@ int journal_known(PGconn *c, char *const *ids, size_t n, KnownSet *out, Err *err
  * A leader that finds one busy waits for the other's commit and looks again. */
 int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *busy,
                   Err *err) WARN_UNUSED;
+/* Who holds the claims of ids that journal_claim (or a look's) found busy:
+ * foreign[i] is NULL when a workd leader's session holds it, or nobody by
+ * now (a moment's claim); else a description of the session that holds it
+ * (pid, role, application; the caller frees it): no leader of the cluster
+ * ever waits for that one. */
+int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign,
+                          Err *err) WARN_UNUSED;
 /* Releases claims of this session (their appends committed, or wrote nothing). */
 int journal_release(PGconn *c, const int64_t *keys, size_t n, Err *err) WARN_UNUSED;
 void journal_known_free(KnownSet *k);

@@ -161,6 +161,8 @@ static void check(Watched *w, const char *url, Facts *f)
             snprintf(f->error, sizeof f->error, "%s", err.msg);
             return;
         }
+        /* A frozen server would hold the check of every database. */
+        db_set_deadline(w->conn, DBWATCH_EVERY_MS);
     }
     PGresult *r = db_exec(w->conn, FACTS_SQL, 0, NULL, "checking the database", &err);
     if (!r) {

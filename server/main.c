@@ -265,6 +265,11 @@ static bool listener_down_of(void *l, int db)
     return listener_db_down(l, db);
 }
 
+static bool listener_silent_of(void *l, int db)
+{
+    return listener_db_silent(l, db);
+}
+
 static bool dbwatch_stalled_of(void *w, char *why, size_t whylen)
 {
     return dbwatch_stalled(w, why, whylen);
@@ -391,7 +396,7 @@ WARN_UNUSED static int start_front(Server *s, int64_t started_ms, Err *err)
                          .http = s->http};
     if (!(s->proxy = proxy_start(&pc, err)) || !(s->listener = listener_start(&lc, err)))
         return -1;
-    dbpool_watch(s->pool, listener_down_of, s->listener);
+    dbpool_watch(s->pool, listener_down_of, listener_silent_of, s->listener);
     ApiConfig ac = {.node_id = s->cfg.node_id,
                     .cluster_secret = s->cfg.cluster_secret,
                     .max_body = s->cfg.max_body,

@@ -22,7 +22,8 @@ struct DbPool {
     pthread_cond_t cond;
     Task *head, *tail;
     bool stopping;
-    bool (*down)(void *ud, int db); /* dbpool_watch's; under lock */
+    bool (*down)(void *ud, int db);   /* dbpool_watch's; under lock */
+    bool (*silent)(void *ud, int db); /* ditto */
     void *down_ud;
     int nthreads;
     pthread_t *threads;
@@ -34,8 +35,24 @@ typedef struct Sessions {
     const DbPool *pool;
     PGconn *conn[SHARDS_MAX]; /* by database; NULL: none yet, or gone */
     uint64_t looked;          /* databases looked at during this task */
-    bool stopping;            /* no database for this task */
+    struct At {
+        DbPool *pool;
+        int db;
+    } at[SHARDS_MAX]; /* each session's, for its deadline's give-up (silent) */
+    bool stopping;    /* no database for this task */
 } Sessions;
+
+/* A statement's give-up (db_set_deadline_or): the watch says that its
+ * database went silent. */
+static bool silent(void *arg)
+{
+    const struct At *at = arg;
+    DbPool *p = at->pool;
+    pthread_mutex_lock(&p->lock);
+    bool quiet = p->silent && p->silent(p->down_ud, at->db);
+    pthread_mutex_unlock(&p->lock);
+    return quiet;
+}
 
 static PGconn *session(ViewDbs *d, int db)
 {
@@ -45,22 +62,29 @@ static PGconn *session(ViewDbs *d, int db)
     if (s->looked >> db & 1)
         return s->conn[db];
     s->looked |= (uint64_t)1 << db;
-    /* A session whose server went away while it sat idle (a restart, a
-     * failover) is replaced before the task uses it, not after it failed. */
-    if (db_alive(s->conn[db]))
-        return s->conn[db];
-    PQfinish(s->conn[db]);
-    s->conn[db] = NULL;
+    /* Down by the listener's word: no session, without waiting. */
     DbPool *p = (DbPool *)s->pool;
     pthread_mutex_lock(&p->lock);
     bool down = p->down && p->down(p->down_ud, db);
     pthread_mutex_unlock(&p->lock);
     if (down)
         return NULL;
+    /* A session whose server went away while it sat idle (a restart, a
+     * failover) is replaced before the task uses it, not after it failed. */
+    if (db_alive(s->conn[db]))
+        return s->conn[db];
+    PQfinish(s->conn[db]);
+    s->conn[db] = NULL;
+    /* A silent database would hold a new session's connect for its whole
+     * connect_timeout. */
+    s->at[db] = (struct At){p, db};
+    if (silent(&s->at[db]))
+        return NULL;
     Err err = {0};
     s->conn[db] = db_connect(s->pool->stores->url[db], "frontend", &err);
     if (!s->conn[db])
         log_warn("read pool: %s", err.msg);
+    db_set_deadline_or(s->conn[db], DBPOOL_DEADLINE_MS, silent, &s->at[db]);
     return s->conn[db];
 }
 
@@ -144,10 +168,12 @@ void dbpool_free(DbPool *p)
     free(p);
 }
 
-void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), void *ud)
+void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), bool (*quiet)(void *ud, int db),
+                  void *ud)
 {
     pthread_mutex_lock(&p->lock);
     p->down = down;
+    p->silent = quiet;
     p->down_ud = ud;
     pthread_mutex_unlock(&p->lock);
 }

@@ -16,6 +16,12 @@ typedef struct DbPool DbPool;
  * (view.h). */
 typedef void (*DbTaskFn)(ViewDbs *db, void *arg);
 
+/* Every statement of the pool waits at most DBPOOL_DEADLINE_MS for its
+ * answer, and less once the watch says its database went silent
+ * (dbpool_watch): a frozen database holds a pool thread until the
+ * listener's probe there is overdue, and reads queued behind it that long. */
+#define DBPOOL_DEADLINE_MS 5000
+
 /* stores is borrowed: it outlives the pool. */
 DbPool *dbpool_start(const Stores *stores, int threads, Err *err) WARN_UNUSED;
 /* Runs what is queued (with no database), then joins; later tasks run at
@@ -25,8 +31,10 @@ void dbpool_free(DbPool *p);
 void dbpool_submit(DbPool *p, DbTaskFn fn, void *arg);
 /* From now on a database that down(ud, db) says is down gives no session
  * at once, rather than a connect that waits for its timeout (a host that
- * does not answer would hold every pool thread): the listener's word
- * (listener_db_down). Any thread. */
-void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), void *ud);
+ * does not answer would hold every pool thread), and a statement there
+ * gives up waiting once silent(ud, db) says so: the listener's word
+ * (listener_db_down, listener_db_silent). Any thread. */
+void dbpool_watch(DbPool *p, bool (*down)(void *ud, int db), bool (*silent)(void *ud, int db),
+                  void *ud);
 
 #endif

@@ -23,6 +23,17 @@
  * connect_timeout, which libpq does not keep for a session opened without
  * blocking): a host that does not answer costs a retry, not the thread. */
 #define OPEN_MS 5000
+/* A session that waits for notifications hears nothing of a server that is
+ * frozen (its kernel still acknowledges TCP): each is probed (SELECT 1,
+ * sent without waiting) every PROBE_EVERY_MS, and dropped when a probe, or
+ * any statement (db_set_deadline), is not answered within PROBE_MS. So a
+ * frozen database shows as down within PROBE_EVERY_MS + PROBE_MS, and
+ * holds this thread, which serves every database, for at most PROBE_MS
+ * once; a probe unanswered for SILENT_MS already says that it is silent
+ * (listener_db_silent), so that reads waiting there give up (dbpool). */
+#define SILENT_MS 500
+#define PROBE_EVERY_MS 250
+#define PROBE_MS 1000
 
 /* The session to one database, and when to try it again. */
 typedef struct ListenDb {
@@ -34,9 +45,11 @@ typedef struct ListenDb {
     int64_t opening_until;
     bool down_logged;
     int64_t retry_ms, backoff_ms;
-    uint64_t shards;  /* the shards it keeps (a bit per shard) */
-    atomic_bool ok;   /* the session is up (written by the thread only) */
-    atomic_bool down; /* the last try to open it failed, or it dropped (ditto) */
+    _Atomic int64_t probe_sent; /* mono ms: the probe in flight (0: none; written by the thread) */
+    int64_t next_probe;         /* mono ms */
+    uint64_t shards;            /* the shards it keeps (a bit per shard) */
+    atomic_bool ok;             /* the session is up (written by the thread only) */
+    atomic_bool down;           /* the last try to open it failed, or it dropped (ditto) */
 } ListenDb;
 
 struct Listener {
@@ -74,14 +87,65 @@ static void drop(Listener *l, int d, const char *why)
     b->down_logged = true;
     PQfinish(b->conn);
     b->conn = NULL;
+    b->probe_sent = 0;
     atomic_store(&b->ok, false);
     atomic_store(&b->down, true);
 }
 
-/* The session of the database that keeps shard k (NULL: down). */
+/* Reads what the probe in flight on database d's session got, waiting at
+ * most until its deadline (wait: else not at all); a probe not answered by
+ * then drops the session. 0: no probe in flight any more; 1: it still is
+ * (not waiting); -1: the session was dropped. */
+static int probe_settle(Listener *l, int d, bool wait)
+{
+    ListenDb *b = &l->db[d];
+    while (b->conn && b->probe_sent) {
+        if (!PQconsumeInput(b->conn)) {
+            drop(l, d, PQerrorMessage(b->conn));
+            return -1;
+        }
+        if (!PQisBusy(b->conn)) {
+            PGresult *r;
+            while ((r = PQgetResult(b->conn)))
+                PQclear(r);
+            b->probe_sent = 0;
+            b->next_probe = mono_ms() + PROBE_EVERY_MS;
+            return 0;
+        }
+        int64_t left = b->probe_sent + PROBE_MS - mono_ms();
+        if (left <= 0) {
+            char why[80];
+            snprintf(why, sizeof why, "no answer to a probe within %d ms", PROBE_MS);
+            drop(l, d, why);
+            return -1;
+        }
+        if (!wait)
+            return 1;
+        struct pollfd pfd = {.fd = PQsocket(b->conn), .events = POLLIN};
+        poll(&pfd, 1, (int)left);
+    }
+    return b->conn ? 0 : -1;
+}
+
+/* Sends database d's probe when it is due (probe_settle reads it). */
+static void probe(Listener *l, int d, int64_t now)
+{
+    ListenDb *b = &l->db[d];
+    if (!b->conn || b->probe_sent || now < b->next_probe)
+        return;
+    if (!PQsendQuery(b->conn, "SELECT 1")) {
+        drop(l, d, PQerrorMessage(b->conn));
+        return;
+    }
+    b->probe_sent = now;
+}
+
+/* The session of the database that keeps shard k, ready for a statement
+ * (NULL: down). */
 static PGconn *shard_conn(Listener *l, int k)
 {
-    return l->db[l->cfg.stores->of[k]].conn;
+    int d = l->cfg.stores->of[k];
+    return probe_settle(l, d, true) == 0 ? l->db[d].conn : NULL;
 }
 
 /* Re-reads the leader of every shard in `which` (a bit per shard) whose
@@ -230,6 +294,8 @@ WARN_UNUSED static int connect_listen(Listener *l, int d)
 /* This node's row in workd_nodes, and the live nodes: the home database's. */
 static void announce(Listener *l)
 {
+    if (probe_settle(l, 0, true) != 0)
+        return;
     PGconn *home = l->db[0].conn;
     Err err = {0};
     char started[40];
@@ -293,6 +359,8 @@ static void take_notifications(Listener *l, int d, bool suspect)
     /* Notifications that arrive while a pump's queries run wait inside
      * libpq, not on the socket: read them again until none is left. */
     for (bool first = true;; first = false) {
+        if (probe_settle(l, d, false) != 0) /* dropped, or answered later: then read */
+            return;
         if (!PQconsumeInput(b->conn) || PQstatus(b->conn) != CONNECTION_OK) {
             drop(l, d, PQerrorMessage(b->conn));
             return;
@@ -352,6 +420,8 @@ static void open_step(Listener *l, int d, bool ready)
     }
     b->conn = b->opening;
     b->opening = NULL;
+    db_set_deadline(b->conn, PROBE_MS);
+    b->next_probe = mono_ms() + PROBE_EVERY_MS;
     if (connect_listen(l, d) == 0) {
         b->backoff_ms = 50;
         return;
@@ -374,6 +444,8 @@ static void *listener_main(void *arg)
             announce(l);
             l->next_node_ms = mono_ms() + NODE_EVERY_MS;
         }
+        for (int d = 0; d < l->n; d++)
+            probe(l, d, mono_ms());
         bool suspect = leaderinfo_suspect(l->cfg.leader);
         int64_t most = suspect ? 100 : 1000, now = mono_ms();
         struct pollfd pfd[1 + SHARDS_MAX] = {{.fd = l->efd, .events = POLLIN}};
@@ -388,6 +460,9 @@ static void *listener_main(void *arg)
             }
             if (b->opening) {
                 int64_t due = b->opening_until - now;
+                most = due < 0 ? 0 : due < most ? due : most;
+            } else {
+                int64_t due = b->probe_sent ? b->probe_sent + PROBE_MS - now : b->next_probe - now;
                 most = due < 0 ? 0 : due < most ? due : most;
             }
             of[np] = d;
@@ -435,6 +510,12 @@ bool listener_db_ok(Listener *l)
         if (!atomic_load(&l->db[d].ok))
             return false;
     return l != NULL;
+}
+
+bool listener_db_silent(Listener *l, int db)
+{
+    int64_t sent = l && db >= 0 && db < l->n ? atomic_load(&l->db[db].probe_sent) : 0;
+    return (sent && mono_ms() - sent > SILENT_MS) || listener_db_down(l, db);
 }
 
 bool listener_db_down(Listener *l, int db)

@@ -45,6 +45,9 @@ bool listener_db_ok(Listener *l);
  * or its session dropped, and it has not reached it since: a read there
  * would wait on it (any thread). */
 bool listener_db_down(Listener *l, int db);
+/* listener_db_down, or its probe there has waited half a second for an
+ * answer: a read waiting there may give up (any thread). */
+bool listener_db_silent(Listener *l, int db);
 bool listener_shard_db_ok(Listener *l, int shard);
 /* The live server nodes as JSON (a new reference), refreshed every few seconds. */
 json_t *listener_nodes(Listener *l);

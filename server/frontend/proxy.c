@@ -24,6 +24,7 @@ typedef struct Fwd {
     size_t body_len;
     struct curl_slist *hdrs;
     int64_t deadline, next_try;
+    int64_t within_ms; /* a call's own bound (proxy_call_within); 0: the proxy's deadline */
     int attempt;
     CURL *easy;
     SBuf resp; /* at most --max-reply-bytes */
@@ -48,6 +49,7 @@ struct Proxy {
     Fwd *flying;  /* in flight */
     long in_flight;
     int64_t next_alive_check;
+    _Atomic int64_t stuck_until[SHARDS_MAX]; /* mono ms (proxy_shard_stuck) */
 };
 
 static void fly_add(Proxy *p, Fwd *f)
@@ -212,8 +214,10 @@ static void try_send(Proxy *p, Fwd *f, int64_t now)
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, f->hdrs);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    int64_t left = f->deadline - mono_ms();
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                     (long)(p->cfg.pull_wait_max_ms + p->cfg.deadline_ms + 5000));
+                     f->within_ms ? (long)(left > 0 ? left : 1)
+                                  : (long)(p->cfg.pull_wait_max_ms + p->cfg.deadline_ms + 5000));
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, f);
@@ -276,12 +280,25 @@ static void on_done(Proxy *p, CURL *e, CURLcode rc, int64_t now)
         fwd_free(f);
         return;
     }
+    if (f->within_ms && (rc == CURLE_OPERATION_TIMEDOUT || now >= f->deadline) &&
+        (rc != CURLE_OK || retryable(f, status))) {
+        /* A call's bound: no more tries, and the shard is passed over a while. */
+        atomic_store(&p->stuck_until[f->shard], now + PROXY_STUCK_MS);
+        Err err;
+        err_set(&err, 504, "shard-unavailable",
+                "the leader of shard %d gave no answer within %lld ms", f->shard,
+                (long long)f->within_ms);
+        fwd_fail(f, &err);
+        fwd_free(f);
+        return;
+    }
     if (rc != CURLE_OK || retryable(f, status)) {
         snprintf(f->last_error, sizeof f->last_error, "%s",
                  rc != CURLE_OK ? curl_easy_strerror(rc) : "the node was not the leader");
         retry_or_fail(p, f, now);
         return;
     }
+    atomic_store(&p->stuck_until[f->shard], 0);
     if (status == 403 && f->resp.data && strstr(f->resp.data, "/forwarding-refused")) {
         /* The leader did not believe this node: an operator's mistake, not
          * the client's. */
@@ -335,7 +352,7 @@ static void *proxy_main(void *arg)
         pthread_mutex_unlock(&p->lock);
         while (in) {
             Fwd *next = in->next;
-            in->deadline = now + p->cfg.deadline_ms;
+            in->deadline = now + (in->within_ms ? in->within_ms : p->cfg.deadline_ms);
             try_send(p, in, now);
             in = next;
         }
@@ -527,9 +544,21 @@ void proxy_forward(Proxy *p, int shard, Req *r, char *body)
 
 void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *ud)
 {
+    proxy_call_within(p, shard, r, body, 0, done, ud);
+}
+
+void proxy_call_within(Proxy *p, int shard, Req *r, char *body, int64_t within_ms, ProxyDone done,
+                       void *ud)
+{
     Fwd *f = fwd_new(p, shard, r, body);
     f->done = done;
     f->done_ud = ud;
+    f->within_ms = within_ms;
     f->req = NULL; /* r may be answered and gone before this call's answer */
     fwd_send(p, f);
+}
+
+bool proxy_shard_stuck(Proxy *p, int shard)
+{
+    return shard >= 0 && shard < SHARDS_MAX && mono_ms() < atomic_load(&p->stuck_until[shard]);
 }

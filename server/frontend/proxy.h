@@ -50,5 +50,16 @@ typedef void (*ProxyDone)(void *ud, const ProxyReply *reply);
  * only during this call (its path, query and credentials are copied): the
  * call may outlive it. */
 void proxy_call(Proxy *p, int shard, Req *r, char *body, ProxyDone done, void *ud);
+/* As proxy_call, bounded: no answer of the shard's leader within within_ms
+ * (a leader stuck on its database, say) ends the call with 504
+ * shard-unavailable, and the shard counts as stuck (proxy_shard_stuck) for
+ * PROXY_STUCK_MS or until one of its leader's answers comes. within_ms 0:
+ * the proxy's deadline, as proxy_call. */
+#define PROXY_STUCK_MS 5000
+void proxy_call_within(Proxy *p, int shard, Req *r, char *body, int64_t within_ms, ProxyDone done,
+                       void *ud);
+/* Whether a bounded call to shard's leader went unanswered a moment ago.
+ * Any thread. */
+bool proxy_shard_stuck(Proxy *p, int shard);
 
 #endif

@@ -82,6 +82,12 @@ static char *call_body(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
 
 static void call_done(void *ud, const ProxyReply *reply);
 
+/* Each call is bounded (proxy_call_within): a shard whose leader does not
+ * answer (stuck on a database that is frozen) holds a worker's pull this
+ * much past the call's own wait, once; then it is passed over while the
+ * proxy says it is stuck, and what the other shards have is answered. */
+#define CALL_GRACE_MS 2000
+
 static void send_call(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
 {
     Call *c = xcalloc(1, sizeof *c);
@@ -93,7 +99,8 @@ static void send_call(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
     /* Sent with the lock held: a call that fails at once (the proxy
      * stopping) answers on this thread, inside this call (the lock is
      * recursive, and `busy` keeps the Pull until the outermost returns). */
-    proxy_call(pl->p, pl->shards[i], pl->r, call_body(pl, i, max, wait_ms, peek), call_done, c);
+    proxy_call_within(pl->p, pl->shards[i], pl->r, call_body(pl, i, max, wait_ms, peek),
+                      wait_ms + CALL_GRACE_MS, call_done, c);
 }
 
 /* Takes from the next shard whose turn it is, for what is still missing;
@@ -111,6 +118,10 @@ static void take(Pull *pl)
     int i = pl->next;
     pl->next = (pl->next + 1) % pl->n;
     pl->tried++;
+    if (proxy_shard_stuck(pl->p, pl->shards[i])) {
+        take(pl); /* its peek asks it again */
+        return;
+    }
     send_call(pl, i, missing, 0, false);
 }
 
@@ -140,7 +151,9 @@ static void call_done(void *ud, const ProxyReply *reply)
     pl->out--;
     json_t *body = !reply->err && reply->len ? json_loadb(reply->body, reply->len, 0, NULL) : NULL;
     bool ok = !reply->err && reply->status == 200 && json_is_object(body);
-    if (!ok && !pl->first_err.status) {
+    /* A shard that did not answer in time has nothing for this pull. */
+    bool stuck = reply->err && !strcmp(reply->err->type, "shard-unavailable");
+    if (!ok && !stuck && !pl->first_err.status) {
         if (reply->err)
             pl->first_err = *reply->err;
         else

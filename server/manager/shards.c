@@ -16,6 +16,9 @@
 /* A manager node is live while its row in workd_nodes is this fresh (the
  * listener refreshes it every 3 s). */
 #define LIVE_MS 10000
+/* A database that does not answer holds placement this long at most (every
+ * shard's placement reads every database). */
+#define PLACEMENT_DEADLINE_MS 2000
 
 struct ShardSet {
     int n;
@@ -41,6 +44,7 @@ WARN_UNUSED static PGresult *ask(ShardSet *set, int db, const char *sql, const c
         PQfinish(set->conn[db]);
         if (!(set->conn[db] = db_connect(set->stores->url[db], "placement", &err)))
             return NULL;
+        db_set_deadline(set->conn[db], PLACEMENT_DEADLINE_MS);
     }
     char ms[24], keeps[STORES_KEEPS_LEN];
     snprintf(ms, sizeof ms, "%d", LIVE_MS);

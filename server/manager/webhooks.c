@@ -20,11 +20,12 @@
 #include "view.h"
 #include "whsig.h"
 
-#define READ_PAGE 200        /* events per read from the table */
-#define READ_BYTES (1 << 20) /* ... and about this many bytes */
-#define IDLE_POLL_MS 1000    /* the thread wakes at least this often */
-#define CURSOR_SKIPPED 10000 /* a cursor moved by this many skipped events only: recorded */
-#define RESPONSE_MAX 4096    /* bytes of a receiver's answer read at most (none kept) */
+#define READ_PAGE 200             /* events per read from the table */
+#define READ_BYTES (1 << 20)      /* ... and about this many bytes */
+#define IDLE_POLL_MS 1000         /* the thread wakes at least this often */
+#define CURSOR_SKIPPED 10000      /* a cursor moved by this many skipped events only: recorded */
+#define RESPONSE_MAX 4096         /* bytes of a receiver's answer read at most (none kept) */
+#define WEBHOOKS_DEADLINE_MS 5000 /* a statement's answer, waited for at most */
 
 enum { K_COMPLETED = 1, K_DEAD = 2, K_CANCELLED = 4 };
 
@@ -434,12 +435,14 @@ static bool wants(const Sub *s, const ResultEvent *ev)
  * or NULL. */
 static void session_up(Webhooks *w, int db)
 {
-    if (w->conn[db] && PQstatus(w->conn[db]) == CONNECTION_OK)
+    if (w->conn[db] && PQstatus(w->conn[db]) == CONNECTION_OK && !db_timed_out(w->conn[db]))
         return;
     PQfinish(w->conn[db]);
     Err err = {0};
     const char *url = w->cfg.stores ? w->cfg.stores->url[db] : w->cfg.database_url;
     w->conn[db] = db_connect(url, "webhooks", &err);
+    /* One database that does not answer holds the deliveries of all. */
+    db_set_deadline(w->conn[db], WEBHOOKS_DEADLINE_MS);
     Cursor end;
     cursor_zero(&end, w->cfg.shards);
     if (w->conn[db] && w->cfg.shards > 1) {

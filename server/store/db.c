@@ -1,6 +1,7 @@
 /* db: see db.h. */
 #include "db.h"
 
+#include <libpq-events.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,9 +169,143 @@ int db_connect_step(PGconn *c, const char *app, bool *want_write, Err *err)
     }
 }
 
+/* ---- deadlines: the session's, kept as libpq instance data ---- */
+
+typedef struct Deadline {
+    int ms;
+    bool expired;
+    bool (*give_up)(void *arg); /* NULL: none */
+    void *arg;
+} Deadline;
+
+static int deadline_event(PGEventId id, void *info, void *pass)
+{
+    (void)pass;
+    if (id == PGEVT_CONNDESTROY) {
+        const PGEventConnDestroy *d = info;
+        free(PQinstanceData(d->conn, deadline_event));
+    }
+    return 1;
+}
+
+void db_set_deadline(PGconn *c, int ms)
+{
+    db_set_deadline_or(c, ms, NULL, NULL);
+}
+
+void db_set_deadline_or(PGconn *c, int ms, bool (*give_up)(void *arg), void *arg)
+{
+    if (!c || PQinstanceData(c, deadline_event))
+        return;
+    Deadline *d = xcalloc(1, sizeof *d);
+    d->ms = ms;
+    d->give_up = give_up;
+    d->arg = arg;
+    if (!PQregisterEventProc(c, deadline_event, "workd-deadline", NULL) ||
+        !PQsetInstanceData(c, deadline_event, d))
+        free(d);
+}
+
+bool db_timed_out(PGconn *c)
+{
+    const Deadline *d = c ? PQinstanceData(c, deadline_event) : NULL;
+    return d && d->expired;
+}
+
+/* The answer to what was just sent on c (PQsend*: sent says whether that
+ * worked), read within d's deadline, as PQexec would give it (the last
+ * result; an error's if one failed). NULL past the deadline (d->expired)
+ * or when the session failed (PQerrorMessage says why). */
+static PGresult *await_answer(PGconn *c, Deadline *d, bool sent)
+{
+    if (!sent)
+        return NULL;
+    int64_t until = mono_ms() + d->ms;
+    PGresult *kept = NULL, *r;
+    for (;;) {
+        while (!PQisBusy(c)) {
+            if (!(r = PQgetResult(c)))
+                return kept;
+            ExecStatusType st = PQresultStatus(r);
+            bool failed = st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR;
+            if (kept && PQresultStatus(kept) == PGRES_FATAL_ERROR && !failed) {
+                PQclear(r); /* the error stays the answer */
+                continue;
+            }
+            PQclear(kept);
+            kept = r;
+        }
+        int64_t left = until - mono_ms();
+        if (d->give_up && left > DB_GIVE_UP_POLL_MS)
+            left = DB_GIVE_UP_POLL_MS;
+        struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+        int ready = left > 0 ? poll(&pfd, 1, (int)left) : 0;
+        if (ready == 0 && mono_ms() < until && !(d->give_up && d->give_up(d->arg)))
+            continue;
+        if (ready == 0) {
+            d->expired = true;
+            PQclear(kept);
+            return NULL;
+        }
+        if (ready > 0 && !PQconsumeInput(c)) {
+            PQclear(kept);
+            return NULL;
+        }
+    }
+}
+
+/* A statement past its session's deadline: err says so. */
+static void timed_out(PGconn *c, const char *what, Err *err)
+{
+    const Deadline *d = PQinstanceData(c, deadline_event);
+    err_set(err, 503, "database-unavailable",
+            "%s: the database gave no answer in time (the session's deadline: %d ms)", what,
+            d ? d->ms : 0);
+}
+
+/* The blocking calls db.c makes, each under c's deadline when it has one. */
+static PGresult *run_params(PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+    Deadline *d = PQinstanceData(c, deadline_event);
+    if (!d)
+        return PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+    return await_answer(c, d, PQsendQueryParams(c, sql, nparams, NULL, params, NULL, NULL, 0));
+}
+
+static PGresult *run_simple(PGconn *c, const char *sql)
+{
+    Deadline *d = PQinstanceData(c, deadline_event);
+    return d ? await_answer(c, d, PQsendQuery(c, sql)) : PQexec(c, sql);
+}
+
+static PGresult *run_prepare(PGconn *c, const char *name, const char *sql, int nparams)
+{
+    Deadline *d = PQinstanceData(c, deadline_event);
+    return d ? await_answer(c, d, PQsendPrepare(c, name, sql, nparams, NULL))
+             : PQprepare(c, name, sql, nparams, NULL);
+}
+
+static PGresult *run_prepared(PGconn *c, const char *name, int nparams, const char *const *params)
+{
+    Deadline *d = PQinstanceData(c, deadline_event);
+    if (!d)
+        return PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+    return await_answer(c, d, PQsendQueryPrepared(c, name, nparams, params, NULL, NULL, 0));
+}
+
+/* db_check, or the deadline's error when that is why res is NULL. */
+static int checked(PGconn *c, PGresult *res, const char *what, Err *err)
+{
+    if (!res && db_timed_out(c)) {
+        timed_out(c, what, err);
+        return -1;
+    }
+    return db_check(c, res, what, err);
+}
+
 bool db_alive(PGconn *c)
 {
-    if (!c || PQstatus(c) != CONNECTION_OK)
+    if (!c || PQstatus(c) != CONNECTION_OK || db_timed_out(c))
         return false;
     /* An idle session that does not LISTEN has nothing to read: anything
      * readable is the server ending it (a message, then EOF), or a report that
@@ -203,8 +338,8 @@ int db_check(PGconn *c, PGresult *res, const char *what, Err *err)
 PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *params,
                   const char *what, Err *err)
 {
-    PGresult *r = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
-    if (db_check(c, r, what, err) != 0) {
+    PGresult *r = run_params(c, sql, nparams, params);
+    if (checked(c, r, what, err) != 0) {
         PQclear(r);
         return NULL;
     }
@@ -213,8 +348,8 @@ PGresult *db_exec(PGconn *c, const char *sql, int nparams, const char *const *pa
 
 int db_command(PGconn *c, const char *sql, const char *what, Err *err)
 {
-    PGresult *r = PQexec(c, sql);
-    int rc = db_check(c, r, what, err);
+    PGresult *r = run_simple(c, sql);
+    int rc = checked(c, r, what, err);
     PQclear(r);
     return rc;
 }
@@ -258,10 +393,10 @@ static bool cached_has(PGconn *c, const char *name)
 static int prepare(PGconn *c, const char *name, const char *sql, int nparams, const char *what,
                    Err *err)
 {
-    PGresult *r = PQprepare(c, name, sql, nparams, NULL);
+    PGresult *r = run_prepare(c, name, sql, nparams);
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     int rc = state && !strcmp(state, "42P05") ? 0 /* prepared before, by this thread */
-                                              : db_check(c, r, what, err);
+                                              : checked(c, r, what, err);
     PQclear(r);
     if (rc == 0 && cached.at && cached.at->n < CACHED_MAX)
         cached.at->names[cached.at->n++] = name;
@@ -273,16 +408,16 @@ PGresult *db_exec_cached(PGconn *c, const char *name, const char *sql, int npara
 {
     if (!cached_has(c, name) && prepare(c, name, sql, nparams, what, err) != 0)
         return NULL;
-    PGresult *r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+    PGresult *r = run_prepared(c, name, nparams, params);
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
     if (state && !strcmp(state, "26000")) { /* a new session at the same address */
         PQclear(r);
         cached.at->n = 0;
         if (prepare(c, name, sql, nparams, what, err) != 0)
             return NULL;
-        r = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+        r = run_prepared(c, name, nparams, params);
     }
-    if (db_check(c, r, what, err) != 0) {
+    if (checked(c, r, what, err) != 0) {
         PQclear(r);
         return NULL;
     }

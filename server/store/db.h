@@ -42,6 +42,25 @@ PGconn *db_connect(const char *url, const char *app, Err *err) WARN_UNUSED;
 PGconn *db_connect_start(const char *url, const char *app, Err *err) WARN_UNUSED;
 int db_connect_step(PGconn *c, const char *app, bool *want_write, Err *err) WARN_UNUSED;
 
+/* Gives session c a deadline: every statement db.c runs on it waits at most
+ * ms for its answer. libpq waits for ever on a server that is frozen (a
+ * stopped process, a hung host whose kernel still acknowledges TCP: neither
+ * keepalives nor tcp_user_timeout fire), so a thread that must not stall on
+ * one database gives the sessions it opens there a deadline. Past it the
+ * statement fails 503 database-unavailable ("no answer within N ms") and the
+ * session is spent (db_alive false, db_timed_out true): the caller closes it.
+ * Call once, right after the session is open. */
+void db_set_deadline(PGconn *c, int ms);
+/* As db_set_deadline, and a statement also gives up as soon as
+ * give_up(arg) says so (asked every DB_GIVE_UP_POLL_MS while it waits): a
+ * caller that learns of a frozen server elsewhere (the listener's probes)
+ * need not wait out the whole deadline. give_up is called on the waiting
+ * thread; arg must outlive c. */
+#define DB_GIVE_UP_POLL_MS 50
+void db_set_deadline_or(PGconn *c, int ms, bool (*give_up)(void *arg), void *arg);
+/* Whether a statement on c ran past c's deadline (the session is spent). */
+bool db_timed_out(PGconn *c);
+
 /* For an idle connection that does not LISTEN (no query running): false if its
  * server has gone away or said anything meanwhile (the socket tells without a
  * round trip), so that the caller reconnects before using it. NULL is not alive. */

@@ -1411,7 +1411,9 @@ int journal_peer(JournalPeer *p, const char *url, Err *err)
         }
         p->write = true;
         p->until_ms = now + JOURNAL_PEER_OPEN_MS;
-        wait_until = now + JOURNAL_PEER_WAIT_MS;
+        /* A database down a moment ago is tried without holding the round:
+         * one that is frozen would cost it the wait at every try. */
+        wait_until = p->down_logged ? now : now + JOURNAL_PEER_WAIT_MS;
     }
     for (;;) {
         struct pollfd pfd = {.fd = PQsocket(p->opening), .events = p->write ? POLLOUT : POLLIN};
@@ -1425,6 +1427,7 @@ int journal_peer(JournalPeer *p, const char *url, Err *err)
             if (rc > 0) {
                 p->conn = p->opening;
                 p->opening = NULL;
+                db_set_deadline(p->conn, JOURNAL_PEER_DEADLINE_MS);
                 return 0;
             }
             continue;

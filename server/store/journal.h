@@ -180,10 +180,15 @@ void journal_known_free(KnownSet *k);
  * (journal_known, journal_claim) and one to each other database. That one
  * is opened without holding the manager's rounds (a host that does not
  * answer must not stop the shard): a try waits at most JOURNAL_PEER_WAIT_MS
- * in the round that begins it, then goes on in later rounds without
- * waiting, and is given up after JOURNAL_PEER_OPEN_MS; after a failure the
- * next try begins JOURNAL_PEER_RETRY_MS later. Owned by the manager thread. */
+ * in the round that begins it (none when the last try failed), then goes
+ * on in later rounds without waiting, and is given up after
+ * JOURNAL_PEER_OPEN_MS; after a failure the next try begins
+ * JOURNAL_PEER_RETRY_MS later. Owned by the manager thread. */
 #define JOURNAL_PEER_WAIT_MS 100
+/* Each statement of a look waits at most this long (db_set_deadline): a
+ * frozen database costs the round that finds it so, once; then, as one
+ * that cannot be reached, rounds go on without waiting for it. */
+#define JOURNAL_PEER_DEADLINE_MS 250
 #define JOURNAL_PEER_OPEN_MS 5000
 #define JOURNAL_PEER_RETRY_MS 1000
 typedef struct JournalPeer {

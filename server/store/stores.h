@@ -46,5 +46,14 @@ static inline bool stores_keeps(const Stores *st, int db, int s)
 {
     return st->of[s] == db;
 }
+/* The first shard database db keeps (the one that names it in messages:
+ * "the database of shard N"); 0 for home. */
+static inline int stores_first_shard(const Stores *st, int db)
+{
+    for (int s = 0; s < st->shards && s < SHARDS_MAX; s++)
+        if (st->of[s] == db)
+            return s;
+    return 0;
+}
 
 #endif

@@ -535,6 +535,38 @@ class Cluster:
         db = self._added(name)
         db["url"] = self._pg("start", db["dir"])
 
+    def db_freeze(self, name):
+        """Freeze the added database NAME (SIGSTOP to its postmaster and every
+        backend): the kernel still answers TCP for it, so only deadlines
+        notice. Returns the pids frozen; db_thaw(name) lets them go on."""
+        pids = self._pg_pids(self._added(name)["dir"])
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self._added(name)["frozen"] = pids
+        return pids
+
+    def db_thaw(self, name):
+        for pid in self._added(name).pop("frozen", []):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    @staticmethod
+    def _pg_pids(pg_dir):
+        """The postmaster of the private PostgreSQL in pg_dir and its children."""
+        pm = int((Path(pg_dir) / "data" / "postmaster.pid").read_text().split()[0])
+        kids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pm:
+                    kids.append(int(d.name))
+        return [pm, *kids]
+
     def psql(self, sql, url=None):
         """Run SQL with psql; return its unaligned, tuples-only output, stripped."""
         r = subprocess.run(["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",

@@ -7,6 +7,7 @@ handler, and `pip install` of the package with no package index."""
 
 import atexit
 import json
+from email.utils import formatdate
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
 from scripted_stream import ScriptedStream  # noqa: E402
+from hostile_server import (HostileServer, answer, endless, endless_stream,  # noqa: E402
+                            event_stream, json_answer)
 
 # The library under test, from the source tree (tests/lib/workd.py is the
 # tests' own helper module of the same name: this package comes first).
@@ -273,6 +276,103 @@ def test_results_resume_and_dedupe_a_cursor_of_several_shards():
         warnings.simplefilter("always")
         assert results.stream.last_seq == "10.3.2", "last_seq is not last_event_id"
     assert caught and caught[0].category is DeprecationWarning, "last_seq is not deprecated"
+
+
+# ------------------------------------------------------------ a broken or hostile server
+
+def within(fn, seconds, what):
+    """Runs fn() on a thread; returns the exception it raised (None if none),
+    failing when it runs longer than seconds."""
+    box = {"error": None}
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            box["error"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{what}: still running after {seconds}s"
+    return box["error"]
+
+
+def expect_bad_answer(fn, seconds, what, says):
+    e = within(fn, seconds, what)
+    assert isinstance(e, workd.BadAnswer), f"{what}: raised {e!r}, not BadAnswer"
+    assert e.kind == "bad-answer" and says in e.detail, f"{what}: {e.detail!r}"
+    return e
+
+
+def test_an_answer_without_end_is_cut_and_a_redirect_refused():
+    with HostileServer({"GET /work/x": json_answer({"id": "x"})}) as other, \
+            HostileServer({"GET /work/x": endless(), "GET /work/y": endless(length=10 << 30),
+                           "GET /work/z": endless(status=500),
+                           "GET /work/t": answer(200, b"<html>not JSON</html>"),
+                           "GET /work/r": answer(307, b"", [("Location", other.url + "/work/x")]),
+                           "POST /work": answer(308, b"", [("Location", other.url + "/work")]),
+                           "GET /work/r/stream": answer(302, b"", [("Location", other.url)])},
+                          ) as srv:
+        c = Client(srv.url, retry_for=0)
+        for w in ("x", "y", "z"):
+            expect_bad_answer(lambda: c.get(w), 30, f"get({w!r}) of an answer without end",
+                              f"the {workd._http.MAX_ANSWER_BYTES} bytes a workd answer")
+        assert srv.count("GET", "/work/x") == 1, "an answer too long was asked for again"
+        expect_bad_answer(lambda: c.get("t"), 10, "an answer that is not JSON", "not JSON")
+        e = expect_bad_answer(lambda: c.get("r"), 10, "a redirect", "does not follow")
+        assert e.status == 307 and e.location == other.url + "/work/x", (e.status, e.location)
+        expect_bad_answer(lambda: c.submit(1), 10, "a redirect of a submission", "redirect")
+        expect_bad_answer(lambda: next(iter(c.stream("r"))), 10, "a redirect of a stream",
+                          "redirect")
+    assert other.requests == [], f"a redirect was followed: {other.requests}"
+
+
+def test_retry_after_is_read_and_bounded():
+    from workd._http import RETRY_AFTER_MAX, retry_after_seconds
+    now = time.time()
+    for value, want in [("3", 3.0), ("0", 0.0), ("120", RETRY_AFTER_MAX),
+                        ("9" * 30, RETRY_AFTER_MAX), (formatdate(now + 20, usegmt=True), 20.0),
+                        (formatdate(now + 86400 * 365, usegmt=True), RETRY_AFTER_MAX),
+                        (formatdate(now - 3600, usegmt=True), 0.0), ("-5", None), ("1.5", None),
+                        ("nan", None), ("inf", None), ("1e9", None), ("soon", None), ("", None)]:
+        got = retry_after_seconds({"retry-after": value})
+        ok = got is None if want is None else got is not None and abs(got - want) < 2
+        assert ok, f"Retry-After: {value!r} reads as {got!r}, not {want!r}"
+    # A call waits as it says, but never past retry_for.
+    detail = json.dumps({"type": "https://workd.dev/problems/unavailable", "status": 503,
+                         "detail": "no leader"}).encode()
+    with HostileServer({"GET /work/x": answer(503, detail, [("Retry-After", "3600")])}) as srv:
+        t0 = time.monotonic()
+        e = within(lambda: Client(srv.url, retry_for=1).get("x"), 20, "503 Retry-After: 3600")
+        assert isinstance(e, WorkdError) and e.status == 503, repr(e)
+        assert time.monotonic() - t0 < 5, f"retry_for=1 waited {time.monotonic() - t0:.1f}s"
+
+
+def test_bad_event_streams_end_with_an_error_or_a_pause():
+    routes = {
+        # A line that never ends; data lines of an event that never ends.
+        "GET /work/a/stream": endless_stream("data: ", "x" * 65536),
+        "GET /work/b/stream": endless_stream("id: 1\n", "data: " + "x" * 1000 + "\n"),
+        # A stream that ends at once, again and again, asking to come back at once.
+        "GET /work/c/stream": event_stream("retry: 0\n: bye\n\n"),
+        # Fields the spec ignores, an id with a NUL (ignored), then an event.
+        "GET /work/d/stream": event_stream(
+            "nonsense\nretry: soon\nid\n: a comment\nevent\n\nfield: value\nid: 9\0x\n"
+            'data: {"id": "d"}\n\nid: 10\nevent: completed\n'
+            'data: {"id": "d", "status": "completed", "seq": 10}\n\n', then_hold=True),
+    }
+    with HostileServer(routes) as srv:
+        c = Client(srv.url)
+        for w in ("a", "b"):
+            expect_bad_answer(lambda: next(iter(c.stream(w))), 60, f"stream {w}",
+                              "an event longer than")
+        collected = Collector(c.stream("c"))
+        time.sleep(2)  # a measurement window: how often it comes back in 2 s
+        collected.close()
+        asked = srv.count("GET", "/work/c/stream")
+        assert 2 <= asked <= 12, f"a stream that ends at once was opened {asked} times in 2 s"
+        events = [ev.data for ev in Client(srv.url).stream("d")]
+        assert events == [{"id": "d", "status": "completed", "seq": 10}], events
 
 
 # ------------------------------------------------------------ the worker

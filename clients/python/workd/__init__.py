@@ -18,7 +18,7 @@
 Standard library only; OpenTelemetry is used when it is installed.
 """
 
-from ._http import Unavailable, WorkdError
+from ._http import BadAnswer, Unavailable, WorkdError
 from ._sse import Event, EventStream, cursor_le
 from .client import Client, work_item
 from .worker import Cancelled, Fail, Job, Worker
@@ -26,4 +26,4 @@ from .worker import Cancelled, Fail, Job, Worker
 __version__ = "0.1.0"
 
 __all__ = ["Client", "Worker", "Job", "Event", "EventStream", "WorkdError", "Unavailable",
-           "Cancelled", "Fail", "cursor_le", "work_item", "__version__"]
+           "BadAnswer", "Cancelled", "Fail", "cursor_le", "work_item", "__version__"]

@@ -4,6 +4,7 @@ carry the server's problem+json fields. Standard library only."""
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
 import os
@@ -23,6 +24,15 @@ REQUEST_TIMEOUT = 30.0
 # Backoff between rounds over the servers: from BACKOFF_MIN, doubling, at most BACKOFF_MAX.
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 5.0
+# The longest pause a Retry-After buys, whatever it says (a date next year):
+# the bound of every workd client. A call never waits past its retry_for.
+RETRY_AFTER_MAX = 60.0
+# The longest answer read (a stream's events have their own bound, _sse.py).
+# No workd answer comes near it: the largest, GET /work/{id}, holds a payload
+# and a result of at most --max-body each (1 MiB by default), and a node
+# refuses to forward a reply over --max-reply-bytes (16 MiB). Past it is a
+# broken or hostile server, not a reason to take all the memory.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 class WorkdError(Exception):
@@ -63,6 +73,21 @@ class Unavailable(WorkdError):
         self.cause = cause
 
 
+class BadAnswer(WorkdError):
+    """An answer that no workd server gives, raised at once, never retried:
+    longer than the client reads (``MAX_ANSWER_BYTES``, or an event of a
+    stream over ``EVENT_MAX_BYTES``), a body that is not JSON, or a redirect,
+    which the client does not follow (a workd server never redirects;
+    following one would send the request and its body wherever an answer
+    says): ``location`` is where it pointed. ``status`` is the answer's HTTP
+    status and ``kind`` is ``bad-answer``."""
+
+    def __init__(self, status: int, detail: str, location: Optional[str] = None) -> None:
+        super().__init__(status, {"type": "https://workd.dev/problems/bad-answer",
+                                  "title": "Bad answer", "status": status, "detail": detail})
+        self.location = location
+
+
 class Response:
     """An answer: ``status``, ``headers`` (names lower-case) and ``body`` bytes."""
 
@@ -70,7 +95,35 @@ class Response:
         self.status, self.headers, self.body = status, headers, body
 
     def json(self) -> Any:
-        return json.loads(self.body) if self.body else None
+        """The body's JSON (None for an empty body); BadAnswer when it is not JSON."""
+        if not self.body:
+            return None
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise BadAnswer(self.status, f"the answer is not JSON ({e})") from None
+
+
+def read_answer(r: http.client.HTTPResponse, limit: int = MAX_ANSWER_BYTES) -> Response:
+    """The answer ``r`` with its body, reading at most ``limit`` bytes of it:
+    BadAnswer for a longer one (told by its Content-Length or found reading),
+    or for a redirect."""
+    headers = {k.lower(): v for k, v in r.getheaders()}
+    if 300 <= r.status < 400:
+        location = headers.get("location")
+        raise BadAnswer(r.status, f"the server answered {r.status}, a redirect to "
+                        f"{location or '(no Location)'}, which workd does not follow (a workd "
+                        "server never redirects: give the URL it names if you trust it)",
+                        location)
+    length = headers.get("content-length", "")
+    if length.strip().isdigit() and int(length) > limit:
+        raise BadAnswer(r.status, f"the answer is {int(length)} bytes long, more than the "
+                        f"{limit} bytes a workd answer can be; not read")
+    body = r.read(limit + 1)
+    if len(body) > limit:
+        raise BadAnswer(r.status, f"the answer is longer than the {limit} bytes a workd answer "
+                        "can be; not read further")
+    return Response(r.status, headers, body)
 
 
 def server_list(servers: Union[str, Sequence[str], None]) -> List[str]:
@@ -91,11 +144,19 @@ def server_list(servers: Union[str, Sequence[str], None]) -> List[str]:
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> Optional[float]:
-    value = headers.get("retry-after")
+    """The ``Retry-After`` header (RFC 9110: delta-seconds, or an HTTP-date)
+    as seconds from now, at most RETRY_AFTER_MAX; None when there is none or
+    it is neither (a negative number, a fraction, ``nan``)."""
+    value = (headers.get("retry-after") or "").strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), RETRY_AFTER_MAX) if len(value) < 10 else RETRY_AFTER_MAX
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    if when.tzinfo is None:  # "-0000": UTC, as an HTTP-date always is
+        return None
+    return max(0.0, min(when.timestamp() - time.time(), RETRY_AFTER_MAX))
 
 
 def problem_of(resp: Response) -> WorkdError:
@@ -121,10 +182,12 @@ class Backoff:
         self.next = self.low
 
     def delay(self, at_least: Optional[float] = None) -> float:
+        """The next pause: the backoff's, or ``at_least`` (a Retry-After) when
+        that is longer, up to RETRY_AFTER_MAX."""
         d = self.next * (0.5 + random.random() / 2)
         self.next = min(self.high, self.next * 2)
         if at_least is not None:
-            d = max(d, min(at_least, self.high))
+            d = max(d, min(at_least, RETRY_AFTER_MAX))
         return d
 
 
@@ -134,15 +197,20 @@ class Transport:
 
     ``retry_for`` bounds how long one call keeps retrying (seconds; None:
     for ever). Connection failures before the request was sent, and 503s,
-    are always retried; a failure after sending only for requests marked
-    idempotent (a repeat does no harm).
+    are always retried, after the backoff or the answer's ``Retry-After``
+    (whichever is longer, that at most RETRY_AFTER_MAX); a failure after
+    sending only for requests marked idempotent (a repeat does no harm).
+    An answer longer than ``max_answer`` bytes, one that is not JSON, and a
+    redirect raise BadAnswer at once.
     """
 
     def __init__(self, servers: Union[str, Sequence[str], None] = None,
                  token: Optional[str] = None, retry_for: Optional[float] = 30.0,
                  timeout: float = REQUEST_TIMEOUT,
-                 ssl_context: Optional[ssl.SSLContext] = None) -> None:
+                 ssl_context: Optional[ssl.SSLContext] = None,
+                 max_answer: int = MAX_ANSWER_BYTES) -> None:
         self.servers = server_list(servers)
+        self.max_answer = max_answer
         self.token = token if token is not None else os.environ.get("WORKD_TOKEN") or None
         self.retry_for = retry_for
         self.timeout = timeout
@@ -215,9 +283,7 @@ class Transport:
                     if on_conn is not None:
                         on_conn(conn)
                     conn.request(method, prefix + path, body=data, headers=hdrs)
-                    r = conn.getresponse()
-                    resp = Response(r.status, {k.lower(): v for k, v in r.getheaders()},
-                                    r.read())
+                    resp = read_answer(conn.getresponse(), self.max_answer)
                 finally:
                     conn.close()
             except (OSError, http.client.HTTPException) as e:

@@ -16,9 +16,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from ._http import Backoff, Response, Transport, problem_of
+from ._http import BadAnswer, Backoff, Transport, problem_of, read_answer
 
 FINISHED = ("completed", "dead", "cancelled")
+# The longest line read, and the longest data of one event (its data lines
+# joined): a result's data line is as large as a result the server accepts
+# (a few MiB). A longer one, or a stream that never sends a newline, ends the
+# iteration with BadAnswer instead of taking all the memory.
+EVENT_MAX_BYTES = 16 << 20
 
 
 def _components(cursor: str) -> Optional[Tuple[int, ...]]:
@@ -71,6 +76,11 @@ class EventStream:
     an event whose id is at or below that one in every shard (``cursor_le``)
     is never yielded again.
 
+    A connection that ends without giving an event is followed by a pause
+    (the backoff, 0.1 s doubling up to 5 s), so that a server that keeps
+    closing at once is not asked again and again without end. An event
+    longer than EVENT_MAX_BYTES, or a redirect, raises BadAnswer.
+
     ``close()`` ends the iteration, also from another thread; the stream is
     a context manager. ``last_event_id`` (an opaque string) is where a new
     stream would resume (``after=``). ``stop_on_finish`` ends the iteration
@@ -119,10 +129,15 @@ class EventStream:
                 ev = self._read_event(self._resp)
             except (OSError, http.client.HTTPException, ValueError):
                 ev = None
+            except BadAnswer:
+                self._closed.set()
+                self._drop()
+                raise
             if ev is None:  # the connection ended: come back after the last event
                 self._drop()
                 if not self._closed.is_set():
                     self.reconnects += 1
+                    self._closed.wait(self._backoff.delay())
                 continue
             last = self.last_event_id
             if last is not None and cursor_le(ev.event_id, last):
@@ -130,6 +145,7 @@ class EventStream:
             self.last_event_id = ev.event_id
             if ev.event == "ready":  # where the stream starts: no event
                 continue
+            self._backoff.reset()
             if self._stop_on_finish and ev.event in FINISHED:
                 self._finished = True
             return ev
@@ -175,10 +191,13 @@ class EventStream:
                 if self._sock is not None:
                     self._sock.settimeout(self._idle_timeout)
                 self._resp = resp
-                self._backoff.reset()
                 return
-            answer = Response(resp.status, {k.lower(): v for k, v in resp.getheaders()},
-                              resp.read())
+            try:
+                answer = read_answer(resp, self._transport.max_answer)
+            except BadAnswer:
+                conn.close()
+                self._closed.set()
+                raise
             conn.close()
             error = problem_of(answer)
             if answer.status != 503:
@@ -205,14 +224,18 @@ class EventStream:
 
     @staticmethod
     def _read_event(resp: http.client.HTTPResponse) -> Optional[Event]:
-        """The next event with an id and data; None at the end of the stream."""
+        """The next event with an id and data; None at the end of the stream;
+        BadAnswer for a line or an event over EVENT_MAX_BYTES."""
         data: List[str] = []
+        size = 0
         ev_id: Optional[str] = None
         ev_type: Optional[str] = None
         while True:
-            raw = resp.readline()
+            raw = resp.readline(EVENT_MAX_BYTES + 1)
             if not raw:
                 return None
+            if len(raw) > EVENT_MAX_BYTES:
+                raise _too_long()
             line = raw.decode("utf-8").rstrip("\r\n")
             if line == "":
                 if data and ev_id is not None:
@@ -220,18 +243,26 @@ class EventStream:
                     if not isinstance(parsed, dict):
                         parsed = {"value": parsed}
                     return Event(_seq_of(parsed, ev_id), ev_type or "message", parsed, ev_id)
-                data, ev_id, ev_type = [], None, None
+                data, size, ev_id, ev_type = [], 0, None, None
                 continue
             if line.startswith(":"):
                 continue
             field, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
             if field == "data":
+                size += len(value) + 1
+                if size > EVENT_MAX_BYTES:
+                    raise _too_long()
                 data.append(value)
             elif field == "event":
                 ev_type = value
-            elif field == "id":
+            elif field == "id" and "\0" not in value:  # the spec ignores such an id
                 ev_id = value
+
+
+def _too_long() -> BadAnswer:
+    return BadAnswer(200, f"the stream sent an event longer than {EVENT_MAX_BYTES} bytes, or "
+                     "a line that does not end; no workd event is")
 
 
 def _seq_of(data: Dict[str, Any], ev_id: str) -> int:

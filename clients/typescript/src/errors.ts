@@ -36,6 +36,25 @@ export class WorkdError extends Error {
 }
 
 /**
+ * An answer that no workd server gives, thrown at once and never retried: a
+ * body longer than the library reads (`MAX_ANSWER_BYTES`, or an event of a
+ * stream over `EVENT_MAX_BYTES`), a body that is not JSON, or a redirect,
+ * which the library does not follow (a workd server never redirects; following
+ * one would send the request and its body wherever an answer says):
+ * `location` is where it pointed. `status` is the answer's HTTP status (0 for
+ * a browser's opaque redirect).
+ */
+export class BadAnswer extends WorkdError {
+  override name = "BadAnswer";
+  readonly location: string | undefined;
+
+  constructor(message: string, init: { status?: number; location?: string } = {}) {
+    super(message, { status: init.status ?? 0, detail: message });
+    this.location = init.location;
+  }
+}
+
+/**
  * Thrown by a handler, fails the attempt without retries: the work is dead at
  * once (`retry: false`). Any other error is a failed attempt that is retried
  * until the work's `max_attempts`.

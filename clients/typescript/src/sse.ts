@@ -4,9 +4,28 @@
 // opaque cursor: each shard's last seq, in shard order, joined by "." ("812"
 // in a cluster of one shard, "812.0.77.1204" in one of four); order holds per
 // shard only, so ids compare shard by shard (cursorLe).
-import { WorkdError } from "./errors.js";
+import { BadAnswer, WorkdError } from "./errors.js";
 import type { Transport } from "./transport.js";
 import { sleep } from "./util.js";
+
+/**
+ * The longest line read, and the longest data of one event (its data lines
+ * joined), in UTF-16 code units (never more than its UTF-8 bytes): a result's
+ * data line is as large as a result the server accepts (a few MiB). A longer
+ * one, or a stream that never sends a newline, throws BadAnswer instead of
+ * taking all the memory.
+ */
+export const EVENT_MAX_BYTES = 16 * 1024 * 1024;
+
+/** The shortest pause before a reconnection, whatever `retry:` says. */
+const RECONNECT_MIN_MS = 100;
+
+function tooLong(): BadAnswer {
+  return new BadAnswer(
+    `the stream sent an event longer than ${EVENT_MAX_BYTES} bytes, or a line that does not end; no workd event is`,
+    { status: 200 },
+  );
+}
 
 export interface SseMessage {
   /** The last `id:` seen so far (the block's own, or an earlier one). */
@@ -17,7 +36,8 @@ export interface SseMessage {
 
 /**
  * The messages of an event stream. Comments and `retry:` are reported through
- * `onComment`/`onRetry`; every chunk read counts as activity (`onChunk`).
+ * `onComment`/`onRetry`; every chunk read counts as activity (`onChunk`). A
+ * line or an event's data longer than EVENT_MAX_BYTES throws BadAnswer.
  */
 export async function* parseEventStream(
   body: ReadableStream<Uint8Array>,
@@ -27,6 +47,7 @@ export async function* parseEventStream(
   const decoder = new TextDecoder();
   let buf = "";
   let data: string[] = [];
+  let size = 0; // of data
   let event = "";
   let id: string | undefined;
   try {
@@ -40,12 +61,17 @@ export async function* parseEventStream(
       for (;;) {
         const m = /\r\n|\n|\r/.exec(buf);
         // A \r at the end may be the first half of \r\n: wait for more, unless the stream ended.
-        if (!m || (m[0] === "\r" && m.index === buf.length - 1 && !ended)) break;
+        if (!m || (m[0] === "\r" && m.index === buf.length - 1 && !ended)) {
+          if (buf.length > EVENT_MAX_BYTES) throw tooLong();
+          break;
+        }
         const line = buf.slice(0, m.index);
         buf = buf.slice(m.index + m[0].length);
+        if (line.length > EVENT_MAX_BYTES) throw tooLong();
         if (line === "") {
           if (data.length > 0) yield { id, event: event || "message", data: data.join("\n") };
           data = [];
+          size = 0;
           event = "";
           continue;
         }
@@ -54,8 +80,11 @@ export async function* parseEventStream(
         const field = colon < 0 ? line : line.slice(0, colon);
         let value = colon < 0 ? "" : line.slice(colon + 1);
         if (value.startsWith(" ")) value = value.slice(1);
-        if (field === "data") data.push(value);
-        else if (field === "event") event = value;
+        if (field === "data") {
+          size += value.length + 1;
+          if (size > EVENT_MAX_BYTES) throw tooLong();
+          data.push(value);
+        } else if (field === "event") event = value;
         else if (field === "id" && !value.includes("\0")) id = value;
         else if (field === "retry" && /^\d+$/.test(value)) hooks.onRetry?.(Number(value));
       }
@@ -148,6 +177,7 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
       let idle: ReturnType<typeof setTimeout> | undefined;
       let release: (() => void) | undefined;
       let server: string | undefined;
+      let delivered = false; // this connection gave an event
       const touch = () => {
         clearTimeout(idle);
         idle = setTimeout(() => {
@@ -171,7 +201,6 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
         touch();
         const response = opened.response;
         if (!response.body) throw new WorkdError(`GET ${this.path}: the answer has no body`);
-        failures = 0;
         const messages = parseEventStream(response.body, { onChunk: touch, onRetry: (ms) => (retryMs = ms) });
         for await (const msg of messages) {
           if (msg.event === "ready") {
@@ -184,6 +213,7 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
           const data = JSON.parse(msg.data) as E & { status?: string };
           this.lastEventId = msg.id;
           clearTimeout(idle); // the consumer's time is not the server's silence
+          delivered = true;
           yield data;
           touch();
           if (this.untilFinished && TERMINAL.has(String(data.status))) return;
@@ -191,17 +221,22 @@ export class EventStream<E extends { seq: number }> implements AsyncIterable<E> 
         }
       } catch (e) {
         if (stop.aborted) return;
-        // A refusal that retrying cannot mend (bad filter, token) ends the stream.
+        // An answer no workd server gives, and a refusal that retrying cannot
+        // mend (bad filter, token), end the stream.
+        if (e instanceof BadAnswer) throw e;
         if (e instanceof WorkdError && e.status >= 400 && e.status < 500 && e.status !== 429) throw e;
-        failures++;
       } finally {
         clearTimeout(idle);
         stop.removeEventListener("abort", onStop);
         conn.abort();
         release?.();
       }
+      // A connection that failed, or ended without an event, makes the next
+      // pause longer: a server that closes every stream at once (or says
+      // `retry: 0`) is not asked again and again without end.
+      failures = delivered ? 0 : failures + 1;
       try {
-        await sleep(Math.min(retryMs * Math.max(1, failures), 10_000), stop);
+        await sleep(Math.min(Math.max(retryMs, RECONNECT_MIN_MS) * Math.max(1, failures), 10_000), stop);
       } catch {
         return;
       }

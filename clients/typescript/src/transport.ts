@@ -1,6 +1,6 @@
 // HTTP to a workd cluster: several servers tried in turn, the bearer token,
 // and retries while no server can answer (connection refused, 503).
-import { WorkdError } from "./errors.js";
+import { BadAnswer, WorkdError } from "./errors.js";
 import type { Problem } from "./types.js";
 import { env, sleep } from "./util.js";
 
@@ -16,7 +16,7 @@ export interface ConnectionOptions {
   /**
    * How long (ms) to keep retrying a request that no server could answer
    * (connection failed, `503`): default 30 000. The retries move through
-   * `servers`, waiting as `Retry-After` says.
+   * `servers`, waiting as `Retry-After` says (at most RETRY_AFTER_MAX_MS).
    */
   retryFor?: number;
   /** The fetch to use (default: the global one). */
@@ -45,11 +45,80 @@ const DEFAULT_SERVER = "http://127.0.0.1:8080";
 const BACKOFF_FIRST_MS = 100;
 const BACKOFF_MAX_MS = 2000;
 
-/** `Retry-After` in seconds (delta form), or undefined. */
-function retryAfter(h: Headers): number | undefined {
-  const v = h.get("retry-after");
-  if (v === null || !/^\d+$/.test(v.trim())) return undefined;
-  return Number(v);
+/**
+ * The longest answer read, in bytes (a stream's events have their own bound,
+ * EVENT_MAX_BYTES). No workd answer comes near it: the largest,
+ * `GET /work/{id}`, holds a payload and a result of at most `--max-body` each
+ * (1 MiB by default), and a node refuses to forward a reply over
+ * `--max-reply-bytes` (16 MiB). A longer one is a broken or hostile server:
+ * BadAnswer, not all the memory.
+ */
+export const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The longest pause (ms) a `Retry-After` buys, whatever it says (a date next
+ * year): the bound of every workd client. A request never waits past its
+ * `retryFor`.
+ */
+export const RETRY_AFTER_MAX_MS = 60_000;
+
+/**
+ * `Retry-After` (RFC 9110: delta-seconds, or an HTTP-date) as seconds from
+ * now, at most RETRY_AFTER_MAX_MS; undefined when there is none or it is
+ * neither (a negative number, a fraction, words).
+ */
+export function retryAfter(h: Headers, now = Date.now()): number | undefined {
+  const v = h.get("retry-after")?.trim() ?? "";
+  const max = RETRY_AFTER_MAX_MS / 1000;
+  if (/^\d+$/.test(v)) return Math.min(Number(v), max);
+  // An HTTP-date names its day first ("Sun, 06 Nov 1994 08:49:37 GMT").
+  if (!/^[A-Za-z]{3}/.test(v)) return undefined;
+  const when = Date.parse(v);
+  if (Number.isNaN(when)) return undefined;
+  return Math.min(Math.max(0, (when - now) / 1000), max);
+}
+
+/**
+ * The body of `res` as text, reading at most `max` bytes: a longer one (told
+ * by its Content-Length, or found reading) throws BadAnswer and the rest is
+ * not read.
+ */
+export async function readText(res: Response, max: number, what: string): Promise<string> {
+  const tooLong = (size: string) =>
+    new BadAnswer(`${what}: the answer is ${size}, more than the ${max} bytes a workd answer can be; not read further`, {
+      status: res.status,
+    });
+  const length = Number(res.headers.get("content-length") ?? "");
+  if (length > max) {
+    res.body?.cancel().catch(() => {});
+    throw tooLong(`${length} bytes long`);
+  }
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      reader.cancel().catch(() => {});
+      throw tooLong("longer");
+    }
+    chunks.push(value);
+  }
+  const all = new Uint8Array(size);
+  let at = 0;
+  for (const c of chunks) {
+    all.set(c, at);
+    at += c.byteLength;
+  }
+  return new TextDecoder().decode(all);
+}
+
+/** The body of an answer that is a refusal, "" when it cannot be read (or is too long). */
+function refusalText(res: Response, what: string): Promise<string> {
+  return readText(res, MAX_ANSWER_BYTES, what).catch(() => "");
 }
 
 /** True for what a fetch throws when no answer came (not an abort by the caller). */
@@ -110,14 +179,19 @@ export class Transport {
     const res = await this.send(method, path, opts);
     let text: string;
     try {
-      text = await res.response.text();
+      text = await readText(res.response, MAX_ANSWER_BYTES, `${method} ${path}`);
     } finally {
       res.release();
     }
     let data: unknown = undefined;
     if (text !== "") {
       const type = res.response.headers.get("content-type") ?? "";
-      data = /json/.test(type) ? JSON.parse(text) : text;
+      try {
+        data = /json/.test(type) ? JSON.parse(text) : text;
+      } catch (e) {
+        if (res.response.status >= 400) data = text;
+        else throw new BadAnswer(`${method} ${path}: the answer is not JSON (${errorMessage(e)})`, { status: res.response.status });
+      }
     }
     if (res.response.status >= 400) throw problemError(method, path, res.response, data);
     return { status: res.response.status, headers: res.response.headers, data: data as T, server: res.server };
@@ -131,7 +205,7 @@ export class Transport {
   async open(path: string, opts: RequestOptions = {}): Promise<{ response: Response; server: string; release: () => void }> {
     const res = await this.send("GET", path, opts, true);
     if (res.response.status >= 400) {
-      const text = await res.response.text().catch(() => "");
+      const text = await refusalText(res.response, `GET ${path}`);
       res.release();
       let data: unknown = text;
       try {
@@ -179,14 +253,26 @@ export class Transport {
       let why: WorkdError;
       let wait = backoff;
       try {
-        const init: RequestInit = { method, headers, signal: ctrl.signal };
+        // A redirect is not followed: a workd server never sends one, and
+        // following it would send the request and its body wherever it says.
+        const init: RequestInit = { method, headers, signal: ctrl.signal, redirect: "manual" };
         if (body !== undefined) init.body = body;
         const response = await this.fetchFn(base + path, init);
+        if (response.type === "opaqueredirect" || (response.status >= 300 && response.status < 400)) {
+          response.body?.cancel().catch(() => {});
+          const location = response.headers.get("location") ?? undefined;
+          throw new BadAnswer(
+            `${method} ${path}: ${base} answered ${response.status || "with"} a redirect` +
+              `${location ? ` to ${location}` : ""}, which workd does not follow ` +
+              "(a workd server never redirects: give the URL it names if you trust it)",
+            location === undefined ? { status: response.status } : { status: response.status, location },
+          );
+        }
         if (response.status !== 503) {
           if (headOnly) clearTimeout(timer);
           return { response, server: base, release };
         }
-        const text = await response.text().catch(() => "");
+        const text = await refusalText(response, `${method} ${path}`);
         let data: unknown = text;
         try {
           data = JSON.parse(text);
@@ -210,6 +296,10 @@ export class Transport {
       await sleep(wait, opts.signal);
     }
   }
+}
+
+function errorMessage(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 function describe(e: unknown): string {

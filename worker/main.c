@@ -25,8 +25,9 @@
     "Registers with a workd server, pulls jobs and runs them: with --exec each job is\n"           \
     "`/bin/sh -c CMD` with the payload JSON on stdin and WORKD_WORK_ID, WORKD_ATTEMPT and\n"       \
     "WORKD_QUEUE set (and TRACEPARENT, TRACESTATE when the work has a trace context); exit 0\n"    \
-    "with JSON (or text) on stdout is the result. SIGTERM or SIGINT stops gracefully; a\n"         \
-    "second one stops at once."
+    "with JSON (or text) on stdout is the result. The payload and these variables are the\n"       \
+    "producer's: quote them (\"$TRACESTATE\"), never eval them. SIGTERM or SIGINT stops\n"         \
+    "gracefully; a second one stops at once."
 
 typedef struct Options {
     char *server, *queues, *id, *exec, *token, *log_level, *log_format;

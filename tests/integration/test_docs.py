@@ -240,6 +240,16 @@ def check_curl_worker(t, urls):
     assert r.json()["result"] == "3 * 3 = 9", r.json()
 
 
+def check_traced_exec(t, urls):
+    """The --exec job of docs/worker-api.md, "Trace context", gets the
+    producer's tracestate as text: the `$(id)` in it is not run."""
+    r = http("GET", urls[0] + "/work/traced-2?wait=30", timeout=40)
+    assert r.status == 200 and r.json()["status"] == "completed", \
+        f"the traced job did not complete: {r.json()}\n{t.output('--exec')[-2000:]}"
+    assert r.json()["result"] == ("work traced-2 of trace 00-0af7651916cd43dd8448eb211c80319c-"
+                                  "b7ad6b7169203331-01 had tracestate congo=$(id)"), r.json()
+
+
 def check_webhook_receiver(t, urls):
     """The receiver of docs/webhooks.md verifies the delivery of its job."""
     wait_until(lambda: "verified work.completed hooked-6" in t.output("the block"), 30,

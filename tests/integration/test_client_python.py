@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "lib"))
 from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
 from scripted_stream import ScriptedStream  # noqa: E402
-from hostile_server import (HostileServer, answer, endless, endless_stream,  # noqa: E402
+from hostile_server import (HostileServer, answer, drip, endless, endless_stream,  # noqa: E402
                             event_stream, json_answer)
 
 # The library under test, from the source tree (tests/lib/workd.py is the
@@ -309,6 +309,7 @@ def test_an_answer_without_end_is_cut_and_a_redirect_refused():
             HostileServer({"GET /work/x": endless(), "GET /work/y": endless(length=10 << 30),
                            "GET /work/z": endless(status=500),
                            "GET /work/t": answer(200, b"<html>not JSON</html>"),
+                           "GET /work/s": drip(0.2),
                            "GET /work/r": answer(307, b"", [("Location", other.url + "/work/x")]),
                            "POST /work": answer(308, b"", [("Location", other.url + "/work")]),
                            "GET /work/r/stream": answer(302, b"", [("Location", other.url)])},
@@ -319,6 +320,10 @@ def test_an_answer_without_end_is_cut_and_a_redirect_refused():
                               f"the {workd._http.MAX_ANSWER_BYTES} bytes a workd answer")
         assert srv.count("GET", "/work/x") == 1, "an answer too long was asked for again"
         expect_bad_answer(lambda: c.get("t"), 10, "an answer that is not JSON", "not JSON")
+        # A byte now and then: the answer's time runs out all the same.
+        e = within(lambda: Client(srv.url, retry_for=0, timeout=1).get("s"), 10,
+                   "an answer that drips a byte at a time")
+        assert isinstance(e, Unavailable), repr(e)
         e = expect_bad_answer(lambda: c.get("r"), 10, "a redirect", "does not follow")
         assert e.status == 307 and e.location == other.url + "/work/x", (e.status, e.location)
         expect_bad_answer(lambda: c.submit(1), 10, "a redirect of a submission", "redirect")

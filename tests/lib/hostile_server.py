@@ -116,6 +116,19 @@ def endless(status=200, content_type="application/json", prefix=b'{"x": "', leng
     return write
 
 
+def drip(interval, status=200, content_type="application/json"):
+    """An answer that never ends and never stops either: one byte every
+    interval seconds (no Content-Length), until the client goes away."""
+    def write(h):
+        h.send_response(status)
+        h.send_header("Content-Type", content_type)
+        h.end_headers()
+        while not h.server.closing.wait(interval):
+            h.wfile.write(b" ")
+            h.wfile.flush()
+    return write
+
+
 def event_stream(text, then_hold=False):
     """200 text/event-stream with text, then the end of the connection (or,
     then_hold, a connection held open and silent until the server closes)."""

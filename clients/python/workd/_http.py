@@ -104,10 +104,13 @@ class Response:
             raise BadAnswer(self.status, f"the answer is not JSON ({e})") from None
 
 
-def read_answer(r: http.client.HTTPResponse, limit: int = MAX_ANSWER_BYTES) -> Response:
+def read_answer(r: http.client.HTTPResponse, limit: int = MAX_ANSWER_BYTES,
+                deadline: Optional[float] = None) -> Response:
     """The answer ``r`` with its body, reading at most ``limit`` bytes of it:
     BadAnswer for a longer one (told by its Content-Length or found reading),
-    or for a redirect."""
+    or for a redirect. A body still coming at ``deadline`` (time.monotonic())
+    raises TimeoutError, as a silent socket does: a server that sends a byte
+    now and then is no more patient a wait than one that sends nothing."""
     headers = {k.lower(): v for k, v in r.getheaders()}
     if 300 <= r.status < 400:
         location = headers.get("location")
@@ -119,11 +122,20 @@ def read_answer(r: http.client.HTTPResponse, limit: int = MAX_ANSWER_BYTES) -> R
     if length.strip().isdigit() and int(length) > limit:
         raise BadAnswer(r.status, f"the answer is {int(length)} bytes long, more than the "
                         f"{limit} bytes a workd answer can be; not read")
-    body = r.read(limit + 1)
-    if len(body) > limit:
-        raise BadAnswer(r.status, f"the answer is longer than the {limit} bytes a workd answer "
-                        "can be; not read further")
-    return Response(r.status, headers, body)
+    chunks: List[bytes] = []
+    size = 0
+    while True:
+        chunk = r.read1(65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > limit:
+            raise BadAnswer(r.status, f"the answer is longer than the {limit} bytes a workd "
+                            "answer can be; not read further")
+        chunks.append(chunk)
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError("the answer was still coming when its time ran out")
+    return Response(r.status, headers, b"".join(chunks))
 
 
 def server_list(servers: Union[str, Sequence[str], None]) -> List[str]:
@@ -282,8 +294,9 @@ class Transport:
                     sent = True
                     if on_conn is not None:
                         on_conn(conn)
+                    answer_by = time.monotonic() + (timeout or self.timeout)
                     conn.request(method, prefix + path, body=data, headers=hdrs)
-                    resp = read_answer(conn.getresponse(), self.max_answer)
+                    resp = read_answer(conn.getresponse(), self.max_answer, answer_by)
                 finally:
                     conn.close()
             except (OSError, http.client.HTTPException) as e:

@@ -12,6 +12,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
@@ -193,7 +194,8 @@ class EventStream:
                 self._resp = resp
                 return
             try:
-                answer = read_answer(resp, self._transport.max_answer)
+                answer = read_answer(resp, self._transport.max_answer,
+                                     time.monotonic() + self._transport.timeout)
             except BadAnswer:
                 conn.close()
                 self._closed.set()

@@ -159,7 +159,8 @@ static int queues_limits(Cli *cli, const char *name, void *flags)
         json_t *q, *found = NULL;
         json_array_foreach(json_object_get(ans, "queues"), i, q)
         {
-            if (!strcmp(json_string_value(json_object_get(q, "queue")), name))
+            const char *queue = json_string_value(json_object_get(q, "queue"));
+            if (queue && !strcmp(queue, name))
                 found = json_object_get(q, "limits");
         }
         int rc = CLI_OK;
@@ -340,8 +341,7 @@ static int schedules_list(Cli *cli, const char *name, void *flags)
         json_t *last = json_object_get(s, "last_run");
         char run[256] = "-";
         if (json_is_object(last))
-            snprintf(run, sizeof run, "%s (%s)", json_string_value(json_object_get(last, "id")),
-                     json_string_value(json_object_get(last, "status")));
+            snprintf(run, sizeof run, "%s (%s)", cli_str(last, "id"), cli_str(last, "status"));
         const char *cells[] = {json_string_value(json_object_get(s, "name")),
                                json_string_value(json_object_get(s, "cron")),
                                json_string_value(json_object_get(s, "timezone")),
@@ -670,7 +670,7 @@ int cmd_cluster(Cli *cli, int argc, char **argv)
     }
     json_t *db = json_object_get(c, "database");
     char dbtext[256];
-    snprintf(dbtext, sizeof dbtext, "%s%s%s", json_string_value(json_object_get(db, "durability")),
+    snprintf(dbtext, sizeof dbtext, "%s%s%s", cli_str(db, "durability"),
              json_is_true(json_object_get(db, "stalled")) ? ", stalled" : "",
              json_is_true(json_object_get(db, "reachable")) ? "" : ", unreachable");
     json_t *summary = json_pack("{sO?sO?sssO?sI}", "leader", json_object_get(c, "leader"), "term",

@@ -507,12 +507,21 @@ cleanup:
 
 /* ---- wait ---- */
 
+/* The pause after a long poll that came back early with open work: doubled
+ * while they keep coming back early, up to the max. A server answers early
+ * when the work changes (pending, then running); one that always does (a
+ * broken one, a proxy that does not hold a long poll) is not asked again as
+ * fast as it answers. */
+#define EARLY_PAUSE_MIN_MS 100
+#define EARLY_PAUSE_MAX_MS 2000
+
 /* Waits for work id to finish, long-polling GET /work/{id}?wait= (timeout_ms < 0:
  * as long as it takes). Returns the exit code of its status (CLI_TIMEOUT if it
  * was still open when the time ran out) with *out the work, or -1 with err. */
 static int wait_one(Cli *cli, const char *id, int64_t timeout_ms, json_t **out, Err *err)
 {
     int64_t deadline = timeout_ms < 0 ? -1 : mono_ms() + timeout_ms;
+    int64_t pause = 0;
     *out = NULL;
     for (;;) {
         int64_t left = deadline < 0 ? 30000 : deadline - mono_ms();
@@ -524,6 +533,7 @@ static int wait_one(Cli *cli, const char *id, int64_t timeout_ms, json_t **out, 
         snprintf(suffix, sizeof suffix, "?wait=%.3f", (double)left / 1000.0);
         work_path(id, suffix, path, sizeof path);
         json_t *w = NULL;
+        int64_t asked = mono_ms();
         if (client_call(cli->client, "GET", path, NULL, true, left, &w, err) != 0) {
             json_decref(*out);
             *out = NULL;
@@ -534,6 +544,22 @@ static int wait_one(Cli *cli, const char *id, int64_t timeout_ms, json_t **out, 
         const char *status = json_string_value(json_object_get(w, "status"));
         if (cli_finished(status) || (deadline >= 0 && mono_ms() >= deadline))
             return cli_exit_for_work(status);
+        if (mono_ms() - asked >= left / 2) {
+            pause = 0;
+            continue;
+        }
+        pause = pause ? pause * 2 : EARLY_PAUSE_MIN_MS;
+        if (pause > EARLY_PAUSE_MAX_MS)
+            pause = EARLY_PAUSE_MAX_MS;
+        int64_t nap = deadline >= 0 && deadline - mono_ms() < pause ? deadline - mono_ms() : pause;
+        for (; nap > 0 && !atomic_load(&cli->stop); nap -= 100)
+            sleep_ms(nap < 100 ? nap : 100);
+        if (atomic_load(&cli->stop)) {
+            err_set(err, 0, "stopped", "GET %s: stopped", path);
+            json_decref(*out);
+            *out = NULL;
+            return -1;
+        }
     }
 }
 

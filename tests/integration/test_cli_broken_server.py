@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 from harness import run_tests  # noqa: E402
 from hostile_server import (HostileServer, answer, endless, endless_stream,  # noqa: E402
                             event_stream, json_answer, problem)
-from test_cli import (CONFLICT, EVIL, FAILED, OK, UNAVAILABLE, USAGE, expect,  # noqa: E402
-                      terminal_safe, workd)
+from test_cli import (CONFLICT, EVIL, FAILED, NOT_FOUND, OK, TIMEOUT,  # noqa: E402
+                      UNAVAILABLE, USAGE, expect, terminal_safe, workd)
 
 # How EVIL shows once escaped (its start is enough to find it).
 SHOWN = "\\x1b]0;owned\\x07\\x1b[2J\\u009b31m"
@@ -172,6 +172,25 @@ def test_bad_event_streams_end_with_an_error():
         r = timed(["tail", "--id", "c", "--json"], srv.url, OK, 20, "stream with odd fields")
         assert json.loads(r.stdout) == {"id": "c", "status": "completed", "result": 1,
                                         "at": "t"}, r.stdout
+
+
+def test_answers_without_their_fields_or_a_long_poll():
+    """An answer without the fields a command reads shows '-', never a
+    crash; a long poll answered at once, again and again, is asked again
+    after a growing pause, not as fast as the server answers."""
+    routes = {"GET /queues": json_answer({"queues": [{"limits": {}}, 7]}),
+              "GET /schedules": json_answer({"schedules": [{"last_run": {}}, None]}),
+              "GET /cluster": json_answer({"database": {}, "nodes": [{}], "workers": [{}],
+                                           "open": {"q": {}}}),
+              "GET /work/x": json_answer({"status": "running"}),
+              "GET /results": event_stream('data: {}\n\ndata: {"status": "dead"}\n\n')}
+    with HostileServer(routes) as srv:
+        expect(workd("queues", "limits", "q", server=srv.url), NOT_FOUND, "limits of no queue")
+        for args in ("queues", "schedules", "cluster", "workers", "tail --count 2"):
+            expect(workd(*args.split(), server=srv.url, timeout=30), OK, args)
+        timed(["wait", "x", "--timeout", "3s"], srv.url, TIMEOUT, 8, "a long poll not held")
+        asked = srv.count("GET", "/work/x")
+        assert 2 <= asked <= 10, f"wait asked {asked} times in 3 s (the pauses allow about 6)"
 
 
 if __name__ == "__main__":

@@ -353,6 +353,16 @@ def test_retry_after_is_read_and_bounded():
         assert time.monotonic() - t0 < 5, f"retry_for=1 waited {time.monotonic() - t0:.1f}s"
 
 
+def test_wait_pauses_when_a_long_poll_is_not_held():
+    """wait() long-polls; a server that answers at once, again and again,
+    with the work open is asked again after a growing pause."""
+    with HostileServer({"GET /work/x": json_answer({"id": "x", "status": "running"})}) as srv:
+        e = within(lambda: Client(srv.url).wait("x", timeout=3), 10, "wait(timeout=3)")
+        assert e is None, repr(e)
+        asked = srv.count("GET", "/work/x")
+        assert 2 <= asked <= 10, f"wait asked {asked} times in 3 s (the pauses allow about 6)"
+
+
 def test_bad_event_streams_end_with_an_error_or_a_pause():
     routes = {
         # A line that never ends; data lines of an event that never ends.

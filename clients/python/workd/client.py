@@ -18,6 +18,11 @@ Json = Dict[str, Any]
 
 # GET /work/{id}?wait= is capped by the server (--get-wait-max, 60 s by default).
 WAIT_STEP = 60.0
+# The pause after a long poll that came back early with the work open:
+# doubled while they keep coming back early. A server answers early when the
+# work changes; one that always does (a broken one, a proxy that does not
+# hold long polls) is not asked again as fast as it answers.
+EARLY_PAUSE_MIN, EARLY_PAUSE_MAX = 0.1, 2.0
 
 
 def _seconds(value: Seconds) -> float:
@@ -133,16 +138,25 @@ class Client:
         with long polls, and returns it; after ``timeout`` seconds (None: no
         limit) returns it as it is then: check its ``status``."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.0
         while True:
             step = WAIT_STEP
             if deadline is not None:
                 step = max(0.0, min(step, deadline - time.monotonic()))
+            asked = time.monotonic()
             work = self._call("GET", f"/work/{quote(work_id)}" + query({"wait": round(step, 3)}),
                               timeout=step + self.transport.timeout)
             if work["status"] in FINISHED:
                 return work
             if deadline is not None and time.monotonic() >= deadline:
                 return work
+            if time.monotonic() - asked >= step / 2:
+                pause = 0.0
+                continue
+            pause = min(EARLY_PAUSE_MAX, pause * 2 if pause else EARLY_PAUSE_MIN)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
 
     def cancel(self, work_id: str) -> Json:
         """Cancels open work (running work too: its worker is told to stop)."""

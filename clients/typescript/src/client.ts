@@ -24,7 +24,7 @@ import type {
   WorkList,
   WorkStatus,
 } from "./types.js";
-import { uuid4 } from "./util.js";
+import { sleep, uuid4 } from "./util.js";
 
 export interface ClientOptions extends ConnectionOptions {
   /**
@@ -58,6 +58,12 @@ export interface WaitOptions {
 
 const FINISHED = new Set<WorkStatus>(["completed", "dead", "cancelled"]);
 const GET_WAIT_MAX_S = 60;
+// The pause (ms) after a long poll that came back early with the work open:
+// doubled while they keep coming back early. A server answers early when the
+// work changes; one that always does (a broken one, a proxy that does not
+// hold long polls) is not asked again as fast as it answers.
+const EARLY_PAUSE_MIN_MS = 100;
+const EARLY_PAUSE_MAX_MS = 2000;
 
 const enc = encodeURIComponent;
 
@@ -156,12 +162,20 @@ export class Client {
    */
   async wait(id: string, options: WaitOptions = {}): Promise<Work> {
     const end = options.timeout === undefined ? Infinity : Date.now() + options.timeout * 1000;
+    let pause = 0;
     for (;;) {
       const left = (end - Date.now()) / 1000;
       const wait = Math.max(0, Math.min(GET_WAIT_MAX_S, left));
+      const asked = Date.now();
       const work = await this.get(id, { wait, ...(options.signal ? { signal: options.signal } : {}) });
       if (FINISHED.has(work.status)) return work;
       if (Date.now() >= end) throw new DOMException(`work ${id} is still ${work.status}`, "TimeoutError");
+      if (Date.now() - asked >= (wait * 1000) / 2) {
+        pause = 0;
+        continue;
+      }
+      pause = Math.min(EARLY_PAUSE_MAX_MS, pause ? pause * 2 : EARLY_PAUSE_MIN_MS);
+      await sleep(Math.min(pause, end - Date.now()), options.signal);
     }
   }
 

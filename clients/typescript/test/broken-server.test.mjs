@@ -195,6 +195,20 @@ test("an event stream that breaks the rules ends with BadAnswer, or comes back a
   }
 });
 
+test("wait() pauses when a long poll is not held", { timeout: 30_000 }, async () => {
+  const srv = await scripted({
+    "GET /work/x": (req, res) => res.writeHead(200, { "Content-Type": "application/json" }).end('{"id": "x", "status": "running"}'),
+  });
+  try {
+    const e = await rejection(new Client({ servers: srv.url }).wait("x", { timeout: 3 }), 10_000, "wait({timeout: 3})");
+    assert.equal(e.name, "TimeoutError", String(e));
+    const asked = srv.count("GET /work/x");
+    assert.ok(asked >= 2 && asked <= 10, `wait asked ${asked} times in 3 s (the pauses allow about 6)`);
+  } finally {
+    srv.close();
+  }
+});
+
 test("BadAnswer is a WorkdError", () => {
   const e = new BadAnswer("x", { status: 302, location: "http://elsewhere/" });
   assert.ok(e instanceof WorkdError);

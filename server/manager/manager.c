@@ -819,6 +819,48 @@ void want_claimed_made(Manager *m, IdList *l, char *id)
         l->claim[before] = true;
 }
 
+/* A claim held by a session that is no leader: which, since when. Another
+ * leader's look holds one for a moment; a squatter for longer. */
+typedef struct Squat {
+    int pid;
+    int64_t since_ms, seen_ms;
+} Squat;
+#define SQUAT_MS 200      /* held longer by one session that is no leader: squatted */
+#define SQUAT_GAP_MS 1500 /* not seen held for this long: a new observation */
+#define SQUATS_MAX 4096   /* ids remembered so (forgotten all at once past it) */
+
+static void squats_clear(Manager *m)
+{
+    const char *k;
+    void *v;
+    for (size_t i = 0; hmap_next(&m->squats, &i, &k, &v);) {
+        free((char *)k);
+        free(v);
+    }
+    hmap_free(&m->squats);
+    hmap_init(&m->squats);
+}
+
+/* Whether id's claim, held by session pid that is no leader, has been held
+ * by it for SQUAT_MS, as the node's retries of the command saw it (it is
+ * refused, naming the session), rather than for a moment, as another
+ * leader's look holds one (it waits, as for a leader's claim). */
+static bool squatted(Manager *m, const char *id, int pid, int64_t now)
+{
+    Squat *x = hmap_get(&m->squats, id);
+    if (!x) {
+        if (m->squats.len >= SQUATS_MAX)
+            squats_clear(m);
+        x = xcalloc(1, sizeof *x);
+        hmap_put(&m->squats, xstrdup(id), x);
+        *x = (Squat){pid, now, now};
+    } else if (x->pid != pid || now - x->seen_ms > SQUAT_GAP_MS) {
+        *x = (Squat){pid, now, now};
+    }
+    x->seen_ms = now;
+    return now - x->since_ms >= SQUAT_MS;
+}
+
 /* Notes ids[i] (busy[i]: its claim is held elsewhere) in m->busy, with who
  * holds each as c's database tells (journal_claim_holders). -1: c failed
  * (err). */
@@ -826,22 +868,27 @@ WARN_UNUSED static int note_busy(Manager *m, PGconn *c, char *const *ids, const 
                                  size_t n, Err *err)
 {
     char **held = xcalloc(n + 1, sizeof *held), **foreign = xcalloc(n + 1, sizeof *foreign);
+    int *pid = xcalloc(n + 1, sizeof *pid);
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (busy[i] && !id_busy(m, ids[i]))
             held[k++] = ids[i];
-    int rc = journal_claim_holders(c, held, k, foreign, err);
+    int rc = journal_claim_holders(c, held, k, pid, foreign, err);
+    int64_t now = mono_ms();
     for (size_t i = 0; rc == 0 && i < k; i++) {
-        hmap_put(&m->busy, xstrdup(held[i]), foreign[i] ? foreign[i] : xstrdup(""));
-        if (foreign[i])
+        bool squat = foreign[i] && squatted(m, held[i], pid[i], now);
+        if (squat)
             log_warn("id %s: its claim is held by %s, not by a leader of this cluster", held[i],
                      foreign[i]);
-        foreign[i] = NULL;
+        hmap_put(&m->busy, xstrdup(held[i]), squat ? foreign[i] : xstrdup(""));
+        if (squat)
+            foreign[i] = NULL;
     }
     for (size_t i = 0; i < k; i++)
         free(foreign[i]);
     free(held);
     free(foreign);
+    free(pid);
     return rc;
 }
 
@@ -1347,6 +1394,7 @@ Manager *manager_start(const ManagerConfig *cfg, Err *err)
     m->progress = progress_new(&cfg->progress);
     hmap_init(&m->suspects);
     hmap_init(&m->busy);
+    hmap_init(&m->squats);
     WebhooksConfig wc = {.database_url = cfg->database_url,
                          .shards = m->cfg.shards,
                          .stores = cfg->stores,
@@ -1409,6 +1457,8 @@ void manager_free(Manager *m)
     hmap_free(&m->suspects);
     claims_clear(m);
     hmap_free(&m->busy);
+    squats_clear(m);
+    hmap_free(&m->squats);
     eventlist_free(&m->batch);
     pthread_mutex_destroy(&m->lock);
     free((char *)m->cfg.database_url);

@@ -92,6 +92,7 @@ struct Manager {
     int64_t *claims, *claims_free;
     size_t n_claims, n_claims_free;
     HMap busy;
+    HMap squats; /* id -> Squat: a claim held by a session that is no leader, since when */
 };
 
 /* Collects ids that are not open (the database must say what they are). */

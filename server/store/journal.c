@@ -1530,9 +1530,10 @@ int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *bu
     return 0;
 }
 
-int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign, Err *err)
+int journal_claim_holders(PGconn *c, char *const *ids, size_t n, int *pid, char **foreign, Err *err)
 {
     memset(foreign, 0, n * sizeof *foreign);
+    memset(pid, 0, n * sizeof *pid);
     if (!n)
         return 0;
     char *arr = text_array(ids, n);
@@ -1562,6 +1563,7 @@ int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign,
         snprintf(who, sizeof who, "database session pid %s (role '%.63s', application '%.63s')",
                  PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3));
         foreign[at] = xstrdup(who);
+        pid[at] = (int)db_int(r, i, 1);
     }
     PQclear(r);
     return 0;

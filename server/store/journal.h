@@ -165,11 +165,12 @@ static inline void journal_schedule_reservation(const char *name, char *out, siz
 int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *busy,
                   Err *err) WARN_UNUSED;
 /* Who holds the claims of ids that journal_claim (or a look's) found busy:
- * foreign[i] is NULL when a workd leader's session holds it, or nobody by
- * now (a moment's claim); else a description of the session that holds it
- * (pid, role, application; the caller frees it): no leader of the cluster
- * ever waits for that one. */
-int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign,
+ * pid[i] 0 and foreign[i] NULL when a workd leader's session holds it, or
+ * nobody by now; else the holder's backend pid and a description of it
+ * (pid, role, application; the caller frees it). Such a holder is another
+ * leader's look at this database (for a moment) or a session that is no
+ * part of workd; the caller tells them apart by how long it holds. */
+int journal_claim_holders(PGconn *c, char *const *ids, size_t n, int *pid, char **foreign,
                           Err *err) WARN_UNUSED;
 /* Releases claims of this session (their appends committed, or wrote nothing). */
 int journal_release(PGconn *c, const int64_t *keys, size_t n, Err *err) WARN_UNUSED;

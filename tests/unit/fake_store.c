@@ -366,12 +366,13 @@ int journal_claim(PGconn *c, char *const *ids, size_t n, int64_t *keys, bool *bu
     return 0;
 }
 
-int journal_claim_holders(PGconn *c, char *const *ids, size_t n, char **foreign, Err *err)
+int journal_claim_holders(PGconn *c, char *const *ids, size_t n, int *pid, char **foreign, Err *err)
 {
     (void)c;
     (void)ids;
     (void)err;
     memset(foreign, 0, n * sizeof *foreign);
+    memset(pid, 0, n * sizeof *pid);
     return 0;
 }
 

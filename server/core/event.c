@@ -209,10 +209,7 @@ static void encode_work_fields(const Event *e, json_t *o)
     if (e->key) /* since schema 7 */
         json_object_set_new(o, "key", json_string(e->key));
     if (e->after) { /* since schema 11 */
-        json_t *a = json_array();
-        for (size_t i = 0; e->after[i]; i++)
-            json_array_append_new(a, json_string(e->after[i]));
-        json_object_set_new(o, "after", a);
+        json_object_set(o, "after", e->after);
         if (e->run_anyway)
             json_object_set_new(o, "run_anyway", json_true());
         if (e->waiting)
@@ -508,13 +505,24 @@ static int decode_accepted(json_t *data, const char *type, Event *out, Err *err)
         return -1;
     json_t *after = json_object_get(data, "after");
     if (json_is_array(after)) {
-        out->after = xcalloc(json_array_size(after) + 1, sizeof *out->after);
-        size_t i, k = 0;
+        /* Taken as it is when it holds ids only (it always does): the
+         * decoded document is not changed after. */
+        bool ids = true;
+        size_t i;
         json_t *a;
         json_array_foreach(after, i, a)
         {
-            if (json_is_string(a))
-                out->after[k++] = xstrdup(json_string_value(a));
+            ids = ids && json_is_string(a);
+        }
+        if (ids) {
+            out->after = json_incref(after);
+        } else {
+            out->after = json_array();
+            json_array_foreach(after, i, a)
+            {
+                if (json_is_string(a))
+                    json_array_append(out->after, a);
+            }
         }
     }
     out->run_anyway = json_is_true(json_object_get(data, "run_anyway"));
@@ -985,7 +993,7 @@ void event_clear(Event *e)
         subscription_clear(e->sub);
         free(e->sub);
     }
-    strv_free(e->after);
+    json_decref(e->after);
     free(e->batch);
     free(e->traceparent);
     free(e->tracestate);
@@ -1020,7 +1028,7 @@ void event_copy(Event *dst, const Event *src)
         dst->sub = xcalloc(1, sizeof *dst->sub);
         subscription_copy(dst->sub, src->sub);
     }
-    dst->after = strv_copy(src->after);
+    dst->after = json_incref(src->after);
     dst->batch = xstrdup(src->batch);
     dst->traceparent = xstrdup(src->traceparent);
     dst->tracestate = xstrdup(src->tracestate);

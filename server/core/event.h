@@ -159,7 +159,10 @@ typedef struct Event {
     Cursor sub_start; /* EV_SUBSCRIPTION: every shard's log's end when it was decided: where
                          a new subscription without sub_reset starts */
     /* EV_ACCEPTED: dependencies and batches */
-    char **after;    /* parents named (NULL-terminated), NULL: none */
+    /* the parents named, a JSON array of ids (NULL: none): one reference,
+     * never changed once made, shared by the copies, the log's encoding and
+     * the projection (json_incref) instead of copied for each */
+    json_t *after;
     bool run_anyway; /* run when a parent ends dead or cancelled (else cancelled with it) */
     bool waiting;    /* a parent was open at acceptance: the work waits */
     char *batch;     /* the batch it belongs to (EV_BATCH*: the batch); NULL: none */

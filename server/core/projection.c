@@ -47,13 +47,9 @@ static void fold_accepted(ProjRow *r, const Event *e)
     r->payload = json_incref(e->payload);
     r->status = e->waiting ? "waiting" : "pending";
     json_decref(r->after);
-    r->after = NULL;
-    if (e->after) {
-        r->after = json_array();
-        for (size_t i = 0; e->after[i]; i++)
-            json_array_append_new(r->after, json_string(e->after[i]));
+    r->after = json_incref(e->after); /* the event's array: never changed */
+    if (e->after)
         r->after_policy = e->run_anyway ? "run" : "cancel";
-    }
     set_str(&r->batch, e->batch);
     set_str(&r->traceparent, e->traceparent);
     set_str(&r->tracestate, e->tracestate);

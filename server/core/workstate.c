@@ -39,13 +39,29 @@ typedef struct Queue {
     int64_t tokens_at; /* when tokens was computed; 0: the bucket starts empty */
 } Queue;
 
-/* The waiting children of one open parent, in the order they were accepted.
- * A child that leaves (released or finished) leaves a NULL in its place,
- * found through its kid_slot: O(1), so that cancelling 100,000 children of
- * one parent is not 100,000 scans of the list; the list is compacted when
- * most of it is holes, and goes when the parent finishes. */
-typedef struct Kids {
-    WorkItem **v;
+/* A waiting item's link to one open parent: the parent, and where in the
+ * parent's Kids the item is. */
+typedef struct WsLink {
+    WorkItem *parent; /* NULL: it finished (the link is gone) */
+    size_t slot;
+} WsLink;
+
+/* An entry of a parent's Kids: the child, and which of its links is this one. */
+typedef struct KidRef {
+    WorkItem *child; /* NULL: it left */
+    size_t link;
+} KidRef;
+
+/* The waiting children of one open parent (WorkItem.kids), in the order they
+ * were accepted. A child that leaves (released or finished) leaves a NULL in
+ * its place, found through its link: O(1), so that cancelling 100,000
+ * children of one parent is not 100,000 scans of the list; the list is
+ * compacted when most of it is holes, and goes when the parent finishes.
+ * Links are pointers both ways, never names: making or ending one hashes
+ * nothing (a fan-in of 3,000 children of 1,000 parents is 3,000,000 of
+ * them). */
+typedef struct WsKids {
+    KidRef *v;
     size_t n, cap;
     size_t live; /* entries that are not NULL */
 } Kids;
@@ -56,8 +72,11 @@ struct WorkState {
     HMap queues;  /* name -> Queue */
     HMap workers; /* id -> WsWorker (owned) */
     Heap running; /* by deadline */
-    HMap kids;    /* parent id -> Kids: waiting work, by the open parents it waits for */
-    size_t edges; /* links in kids (live entries) */
+    size_t edges; /* links of waiting work to open parents (live KidRefs) */
+    /* the bucket of cfg.edge_rate: links it allows now (below 0: a large
+     * request's debt), as of edge_tokens_at (0: full) */
+    double edge_tokens;
+    int64_t edge_tokens_at;
     HMap batches; /* id -> Batch: open batches */
     ScheduleSet *sched;
     SubscriptionSet *subs; /* webhook subscriptions */
@@ -286,6 +305,26 @@ static void take_token(Queue *q, int64_t now)
     q->tokens_at = now;
 }
 
+/* Links new waiting work may make at time now (cfg.edge_rate's bucket). */
+static double edge_tokens(const WorkState *ws, int64_t now)
+{
+    double rate = (double)ws->cfg.edge_rate;
+    if (!ws->edge_tokens_at)
+        return rate;
+    double t = ws->edge_tokens +
+               (double)(now > ws->edge_tokens_at ? now - ws->edge_tokens_at : 0) * rate / 1000.0;
+    return t > rate ? rate : t;
+}
+
+static void take_edges(WorkState *ws, size_t n, int64_t now)
+{
+    if (!ws->cfg.edge_rate || !n)
+        return;
+    ws->edge_tokens = edge_tokens(ws, now) - (double)n;
+    if (now > ws->edge_tokens_at)
+        ws->edge_tokens_at = now;
+}
+
 /* May the queue hand out a job now? Costs nothing for a queue without limits. */
 static bool queue_open(const Queue *q, int64_t now)
 {
@@ -307,7 +346,11 @@ static const WorkItem *next_of(const Queue *q)
 
 static void item_free(WorkItem *it)
 {
-    free(it->kid_slot);
+    free(it->links);
+    if (it->kids) {
+        free(it->kids->v);
+        free(it->kids);
+    }
     strv_free(it->after);
     free(it->batch);
     free(it->traceparent);
@@ -350,7 +393,6 @@ WorkState *ws_new(const WsConfig *cfg)
     hmap_init(&ws->queues);
     hmap_init(&ws->workers);
     heap_init(&ws->running, deadline_less, item_index);
-    hmap_init(&ws->kids);
     hmap_init(&ws->batches);
     ws->sched = sched_new();
     ws->subs = subs_new();
@@ -369,13 +411,8 @@ void ws_free(WorkState *ws)
         queue_free(v);
     for (size_t i = 0; hmap_next(&ws->workers, &i, &k, &v);)
         wsworker_free(v);
-    for (size_t i = 0; hmap_next(&ws->kids, &i, &k, &v);) {
-        free(((Kids *)v)->v);
-        free(v);
-    }
     for (size_t i = 0; hmap_next(&ws->batches, &i, &k, &v);)
         batch_free(v);
-    hmap_free(&ws->kids);
     hmap_free(&ws->batches);
     sched_free(ws->sched);
     subs_free(ws->subs);
@@ -528,7 +565,11 @@ static const Event *accepted_event(const SubmitItem *s, bool waits, int64_t now,
     e->run_at = s->run_at > now ? s->run_at : 0;
     e->timeout_ms = s->timeout_ms;
     e->max_attempts = s->max_attempts;
-    e->after = strv_copy(s->after);
+    if (s->after) { /* one JSON array for the log, the projection and the copies */
+        e->after = json_array();
+        for (size_t j = 0; s->after[j]; j++)
+            json_array_append_new(e->after, json_string(s->after[j]));
+    }
     e->run_anyway = s->run_anyway;
     e->waiting = waits;
     e->batch = xstrdup(s->batch);
@@ -555,6 +596,7 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
                         EventList *out, SubmitResult *results, Err *err)
 {
     size_t first = out->len, created = 0, new_edges = 0;
+    double avail = ws->cfg.edge_rate > 0 ? edge_tokens(ws, now) : 0;
     HMap seen; /* ids accepted earlier in this same request */
     hmap_init(&seen);
     EventList late; /* cancellations of items whose parent has ended: after every accepted */
@@ -597,8 +639,24 @@ int ws_decide_submit_in(const WorkState *ws, const SubmitItem *items, size_t n,
         const char *ended, *ended_status = NULL;
         if (check_parents(ws, s, &seen, known, n_known, &waits, &ended, &ended_status, err) != 0)
             goto cleanup;
-        if (waits && ws->cfg.max_edges > 0) {
+        if (waits)
             new_edges += strv_len(s->after); /* at most: those still open link */
+        /* The rate: refused once the request needs more than the bucket
+         * holds, unless it is full (then any request passes, in debt). */
+        if (waits && ws->cfg.edge_rate > 0 && (double)new_edges > avail &&
+            avail < (double)ws->cfg.edge_rate) {
+            double rate = (double)ws->cfg.edge_rate,
+                   need = (double)new_edges < rate ? (double)new_edges : rate,
+                   wait_s = (need - avail) / rate;
+            err_set(err, 429, "dependency-rate-limited",
+                    "dependencies are made at most %lld a second (--dependency-rate), and this "
+                    "request adds up to %zu with %.0f allowed now; retry in %.1f s, or send "
+                    "fewer at a time",
+                    (long long)ws->cfg.edge_rate, new_edges, avail < 0 ? 0 : avail,
+                    wait_s < 1 ? 1 : wait_s);
+            goto cleanup;
+        }
+        if (waits && ws->cfg.max_edges > 0) {
             if (ws->edges + new_edges > (size_t)ws->cfg.max_edges) {
                 err_set(err, 429, "too-many-dependencies",
                         "the limit of dependencies held at once (--max-dependencies) is %lld and "
@@ -893,75 +951,121 @@ void ws_queue_restore(WorkState *ws, const char *queue, const QueueLimits *lim, 
 
 /* ---- dependencies ---- */
 
-/* Links waiting work to each of its parents that is open; returns how many. */
-static size_t kids_link(WorkState *ws, WorkItem *it)
+/* Room in it->links for n more links (the parents it names, at most). */
+static void links_reserve(WorkItem *it, size_t n)
 {
-    size_t n = 0;
-    for (size_t j = 0; it->after && it->after[j]; j++) {
-        if (!strcmp(it->after[j], it->id) || !hmap_get(&ws->items, it->after[j]))
-            continue;
-        Kids *k = hmap_get(&ws->kids, it->after[j]);
-        if (!k) {
-            k = xcalloc(1, sizeof *k);
-            hmap_put(&ws->kids, ((WorkItem *)hmap_get(&ws->items, it->after[j]))->id, k);
-        }
-        /* A parent named twice links once: its list then ends with this
-         * child already (nothing else is linked meanwhile). O(1) per edge. */
-        if (k->n && k->v[k->n - 1] == it)
-            continue;
-        if (k->n == k->cap) {
-            k->cap = k->cap ? k->cap * 2 : 4;
-            k->v = xrealloc(k->v, k->cap * sizeof *k->v);
-        }
-        if (!it->kid_slot) {
-            size_t na = strv_len(it->after);
-            it->kid_slot = xmalloc(na * sizeof *it->kid_slot);
-            for (size_t i = 0; i < na; i++)
-                it->kid_slot[i] = SIZE_MAX;
-        }
-        it->kid_slot[j] = k->n;
-        k->v[k->n++] = it;
-        k->live++;
-        n++;
-    }
-    it->parents_open = n;
-    ws->edges += n;
-    return n;
+    it->links = xrealloc(it->links, (it->n_links + n + 1) * sizeof *it->links);
 }
 
-/* Closes the holes of parent's list, order kept, telling each child that
+/* Links waiting work to the parent named `name` if it is open (and not the
+ * work itself); a parent named twice links once. Room is reserved. O(1). */
+static void kids_link_one(WorkState *ws, WorkItem *it, const char *name)
+{
+    WorkItem *p = hmap_get(&ws->items, name);
+    if (!p || p == it)
+        return;
+    Kids *k = p->kids;
+    if (!k)
+        k = p->kids = xcalloc(1, sizeof *k);
+    /* Named twice: its list then ends with this child already (nothing else
+     * is linked meanwhile). */
+    if (k->n && k->v[k->n - 1].child == it)
+        return;
+    if (k->n == k->cap) {
+        k->cap = k->cap ? k->cap * 2 : 4;
+        k->v = xrealloc(k->v, k->cap * sizeof *k->v);
+    }
+    it->links[it->n_links] = (WsLink){.parent = p, .slot = k->n};
+    k->v[k->n++] = (KidRef){.child = it, .link = it->n_links++};
+    k->live++;
+    ws->edges++;
+}
+
+/* Links waiting work to each of the parents of `after` (a JSON array of
+ * ids) that is open; returns how many. */
+static size_t kids_link_json(WorkState *ws, WorkItem *it, const json_t *after)
+{
+    links_reserve(it, json_array_size(after));
+    size_t i;
+    json_t *a;
+    json_array_foreach(after, i, a)
+    {
+        if (json_is_string(a))
+            kids_link_one(ws, it, json_string_value(a));
+    }
+    return it->parents_open = it->n_links;
+}
+
+/* The same for work restored with the names of its parents (it->after,
+ * which goes once linked). */
+static size_t kids_link_names(WorkState *ws, WorkItem *it)
+{
+    links_reserve(it, strv_len(it->after));
+    for (size_t j = 0; it->after && it->after[j]; j++)
+        kids_link_one(ws, it, it->after[j]);
+    strv_free(it->after);
+    it->after = NULL;
+    return it->parents_open = it->n_links;
+}
+
+/* Closes the holes of a parent's list, order kept, telling each child that
  * moves its new place. */
-static void kids_compact(Kids *k, const char *parent)
+static void kids_compact(Kids *k)
 {
     size_t w = 0;
     for (size_t i = 0; i < k->n; i++) {
-        WorkItem *c = k->v[i];
-        if (!c)
+        KidRef r = k->v[i];
+        if (!r.child)
             continue;
-        for (size_t j = 0; w != i && c->after[j]; j++)
-            if (c->kid_slot[j] == i && !strcmp(c->after[j], parent))
-                c->kid_slot[j] = w;
-        k->v[w++] = c;
+        r.child->links[r.link].slot = w;
+        k->v[w++] = r;
     }
     k->n = w;
 }
 
 /* Takes waiting work out of its open parents' lists (order kept: children
- * are decided in the order they were accepted). */
+ * are decided in the order they were accepted). A child whose parents have
+ * all finished (one released) has nothing left to take out. */
 static void kids_unlink(WorkState *ws, WorkItem *it)
 {
-    for (size_t j = 0; it->kid_slot && it->after[j]; j++) {
-        size_t at = it->kid_slot[j];
-        Kids *k = at == SIZE_MAX ? NULL : hmap_get(&ws->kids, it->after[j]);
-        it->kid_slot[j] = SIZE_MAX;
-        if (!k || at >= k->n || k->v[at] != it)
+    for (size_t j = 0; it->parents_open && j < it->n_links; j++) {
+        WsLink *l = &it->links[j];
+        if (!l->parent)
             continue;
-        k->v[at] = NULL;
+        Kids *k = l->parent->kids;
+        l->parent = NULL;
+        it->parents_open--;
+        if (!k || l->slot >= k->n || k->v[l->slot].child != it)
+            continue;
+        k->v[l->slot].child = NULL;
         k->live--;
         ws->edges--;
         if (k->n > 64 && k->live * 2 < k->n)
-            kids_compact(k, it->after[j]);
+            kids_compact(k);
     }
+    free(it->links);
+    it->links = NULL;
+    it->n_links = it->parents_open = 0;
+}
+
+/* A parent finishes: its children's links to it end (each child learns it
+ * has one open parent less), and its list goes. */
+static void kids_release(WorkState *ws, WorkItem *parent)
+{
+    Kids *k = parent->kids;
+    if (!k)
+        return;
+    for (size_t i = 0; i < k->n; i++) {
+        KidRef r = k->v[i];
+        if (!r.child)
+            continue;
+        r.child->links[r.link].parent = NULL;
+        r.child->parents_open--;
+    }
+    ws->edges -= k->live;
+    free(k->v);
+    free(k);
+    parent->kids = NULL;
 }
 
 /* Whether c waits for an open parent besides the one it is linked to that
@@ -981,9 +1085,9 @@ void ws_decide_followups(const WorkState *ws, const Event *e, int64_t now, Event
     bool completed = e->type == EV_COMPLETED;
     if (e->type == EV_COMPLETED && (it->status != WORK_RUNNING || it->attempt != e->attempt))
         return; /* ws_apply ignores it */
-    const Kids *k = hmap_get(&ws->kids, it->id);
+    const Kids *k = it->kids;
     for (size_t i = 0; k && i < k->n; i++) {
-        const WorkItem *c = k->v[i];
+        const WorkItem *c = k->v[i].child;
         if (!c || c->status != WORK_WAITING)
             continue;
         if (completed || c->run_anyway) {
@@ -1086,7 +1190,7 @@ void ws_restore_links(WorkState *ws)
         Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
         if (b)
             b->open++;
-        if (it->status == WORK_WAITING && !kids_link(ws, it))
+        if (it->status == WORK_WAITING && !kids_link_names(ws, it))
             place_pending(ws, it); /* no parent open: it was due to run */
     }
 }
@@ -1264,13 +1368,13 @@ static void apply_accepted(WorkState *ws, const Event *e, WorkItem *it)
         }
     }
     if (e->type == EV_ACCEPTED) {
-        it->after = strv_copy(e->after);
         it->run_anyway = e->run_anyway;
         it->batch = xstrdup(e->batch);
         Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
         if (b)
             b->open++;
-        if (kids_link(ws, it)) {
+        if (e->after && kids_link_json(ws, it, e->after)) {
+            take_edges(ws, it->n_links, e->at);
             it->status = WORK_WAITING;
             return;
         }
@@ -1334,15 +1438,7 @@ static void apply_finished(WorkState *ws, const Event *e, WorkItem *it)
         return;
     if (it->status == WORK_WAITING)
         kids_unlink(ws, it);
-    Kids *kids = hmap_del(&ws->kids, it->id);
-    if (kids) {
-        for (size_t i = 0; i < kids->n; i++)
-            if (kids->v[i])
-                kids->v[i]->parents_open--;
-        ws->edges -= kids->live;
-        free(kids->v);
-        free(kids);
-    }
+    kids_release(ws, it);
     Batch *b = it->batch ? hmap_get(&ws->batches, it->batch) : NULL;
     if (b) {
         b->open--;
@@ -1725,11 +1821,14 @@ void ws_restore(WorkState *ws, const WorkItem *src)
     it->payload = json_incref(src->payload);
     it->worker_id = xstrdup(src->worker_id);
     it->last_error = xstrdup(src->last_error);
-    it->after = strv_copy(src->after);
+    /* Its parents' names, until ws_restore_links links it. */
+    it->after = src->status == WORK_WAITING ? strv_copy(src->after) : NULL;
     it->batch = xstrdup(src->batch);
     it->traceparent = xstrdup(src->traceparent);
     it->tracestate = xstrdup(src->tracestate);
-    it->kid_slot = NULL; /* ws_restore_links links it */
+    it->links = NULL; /* ws_restore_links links it */
+    it->n_links = it->parents_open = 0;
+    it->kids = NULL;
     it->heap_idx = HEAP_NONE;
     it->where = IN_NONE;
     hmap_put(&ws->items, it->id, it);

@@ -36,6 +36,13 @@ typedef struct WsConfig {
     /* Dependency edges (a waiting item's link to an open parent) held at
      * once; past it submissions that would add some get 429. 0: no limit. */
     int64_t max_edges;
+    /* Dependency links that new waiting work may make a second (a token
+     * bucket holding a second's worth, full at the start): each link costs
+     * the leader and its writer a few microseconds, so a client's fan-in of
+     * millions of them would hold up everyone's commits; past it,
+     * submissions that would add some get 429. A request larger than a
+     * second's worth passes when the bucket is full. 0: no limit. */
+    int64_t edge_rate;
 } WsConfig;
 
 /* WORK_WAITING: accepted with parents (after) of which one is still open; it
@@ -63,13 +70,20 @@ typedef struct WorkItem {
     int64_t handed_at; /* running: when its start was committed (its pull's answer could
                           leave); 0: not yet */
     char *last_error;
-    char **after;    /* parents named at submission (NULL-terminated); NULL: none */
+    /* Work restored from the database (ws_restore): the parents it names
+     * (NULL-terminated), until ws_restore_links links it to those still
+     * open; NULL otherwise. The state keeps links to open parents, not
+     * names: the log and the projection have the names. */
+    char **after;
     bool run_anyway; /* runs when a parent ends dead or cancelled (else cancelled too) */
     char *batch;     /* NULL: none */
     char *traceparent, *tracestate; /* the producer's W3C trace context; NULL: none */
     /* private */
-    size_t *kid_slot;    /* per after[j] linked: its place in that parent's Kids (SIZE_MAX: none) */
+    struct WsLink
+        *links; /* waiting: a link per open parent (n_links; a finished one's is cleared) */
+    size_t n_links;
     size_t parents_open; /* waiting: the open parents it is linked to (released at 0) */
+    struct WsKids *kids; /* open: the waiting work linked to it (NULL: none) */
     size_t heap_idx;
     int where; /* which heap holds it */
 } WorkItem;

@@ -188,9 +188,7 @@ static void fill_examples(EventList *l)
     e->payload = json_null();
     e->timeout_ms = 1000;
     e->max_attempts = 2;
-    e->after = xcalloc(3, sizeof *e->after);
-    e->after[0] = xstrdup("p1");
-    e->after[1] = xstrdup("p2");
+    e->after = json_pack("[ss]", "p1", "p2");
     e->run_anyway = true;
     e->waiting = true;
     e->batch = xstrdup("batch-1");

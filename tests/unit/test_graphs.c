@@ -213,6 +213,84 @@ static void test_cancelled_children_leave_their_parents(void **state)
     sim_free(&s);
 }
 
+/* A waiting child cancelled after one of its parents finished leaves the
+ * others' lists (its link to the finished one is gone): the links it held
+ * are counted out of --max-dependencies, and the parents finish without it. */
+static void test_a_child_leaves_parents_some_of_which_finished(void **state)
+{
+    (void)state;
+    WsConfig cfg = CFG;
+    cfg.max_edges = 3;
+    Sim s;
+    sim_init(&s, &cfg, T0);
+    Err err = {0};
+    const char *const g[] = {"p1", "p2", "p3", "c<-p1,p2,p3"};
+    CHECK(submit_graph(&s, g, 4, NULL, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    finish(&s, "p1", true);
+    status_is(&s, "c", "waiting");
+    CHECK(ws_decide_cancel(s.ws, "c", s.now, &s.out, &err) == 0, "cancel c: %s", err.msg);
+    sim_emit(&s);
+    const char *const more[] = {"d<-p2,p3", "e<-p2"};
+    CHECK(submit_graph(&s, more, 2, NULL, NULL, 0, &err) == 0,
+          "c's links should be counted out: %s", err.msg);
+    const char *const over[] = {"f<-p3"};
+    CHECK(submit_graph(&s, over, 1, NULL, NULL, 0, &err) != 0 && err.status == 429 &&
+              !strcmp(err.type, "too-many-dependencies"),
+          "three links are held: a fourth is refused");
+    finish(&s, "p2", true);
+    size_t mark = s.log.len;
+    finish(&s, "p3", true);
+    log_is(&s, mark, "started:p3 completed:p3 released:d");
+    status_is(&s, "e", "pending");
+    replayable(&s);
+    sim_free(&s);
+}
+
+/* Links new waiting work makes are bounded by --dependency-rate a second, a
+ * second's worth in hand: a request that needs more than is left is refused
+ * whole, one larger than a second's worth passes when the bucket is full
+ * (and the bucket goes into debt), work that waits for nothing is never
+ * refused. */
+static void test_dependencies_are_made_at_most_edge_rate_a_second(void **state)
+{
+    (void)state;
+    WsConfig cfg = CFG;
+    cfg.edge_rate = 4;
+    Sim s;
+    sim_init(&s, &cfg, T0);
+    Err err = {0};
+    const char *const parents[] = {"p1", "p2", "p3", "p4", "p5", "p6"};
+    CHECK(submit_graph(&s, parents, 6, NULL, NULL, 0, &err) == 0, "refused: %s", err.msg);
+    const char *const c1[] = {"c1<-p1,p2,p3,p4"}, *const c2[] = {"c2<-p1"},
+                      *const c3[] = {"c3<-p1,p2,p3,p4,p5,p6"}, *const c4[] = {"c4<-p1,p2,p3"},
+                      *const pair[] = {"c5<-p1,p2", "c6<-p3,p4"}, *const plain[] = {"x"};
+    CHECK(submit_graph(&s, c1, 1, NULL, NULL, 0, &err) == 0, "a full bucket: %s", err.msg);
+    CHECK(submit_graph(&s, c2, 1, NULL, NULL, 0, &err) != 0 && err.status == 429 &&
+              !strcmp(err.type, "dependency-rate-limited") && strstr(err.msg, "--dependency-rate"),
+          "an empty bucket refuses a link, naming the setting: %s", err.msg);
+    s.now += 250;
+    CHECK(submit_graph(&s, c2, 1, NULL, NULL, 0, &err) == 0, "a link a 250 ms: %s", err.msg);
+    CHECK(submit_graph(&s, c3, 1, NULL, NULL, 0, &err) != 0 && err.status == 429,
+          "six links wait for a full bucket");
+    s.now += 1000;
+    CHECK(submit_graph(&s, c3, 1, NULL, NULL, 0, &err) == 0,
+          "a request larger than a second's worth passes when the bucket is full: %s", err.msg);
+    CHECK(submit_graph(&s, plain, 1, NULL, NULL, 0, &err) == 0,
+          "work that waits for nothing is not limited: %s", err.msg);
+    s.now += 1000; /* two in hand, after the debt of two */
+    CHECK(submit_graph(&s, c4, 1, NULL, NULL, 0, &err) != 0 && err.status == 429,
+          "three links need three in hand");
+    s.now += 250;
+    size_t mark = s.log.len;
+    CHECK(submit_graph(&s, pair, 2, NULL, NULL, 0, &err) != 0 && err.status == 429,
+          "two children of two links each are refused together with three in hand");
+    CHECK(s.log.len == mark, "a refused request appends nothing");
+    CHECK(submit_graph(&s, c4, 1, NULL, NULL, 0, &err) == 0, "three in hand: %s", err.msg);
+    status_is(&s, "c3", "waiting");
+    replayable(&s);
+    sim_free(&s);
+}
+
 static void test_parents_must_exist(void **state)
 {
     (void)state;
@@ -438,6 +516,8 @@ int main(void)
         cmocka_unit_test(test_child_waits_for_every_parent),
         cmocka_unit_test(test_dead_parent_cancels_descendants),
         cmocka_unit_test(test_cancelled_children_leave_their_parents),
+        cmocka_unit_test(test_a_child_leaves_parents_some_of_which_finished),
+        cmocka_unit_test(test_dependencies_are_made_at_most_edge_rate_a_second),
         cmocka_unit_test(test_parents_must_exist),
         cmocka_unit_test(test_batch_finishes_once_after_its_last_member),
         cmocka_unit_test(test_retried_member_rejoins_its_open_batch),

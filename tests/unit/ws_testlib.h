@@ -349,14 +349,9 @@ static inline char *event_diff(const Event *a, const Event *b)
     EVD_INT(counts[0]);
     EVD_INT(counts[1]);
     EVD_INT(counts[2]);
-    {
-        size_t na = a->after ? strv_len(a->after) : 0, nb = b->after ? strv_len(b->after) : 0;
-        bool same = (a->after == NULL) == (b->after == NULL) && na == nb;
-        for (size_t i = 0; same && i < na; i++)
-            same = !strcmp(a->after[i], b->after[i]);
-        if (!same)
-            sbuf_printf(&m, " after: %zu parents != %zu;", na, nb);
-    }
+    if ((a->after == NULL) != (b->after == NULL) || (a->after && !json_equal(a->after, b->after)))
+        sbuf_printf(&m, " after: %zu parents != %zu;", a->after ? json_array_size(a->after) : 0,
+                    b->after ? json_array_size(b->after) : 0);
     {
         json_t *x = a->sched ? schedspec_json(a->sched) : NULL;
         json_t *y = b->sched ? schedspec_json(b->sched) : NULL;

@@ -83,6 +83,10 @@ static const OptSpec options[] = {
     {"max-dependencies", OPT_INT, &C.max_edges, "1000000",
      "dependencies (a waiting item's link to an open parent) held at once; past it, 429", 1,
      100000000},
+    {"metrics-queues", OPT_INT, &C.metrics_queues, "100",
+     "queues with series of their own in /metrics besides those whose flow control was set (the "
+     "most open work first); the rest are added up as queue=\"(other)\"",
+     0, 100000},
     {"backoff-base", OPT_DURATION, &C.backoff_base_ms, "1s",
      "first retry delay (doubles per attempt, with jitter)", 0, MS(86400000)},
     {"backoff-max", OPT_DURATION, &C.backoff_max_ms, "5m", "longest retry delay", 0, MS(86400000)},
@@ -460,6 +464,7 @@ static int serve(Server *s)
         return 2;
     s->metrics = xcalloc(1, sizeof *s->metrics);
     metrics_init(s->metrics);
+    s->metrics->queues_top = s->cfg.metrics_queues;
     int64_t started_ms = wall_ms();
     s->leader = leaderinfo_new(s->shards);
     HttpConfig hc = {.listen = s->cfg.listen,

@@ -2,6 +2,8 @@
 #include "metrics.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "event.h"
 #include "shards.h"
@@ -11,6 +13,7 @@ void metrics_init(Metrics *m)
 {
     for (int i = 0; i < METRICS_ROUTES; i++)
         histogram_init(&m->latency[i], histogram_us_bounds, 1e6);
+    m->queues_top = METRICS_QUEUES_TOP;
 }
 
 void metrics_observe(Metrics *m, int route, int status, int64_t us)
@@ -22,7 +25,95 @@ void metrics_observe(Metrics *m, int route, int status, int64_t us)
     histogram_observe(&m->latency[route], us);
 }
 
+/* ---- which queues have series of their own ---- */
+
+/* The queues of OpenCounts that have series of their own (metrics.h,
+ * METRICS_QUEUES_TOP), and how many are added up as queue="(other)". */
+typedef struct QueueLabels {
+    const OpenCounts *open;     /* NULL: unknown (every queue not set goes to "(other)") */
+    const QueueLimitsList *set; /* the queues whose flow control was set; NULL: none known */
+    bool *own;                  /* per open->items[i] */
+    size_t others;              /* open queues added up as "(other)" */
+} QueueLabels;
+
+#define OTHER_QUEUE "(other)" /* queue names cannot hold parentheses */
+
+static int64_t open_total(const OpenCount *o)
+{
+    return o->waiting + o->pending + o->scheduled + o->running;
+}
+
+/* The most open work first, then by name: the same queues every scrape. */
+static int by_open_work(const void *a, const void *b)
+{
+    const OpenCount *x = *(const OpenCount *const *)a, *y = *(const OpenCount *const *)b;
+    int64_t tx = open_total(x), ty = open_total(y);
+    if (tx != ty)
+        return tx > ty ? -1 : 1;
+    return strcmp(x->queue, y->queue);
+}
+
+/* bsearch keys: a queue's name against a list sorted by it (each entry
+ * starts with its queue's name, view.h). */
+static int name_vs_entry(const void *key, const void *entry)
+{
+    return strcmp((const char *)key, *(char *const *)entry);
+}
+
+static bool flow_set(const QueueLabels *ql, const char *queue)
+{
+    return ql->set && bsearch(queue, ql->set->items, ql->set->len, sizeof *ql->set->items,
+                              name_vs_entry) != NULL;
+}
+
+/* Decides ql's labelled queues: every queue whose flow control was set, and
+ * the `top` others with the most open work. Free with queue_labels_clear. */
+static void queue_labels(QueueLabels *ql, const OpenCounts *open, const QueueLimitsList *set,
+                         int64_t top)
+{
+    *ql = (QueueLabels){.open = open, .set = set};
+    if (!open)
+        return;
+    ql->own = xcalloc(open->len + 1, sizeof *ql->own);
+    const OpenCount **rest = xcalloc(open->len + 1, sizeof *rest);
+    size_t n = 0;
+    for (size_t i = 0; i < open->len; i++) {
+        if (flow_set(ql, open->items[i].queue))
+            ql->own[i] = true;
+        else
+            rest[n++] = &open->items[i];
+    }
+    size_t keep = top < 0 ? 0 : (size_t)top;
+    if (n > keep)
+        qsort(rest, n, sizeof *rest, by_open_work);
+    for (size_t k = 0; k < n && k < keep; k++)
+        ql->own[rest[k] - open->items] = true;
+    ql->others = n > keep ? n - keep : 0;
+    free(rest);
+}
+
+static void queue_labels_clear(QueueLabels *ql)
+{
+    free(ql->own);
+    ql->own = NULL;
+}
+
+/* Whether queue has series of its own. */
+static bool labelled(const QueueLabels *ql, const char *queue)
+{
+    if (ql->open) {
+        const OpenCount *o =
+            bsearch(queue, ql->open->items, ql->open->len, sizeof *ql->open->items, name_vs_entry);
+        if (o)
+            return ql->own[o - ql->open->items];
+    }
+    return flow_set(ql, queue); /* not open as of that read: only if set */
+}
+
 /* ---- rendering ---- */
+
+static void render_flow(SBuf *b, const QueueLabels *ql, const QueueLimitsList *limits,
+                        const KeyBacklogs *backlog, const QueueTokens *tokens, size_t n_tokens);
 
 /* A manager's figure, and the families of them. */
 typedef long long (*ShardFigure)(const Manager *m);
@@ -272,12 +363,27 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
                 (long long)atomic_load(&m->sse_events_sent), (long long)atomic_load(&m->get_waits),
                 (long long)atomic_load(&m->proxied), (long long)atomic_load(&m->proxy_retries),
                 (long long)atomic_load(&m->proxy_failures));
+    QueueLabels ql;
+    queue_labels(&ql, node->open_counts, node->limits, m->queues_top);
     const OpenCounts *open = node->open_counts;
     if (open) {
-        sbuf_puts(&b, "# HELP workd_queue_depth Open work by queue and state.\n"
+        OpenCount other = {.queue = OTHER_QUEUE};
+        sbuf_puts(&b, "# HELP workd_queue_depth Open work by queue and state (queues past "
+                      "--metrics-queues added up as queue=\"(other)\").\n"
                       "# TYPE workd_queue_depth gauge\n");
-        for (size_t i = 0; i < open->len; i++) {
-            const OpenCount *o = &open->items[i];
+        for (size_t i = 0; i <= open->len; i++) {
+            const OpenCount *o = i < open->len ? &open->items[i] : ql.others ? &other : NULL;
+            if (!o)
+                break;
+            if (i < open->len && !ql.own[i]) {
+                other.waiting += o->waiting;
+                other.pending += o->pending;
+                other.scheduled += o->scheduled;
+                other.running += o->running;
+                if (o->oldest_pending_age_s > other.oldest_pending_age_s)
+                    other.oldest_pending_age_s = o->oldest_pending_age_s;
+                continue;
+            }
             const char *q = o->queue;
             sbuf_printf(&b,
                         "workd_queue_depth{queue=\"%s\",state=\"waiting\"} %lld\n"
@@ -290,10 +396,21 @@ char *metrics_render(Metrics *m, const MetricsNode *node, size_t *len)
         sbuf_puts(&b, "# HELP workd_queue_oldest_pending_age_seconds Age of the oldest ready job.\n"
                       "# TYPE workd_queue_oldest_pending_age_seconds gauge\n");
         for (size_t i = 0; i < open->len; i++)
-            sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n",
-                        open->items[i].queue, open->items[i].oldest_pending_age_s);
+            if (ql.own[i])
+                sbuf_printf(&b, "workd_queue_oldest_pending_age_seconds{queue=\"%s\"} %g\n",
+                            open->items[i].queue, open->items[i].oldest_pending_age_s);
+        if (ql.others)
+            sbuf_printf(&b,
+                        "workd_queue_oldest_pending_age_seconds{queue=\"" OTHER_QUEUE "\"} %g\n",
+                        other.oldest_pending_age_s);
+        sbuf_printf(&b,
+                    "# HELP workd_queues_other Queues with open work added up as "
+                    "queue=\"(other)\" (past --metrics-queues).\n"
+                    "# TYPE workd_queues_other gauge\nworkd_queues_other %zu\n",
+                    ql.others);
     }
-    metrics_render_flow(&b, node->limits, node->backlog, node->tokens, node->n_tokens);
+    render_flow(&b, &ql, node->limits, node->backlog, node->tokens, node->n_tokens);
+    queue_labels_clear(&ql);
     if (node->mgrs)
         render_managers(&b, node->mgrs);
     *len = b.len;
@@ -324,26 +441,44 @@ static void limit_family(SBuf *b, const QueueLimitsList *limits, const char *nam
     }
 }
 
-/* One backlog family: a sample per key of each queue, and its other keys. */
-static void backlog_family(SBuf *b, const KeyBacklogs *backlog, const char *name, const char *help,
-                           bool running)
+/* One backlog family: a sample per key of each labelled queue, and its
+ * other keys; the queues without series of their own added up as
+ * queue="(other)",key="(other)". */
+static void backlog_family(SBuf *b, const QueueLabels *ql, const KeyBacklogs *backlog,
+                           const char *name, const char *help, bool running)
 {
     sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    bool others = false;
+    long long other = 0;
     for (size_t i = 0; i < backlog->len; i++) {
         const KeyBacklog *q = &backlog->items[i];
+        bool own = labelled(ql, q->queue);
         for (size_t j = 0; j < q->n_keys; j++) {
             const KeyCount *k = &q->keys[j];
-            sbuf_printf(b, "%s{queue=\"%s\",key=\"%s\"} %lld\n", name, q->queue,
-                        k->key ? k->key : "(none)", (long long)(running ? k->running : k->pending));
+            if (own)
+                sbuf_printf(b, "%s{queue=\"%s\",key=\"%s\"} %lld\n", name, q->queue,
+                            k->key ? k->key : "(none)",
+                            (long long)(running ? k->running : k->pending));
+            else
+                other += (long long)(running ? k->running : k->pending);
         }
-        if (q->other_keys)
+        if (q->other_keys && own)
             sbuf_printf(b, "%s{queue=\"%s\",key=\"(other)\"} %lld\n", name, q->queue,
                         (long long)(running ? q->other.running : q->other.pending));
+        else if (q->other_keys)
+            other += (long long)(running ? q->other.running : q->other.pending);
+        others = others || !own;
     }
+    if (others)
+        sbuf_printf(b, "%s{queue=\"" OTHER_QUEUE "\",key=\"(other)\"} %lld\n", name, other);
 }
 
-void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
-                         const QueueTokens *tokens, size_t n_tokens)
+/* The queues' flow control: limits (view_queue_limits), backlog per key
+ * (view_key_backlog with METRICS_KEYS_TOP), and the leader's rate tokens
+ * (n_tokens, MC_QUEUE_FLOW). Any of them may be NULL: its families are left
+ * out. All borrowed. */
+static void render_flow(SBuf *b, const QueueLabels *ql, const QueueLimitsList *limits,
+                        const KeyBacklogs *backlog, const QueueTokens *tokens, size_t n_tokens)
 {
     if (limits) {
         limit_family(b, limits, "workd_queue_paused",
@@ -366,11 +501,11 @@ void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklo
                         tokens[i].tokens);
     }
     if (backlog) {
-        backlog_family(b, backlog, "workd_queue_key_backlog",
+        backlog_family(b, ql, backlog, "workd_queue_key_backlog",
                        "Ready work by queue and key: the keys with the most, the rest as "
                        "key=\"(other)\", work without a key as key=\"(none)\".",
                        false);
-        backlog_family(b, backlog, "workd_queue_key_running",
+        backlog_family(b, ql, backlog, "workd_queue_key_running",
                        "Running attempts by queue and key, for the keys of "
                        "workd_queue_key_backlog.",
                        true);

@@ -24,21 +24,29 @@ typedef struct Metrics {
     atomic_llong proxied, proxy_retries, proxy_failures;
     atomic_llong sse_subscribers, sse_events_sent;
     atomic_llong get_waits;
+    /* Queues with series of their own besides those whose flow control was
+     * set (metrics_render): METRICS_QUEUES_TOP unless the caller sets it
+     * after metrics_init, before any thread reads it. */
+    int64_t queues_top;
 } Metrics;
+
+/* Queue names are chosen by clients, and each queue with open work would be
+ * a label value of several families: /metrics labels the queues whose flow
+ * control an operator set (PUT /queues/{queue}) and the queues_top others
+ * with the most open work; the rest are added up as queue="(other)" (queue
+ * names cannot hold parentheses). At most (queues_top + flow-controlled + 1)
+ * queues, however many clients name. */
+#define METRICS_QUEUES_TOP 100
 
 /* Keys of a queue with their own series in /metrics: the ones with the most
  * ready work; the rest are added up as key="(other)" (keys cannot hold
  * parentheses), work without a key is key="(none)". */
 #define METRICS_KEYS_TOP 10
 
+/* Sets up m's histograms and its default queues_top (m zeroed, as xcalloc
+ * gives it). */
 void metrics_init(Metrics *m);
 void metrics_observe(Metrics *m, int route, int status, int64_t us);
-/* Appends the queues' flow control to b: limits (view_queue_limits), backlog
- * per key (view_key_backlog with METRICS_KEYS_TOP), and the leader's rate
- * tokens (n_tokens, MC_QUEUE_FLOW). Any of them may be NULL: its families are
- * left out. All borrowed. */
-void metrics_render_flow(SBuf *b, const QueueLimitsList *limits, const KeyBacklogs *backlog,
-                         const QueueTokens *tokens, size_t n_tokens);
 
 /* ---- rendering ---- */
 /* What /metrics shows of this node besides its counters; all borrowed. */
@@ -50,7 +58,10 @@ typedef struct MetricsNode {
     bool database_up;
     /* Open work by queue (view_open_counts); NULL: unknown, no queue metrics. */
     OpenCounts *open_counts;
-    /* The queues' flow control (metrics_render_flow); each may be NULL. */
+    /* The queues' flow control, each may be NULL: limits (view_queue_limits;
+     * its queues always have series of their own), backlog per key
+     * (view_key_backlog with METRICS_KEYS_TOP), the leader's rate tokens
+     * (MC_QUEUE_FLOW). */
     QueueLimitsList *limits;
     KeyBacklogs *backlog;
     const QueueTokens *tokens; /* the leader's buckets; NULL: not asked */

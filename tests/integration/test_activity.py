@@ -3,8 +3,10 @@ node's memory: GET /activity (work accepted, completed, failed, dead and
 cancelled per queue and 10-second bucket, added up by the leader's append in
 the same transaction as the events) answers the same on every node and after
 a restart of every node; GET /queues/{queue}/keys shows the keys with the
-most ready work and adds up the rest."""
+most ready work and adds up the rest. /metrics labels a bounded number of
+queues, whatever names clients choose."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -136,6 +138,42 @@ def test_limit_state_in_metrics(cluster):
                  'workd_queue_rate_limit_per_second{queue="lim"} 5'):
         assert line in m, f"{line!r} not in /metrics"
     assert 'workd_queue_rate_tokens{queue="lim"}' in m, "the leader's tokens are missing"
+
+
+def test_metrics_label_a_bounded_number_of_queues(cluster):
+    """Each queue name a client submits to would be a label value of every
+    queue family: /metrics gives series of their own to the queues whose
+    flow control an operator set and to the --metrics-queues (100) others
+    with the most open work, and adds up the rest as queue="(other)", so a
+    client naming queues by the hundred cannot make it grow without end."""
+    s = cluster.start_server("s1")
+    wait_leader(s.url)
+    assert http("PUT", s.url + "/queues/ops", {"paused": False}, JSON).status == 200
+    # 150 queues of one job each, "busy" with three, "ops" with one (set).
+    items = [{"payload": i, "queue": f"n{i:03d}"} for i in range(150)]
+    items += [{"payload": i, "queue": "busy"} for i in range(3)] + [{"payload": 0, "queue": "ops"}]
+    r = http("POST", s.url + "/work", items, JSON)
+    assert r.status == 202, r.text
+    m = http("GET", s.url + "/metrics").text
+
+    def queues(family):
+        return set(re.findall(rf'^{family}{{queue="([^"]+)"', m, re.M))
+
+    depth = queues("workd_queue_depth")
+    assert len(depth) == 100 + 2, \
+        f"100 queues, 'ops' (set) and '(other)' should have series: {len(depth)} do"
+    assert {"busy", "ops", "(other)"} <= depth, sorted(depth)[:10]
+    assert queues("workd_queue_oldest_pending_age_seconds") == depth
+    assert queues("workd_queue_key_backlog") == depth, "the backlog labels the same queues"
+    pending = {q: int(n) for q, n in re.findall(
+        r'^workd_queue_depth\{queue="([^"]+)",state="pending"\} (\d+)$', m, re.M)}
+    assert pending["busy"] == 3 and pending["ops"] == 1, pending
+    assert pending["(other)"] == 51 and sum(pending.values()) == 154, \
+        f"the 51 queues without series are added up: {pending['(other)']}, {sum(pending.values())}"
+    assert re.search(r"^workd_queues_other 51$", m, re.M), "workd_queues_other should say 51"
+    backlog = re.findall(r'^workd_queue_key_backlog\{queue="\(other\)",key="\(other\)"\} (\d+)$',
+                         m, re.M)
+    assert backlog == ["51"], f"the other queues' backlog is one sample: {backlog}"
 
 
 if __name__ == "__main__":

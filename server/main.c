@@ -83,6 +83,10 @@ static const OptSpec options[] = {
     {"max-dependencies", OPT_INT, &C.max_edges, "1000000",
      "dependencies (a waiting item's link to an open parent) held at once; past it, 429", 1,
      100000000},
+    {"dependency-rate", OPT_INT, &C.edge_rate, "100000",
+     "dependencies (links of new waiting work to open parents) made a second at most, in a "
+     "bucket of a second's worth; past it, 429 (0: no limit)",
+     0, 100000000},
     {"metrics-queues", OPT_INT, &C.metrics_queues, "100",
      "queues with series of their own in /metrics besides those whose flow control was set (the "
      "most open work first); the rest are added up as queue=\"(other)\"",
@@ -354,6 +358,7 @@ WARN_UNUSED static int start_manager(Server *s, Err *err)
         .max_schedules = s->cfg.max_schedules,
         .ws = {.max_open = s->cfg.max_open,
                .max_edges = s->cfg.max_edges,
+               .edge_rate = s->cfg.edge_rate,
                .lease_grace_ms = s->cfg.lease_grace_ms,
                .backoff_base_ms = s->cfg.backoff_base_ms,
                .backoff_max_ms = s->cfg.backoff_max_ms,

@@ -33,6 +33,7 @@ typedef struct ServerConfig {
     int64_t lease_grace_ms;
     int64_t max_open;
     int64_t max_edges;      /* --max-dependencies */
+    int64_t edge_rate;      /* --dependency-rate: links a second */
     int64_t metrics_queues; /* queues labelled in /metrics besides the flow-controlled */
     int64_t retain_ms;      /* finished work and events are kept this long */
     int64_t backoff_base_ms, backoff_max_ms;

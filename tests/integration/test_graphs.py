@@ -3,7 +3,8 @@ fan-out and fan-in runs in dependency order (from the log's start and
 completion events), across a leader kill; a parent that ends dead cancels its
 descendants, naming it, while a run-anyway child runs; a batch of 1,000
 publishes its batch event once, after its last member, across a leader kill,
-and submits its callback."""
+and submits its callback; dependencies are bounded in number held and in
+rate made."""
 
 import random
 import signal
@@ -204,6 +205,28 @@ def test_dependencies_are_bounded_in_total_and_released_once_all_parents_complet
     assert sorted(released) == ["c1", "c2"], released
     # The links ended with their parents: there is room again.
     submit(s.url, {"id": "c3", "payload": 1, "after": ["c1"]})
+
+
+def test_dependencies_are_made_at_most_dependency_rate_a_second(cluster):
+    """New links of waiting work to open parents are made at most
+    --dependency-rate a second (a second's worth in hand), so that one
+    client's fan-in cannot hold up the others' commits: past it 429
+    dependency-rate-limited, saying when to retry, and accepted once the
+    rate allows; work that waits for nothing is never held back."""
+    s = cluster.start_server("s1", extra_args=FAST + ["--dependency-rate", "5"])
+    wait_leader(s.url)
+    parents = [f"p{i}" for i in range(5)]
+    for p in parents:
+        submit(s.url, {"id": p, "payload": 1})
+    submit(s.url, {"id": "c1", "payload": 1, "after": parents})
+    r = http("POST", s.url + "/work", {"id": "c2", "payload": 1, "after": parents}, JSON)
+    assert r.status == 429 and r.json()["type"].endswith("dependency-rate-limited"), r.text
+    assert "--dependency-rate" in r.json()["detail"] and r.headers.get("Retry-After"), r.text
+    submit(s.url, {"id": "free", "payload": 1})
+    wait_until(lambda: http("POST", s.url + "/work", {"id": "c2", "payload": 1,
+                                                      "after": parents}, JSON).status, 10,
+               until=lambda st: st == 202, what="c2 accepted once the rate allows it")
+    assert get_work(s.url, "c2")["status"] == "waiting"
 
 if __name__ == "__main__":
     run_tests(globals())

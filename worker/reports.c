@@ -1,5 +1,6 @@
 /* reports: see reports.h. Reports wait in a FIFO array; the sending thread
- * always sends the oldest ones first and is the only one that removes any. */
+ * always sends the oldest ones first and is the only one that removes any
+ * (a pull that carries some only marks them: carried, then done). */
 #include "reports.h"
 
 #include <pthread.h>
@@ -15,6 +16,9 @@
 #define BATCH_BYTES (256 * 1024) /* body size per request (at least one report) */
 #define REQUEST_TIMEOUT_MS 10000
 #define RETRY_AFTER_CAP_MS 60000
+/* While the puller is about to ask for jobs (reporter_carrier), a new report
+ * waits this long for it to carry the report: one exchange, not two. */
+#define CARRY_MS 20
 
 typedef struct Report {
     char *id;
@@ -23,6 +27,10 @@ typedef struct Report {
     size_t json_len;
     bool warned;    /* a refusal of it was logged already */
     bool too_large; /* it replaces a report the server found too large */
+    int64_t added;  /* mono ms */
+    bool sending;   /* in the sending thread's batch */
+    bool carried;   /* in a pull's exchange (reporter_take) */
+    bool done;      /* settled by a pull's answer: removed by the sending thread */
 } Report;
 
 struct Reporter {
@@ -41,6 +49,7 @@ struct Reporter {
     int64_t retry_at;   /* mono_ms() before which nothing is sent (backoff) */
     size_t batch_limit; /* reports per request: halved on 413, grows back on success */
     Backoff backoff;
+    _Atomic int64_t *carrier; /* reporter_carrier's; NULL: none */
 };
 
 static void report_free(Report *p)
@@ -88,8 +97,11 @@ void reporter_add(Reporter *r, const char *id, int64_t attempt, const ExecOutcom
         r->cap = r->cap ? r->cap * 2 : 16;
         r->items = xrealloc(r->items, r->cap * sizeof *r->items);
     }
-    r->items[r->len++] =
-        (Report){.id = xstrdup(id), .attempt = attempt, .json = s, .json_len = strlen(s)};
+    r->items[r->len++] = (Report){.id = xstrdup(id),
+                                  .attempt = attempt,
+                                  .json = s,
+                                  .json_len = strlen(s),
+                                  .added = mono_ms()};
     pthread_cond_broadcast(&r->cond);
     pthread_mutex_unlock(&r->lock);
 }
@@ -98,18 +110,112 @@ void reporter_list(Reporter *r, json_t *arr)
 {
     pthread_mutex_lock(&r->lock);
     for (size_t i = 0; i < r->len; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:I}", "id", r->items[i].id, "attempt",
-                                             (json_int_t)r->items[i].attempt));
+        if (!r->items[i].done)
+            json_array_append_new(arr, json_pack("{s:s, s:I}", "id", r->items[i].id, "attempt",
+                                                 (json_int_t)r->items[i].attempt));
     pthread_mutex_unlock(&r->lock);
+}
+
+void reporter_carrier(Reporter *r, _Atomic int64_t *pull_since)
+{
+    pthread_mutex_lock(&r->lock);
+    r->carrier = pull_since;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Whether items[i] may go in a batch (of either sender). */
+static bool free_to_send(const Report *p)
+{
+    return !p->sending && !p->carried && !p->done;
+}
+
+size_t reporter_take(Reporter *r, size_t max, SBuf *out, ReportKey **keys)
+{
+    *keys = NULL;
+    size_t n = 0, bytes = 0;
+    pthread_mutex_lock(&r->lock);
+    for (size_t i = 0; i < r->len && n < max && bytes < BATCH_BYTES; i++) {
+        Report *p = &r->items[i];
+        if (!free_to_send(p) || p->too_large)
+            continue;
+        *keys = xrealloc(*keys, (n + 1) * sizeof **keys);
+        (*keys)[n] = (ReportKey){.id = xstrdup(p->id), .attempt = p->attempt};
+        if (n)
+            sbuf_puts(out, ",");
+        sbuf_append(out, p->json, p->json_len);
+        bytes += p->json_len;
+        p->carried = true;
+        n++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+/* Logs what became of a report the server answered for good. */
+static void settled(const ReportKey *k, const ReportAnswer *a)
+{
+    if (a->verdict == REPORT_SUPERSEDED)
+        log_warn("job %s attempt %lld: result dropped: %s", k->id, (long long)k->attempt,
+                 !strcmp(a->reason, "not-found")    ? "the work does not exist"
+                 : !strcmp(a->reason, "not-holder") ? "another worker holds the attempt"
+                                                    : "the attempt was superseded");
+    else
+        log_debug("job %s attempt %lld: report acknowledged", k->id, (long long)k->attempt);
+}
+
+void reporter_settle(Reporter *r, ReportKey *keys, size_t n, const ReportAnswer *answers)
+{
+    pthread_mutex_lock(&r->lock);
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; i < r->len; i++) {
+            Report *p = &r->items[i];
+            if (!p->carried || p->attempt != keys[k].attempt || strcmp(p->id, keys[k].id) != 0)
+                continue;
+            p->carried = false;
+            if (answers && answers[k].verdict != REPORT_RETRY) {
+                settled(&keys[k], &answers[k]);
+                p->done = true;
+            }
+            break;
+        }
+        free((char *)keys[k].id);
+    }
+    free(keys);
+    pthread_cond_broadcast(&r->cond);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Removes the reports that are done; r->lock held, by the sending thread. */
+static void compact(Reporter *r)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < r->len; i++) {
+        if (r->items[i].done)
+            report_free(&r->items[i]);
+        else
+            r->items[kept++] = r->items[i];
+    }
+    if (kept != r->len)
+        pthread_cond_broadcast(&r->cond);
+    r->len = kept;
+}
+
+/* Reports not acknowledged yet; r->lock held. */
+static size_t pending(const Reporter *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->len; i++)
+        n += !r->items[i].done;
+    return n;
 }
 
 size_t reporter_flush(Reporter *r, int64_t timeout_ms)
 {
     int64_t deadline = mono_ms() + timeout_ms;
     pthread_mutex_lock(&r->lock);
-    while (r->len > 0 && mono_ms() < deadline && !atomic_load(&r->stop))
+    size_t n;
+    while ((n = pending(r)) > 0 && mono_ms() < deadline && !atomic_load(&r->stop))
         cond_wait_until(&r->cond, &r->lock, deadline);
-    size_t n = r->len;
     pthread_mutex_unlock(&r->lock);
     return n;
 }
@@ -195,9 +301,9 @@ static int64_t send_batch(Reporter *r, const ReportKey *keys, char *body, size_t
 }
 
 /* The server refused a batch of n as too large (413); r->lock held. A batch is
- * split; a single report cannot be, so its attempt is reported failed instead
- * (retry false: another attempt would produce the same result). */
-static void shrink(Reporter *r, size_t n)
+ * split; a single report (items[at]) cannot be, so its attempt is reported
+ * failed instead (retry false: another attempt would produce the same result). */
+static void shrink(Reporter *r, size_t n, size_t at)
 {
     r->retry_at = 0;
     if (n > 1) {
@@ -206,14 +312,12 @@ static void shrink(Reporter *r, size_t n)
                   r->batch_limit);
         return;
     }
-    Report *p = &r->items[0];
+    Report *p = &r->items[at];
     if (p->too_large) {
         log_error("job %s attempt %lld: even its failure report is too large for the server; "
                   "dropped, the server will retry the work",
                   p->id, (long long)p->attempt);
-        report_free(p);
-        memmove(r->items, r->items + 1, (r->len - 1) * sizeof *r->items);
-        r->len--;
+        p->done = true;
         return;
     }
     char error[160];
@@ -229,33 +333,55 @@ static void shrink(Reporter *r, size_t n)
     json_decref(j);
 }
 
+/* When the oldest report free to send may go: now, or once the next pull
+ * has had CARRY_MS to carry it, unless the pull in flight is a long poll
+ * (-1: none to send); r->lock held. */
+static int64_t next_send(const Reporter *r)
+{
+    for (size_t i = 0; i < r->len; i++)
+        if (free_to_send(&r->items[i])) {
+            int64_t since = r->carrier ? atomic_load(r->carrier) : -1;
+            bool coming = since == 0 || (since > 0 && mono_ms() - since < CARRY_MS);
+            int64_t at = coming ? r->items[i].added + CARRY_MS : 0;
+            return at > r->retry_at ? at : r->retry_at;
+        }
+    return -1;
+}
+
 static void *reporter_main(void *arg)
 {
     Reporter *r = arg;
     ReportKey *keys = xcalloc(BATCH_MAX, sizeof *keys);
     ReportAnswer *answers = xcalloc(BATCH_MAX, sizeof *answers);
+    size_t *at = xcalloc(BATCH_MAX, sizeof *at);
     SBuf body;
     sbuf_init(&body);
     pthread_mutex_lock(&r->lock);
     while (!atomic_load(&r->stop)) {
-        int64_t now = mono_ms();
-        if (r->len == 0 || now < r->retry_at) {
-            cond_wait_until(&r->cond, &r->lock, r->len ? r->retry_at : -1);
+        compact(r);
+        int64_t when = next_send(r);
+        if (when < 0 || mono_ms() < when) {
+            cond_wait_until(&r->cond, &r->lock, when);
             continue;
         }
-        /* Take the oldest reports. Others only append, so items [0, n) are
-         * still the first n when the answer comes; their ids are copied because
-         * the array itself may move (xrealloc) while the lock is released. */
+        /* Take the oldest reports free to send. Only this thread removes
+         * any, so their indices hold while the lock is released; their ids
+         * are copied because the array itself may move (xrealloc). */
         size_t n = 0;
         sbuf_reset(&body);
         sbuf_printf(&body, "{\"instance\":\"%s\",\"reports\":[", r->instance);
-        while (n < r->len && n < r->batch_limit &&
-               (n == 0 || body.len + r->items[n].json_len < BATCH_BYTES)) {
+        for (size_t i = 0; i < r->len && n < r->batch_limit; i++) {
+            Report *p = &r->items[i];
+            if (!free_to_send(p))
+                continue;
+            if (n && body.len + p->json_len >= BATCH_BYTES)
+                break;
             if (n)
                 sbuf_puts(&body, ",");
-            sbuf_append(&body, r->items[n].json, r->items[n].json_len);
-            keys[n] = (ReportKey){.id = xstrdup(r->items[n].id), .attempt = r->items[n].attempt};
-            n++;
+            sbuf_append(&body, p->json, p->json_len);
+            keys[n] = (ReportKey){.id = xstrdup(p->id), .attempt = p->attempt};
+            p->sending = true;
+            at[n++] = i;
         }
         sbuf_puts(&body, "]}");
         pthread_mutex_unlock(&r->lock);
@@ -264,42 +390,31 @@ static void *reporter_main(void *arg)
         int64_t asked = send_batch(r, keys, body.data, n, answers, &status);
 
         pthread_mutex_lock(&r->lock);
+        for (size_t i = 0; i < n; i++)
+            r->items[at[i]].sending = false;
         if (status == 413) {
-            shrink(r, n);
+            shrink(r, n, at[0]);
             for (size_t i = 0; i < n; i++)
                 free((char *)keys[i].id);
             continue;
         }
-        size_t kept = 0;
         bool retry = false;
         for (size_t i = 0; i < n; i++) {
+            Report *p = &r->items[at[i]];
             if (answers[i].verdict == REPORT_RETRY) {
-                if (answers[i].reason[0] && !r->items[i].warned) {
+                if (answers[i].reason[0] && !p->warned) {
                     /* Said once per report: it is kept and sent again. */
                     log_warn("job %s attempt %lld: report not accepted (%s); will retry",
                              keys[i].id, (long long)keys[i].attempt, answers[i].reason);
-                    r->items[i].warned = true;
+                    p->warned = true;
                 }
-                r->items[kept++] = r->items[i];
                 retry = true;
-                continue;
+            } else {
+                settled(&keys[i], &answers[i]);
+                p->done = true;
             }
-            if (answers[i].verdict == REPORT_SUPERSEDED)
-                log_warn("job %s attempt %lld: result dropped: %s", keys[i].id,
-                         (long long)keys[i].attempt,
-                         !strcmp(answers[i].reason, "not-found") ? "the work does not exist"
-                         : !strcmp(answers[i].reason, "not-holder")
-                             ? "another worker holds the attempt"
-                             : "the attempt was superseded");
-            else
-                log_debug("job %s attempt %lld: report acknowledged", keys[i].id,
-                          (long long)keys[i].attempt);
-            report_free(&r->items[i]);
-        }
-        memmove(r->items + kept, r->items + n, (r->len - n) * sizeof *r->items);
-        r->len -= n - kept;
-        for (size_t i = 0; i < n; i++)
             free((char *)keys[i].id);
+        }
         if (retry) {
             int64_t d = backoff_next(&r->backoff);
             r->retry_at = mono_ms() + (asked > d ? asked : d);
@@ -315,6 +430,7 @@ static void *reporter_main(void *arg)
     sbuf_free(&body);
     free(keys);
     free(answers);
+    free(at);
     return NULL;
 }
 
@@ -338,6 +454,7 @@ void reporter_stop(Reporter *r)
         r->started = false;
     }
     pthread_mutex_lock(&r->lock);
+    compact(r);
     if (r->len > 0) {
         SBuf which;
         sbuf_init(&which);

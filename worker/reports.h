@@ -6,12 +6,14 @@
 #define WORKD_REPORTS_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
 #include "exec.h"
 #include "link.h"
+#include "util.h" /* SBuf */
 
 /* ---- the reporter ---- */
 
@@ -64,5 +66,21 @@ typedef struct ReportAnswer {
  * says why) when body is not {"results": [...]}. */
 int reports_read_answer(const char *body, const ReportKey *keys, size_t n, ReportAnswer *answers,
                         Err *err) WARN_UNUSED;
+
+/* ---- the worker's exchange: reports a pull carries ---- */
+/* *pull_since (the caller's, NULL: none) says when the pull in flight was
+ * sent (mono ms; 0: none is, one is about to be): unless a pull has been
+ * waiting for a while (a long poll: no job is ready), a new report waits a
+ * moment for the next pull to carry it (reporter_take) rather than going in
+ * a request of its own. */
+void reporter_carrier(Reporter *r, _Atomic int64_t *pull_since);
+/* Takes up to max reports that no request carries now, for a pull: appends
+ * them to out as JSON objects separated by commas, and their keys to *keys
+ * (n of them; hand them back with reporter_settle). Returns n. */
+size_t reporter_take(Reporter *r, size_t max, SBuf *out, ReportKey **keys);
+/* What the pull's answer said of the n reports reporter_take gave it:
+ * accepted or superseded reports are done; the others (answers NULL: the
+ * pull got no answer) are sent again. Frees keys. */
+void reporter_settle(Reporter *r, ReportKey *keys, size_t n, const ReportAnswer *answers);
 
 #endif

@@ -39,6 +39,7 @@
 #define PULL_SLACK_MS 15000    /* HTTP timeout of a pull beyond the wait asked for */
 #define EMPTY_PULL_MIN_MS 1000 /* an empty answer sooner than this: wait the rest */
 #define GATHER_MS 1            /* all slots were busy: wait this long for more to free */
+#define CARRY_MAX 100          /* reports a pull carries at most (the worker's exchange) */
 #define RETRY_AFTER_CAP_MS 60000
 #define FLUSH_TIMEOUT_MS 10000      /* graceful stop: how long to try delivering reports */
 #define DEREGISTER_TIMEOUT_MS 10000 /* graceful stop: how long to try deregistering */
@@ -85,19 +86,21 @@ struct Worker {
     int nslots;
 
     pthread_mutex_t lock;
-    pthread_cond_t cond;     /* broadcast: a slot freed, registered, stop requested */
-    pthread_cond_t hb_cond;  /* the heartbeat thread sleeps here */
-    int free_slots;          /* w->lock: slots neither running a job nor owed one by the queue */
-    Job *queue, *queue_tail; /* w->lock: pulled jobs no slot has taken yet, oldest first */
-    pthread_cond_t job_cond; /* with w->lock: idle slots sleep here (a job, or quit) */
-    int idle;                /* w->lock: slots asleep on job_cond */
-    int waking;              /* w->lock: of them, signalled and not awake yet */
-    bool registered;         /* w->lock: a heartbeat succeeded */
-    bool stop_requested;     /* w->lock */
-    bool failed;             /* w->lock: stopped by a refusal that retrying cannot mend */
-    int64_t hb_interval_ms;  /* w->lock */
-    atomic_bool pull_stop;   /* ends the pull thread and cancels its long-poll */
-    atomic_bool hb_stop;     /* ends the heartbeat thread */
+    pthread_cond_t cond;        /* broadcast: a slot freed, registered, stop requested */
+    pthread_cond_t hb_cond;     /* the heartbeat thread sleeps here */
+    int free_slots;             /* w->lock: slots neither running a job nor owed one by the queue */
+    Job *queue, *queue_tail;    /* w->lock: pulled jobs no slot has taken yet, oldest first */
+    pthread_cond_t job_cond;    /* with w->lock: idle slots sleep here (a job, or quit) */
+    int idle;                   /* w->lock: slots asleep on job_cond */
+    int waking;                 /* w->lock: of them, signalled and not awake yet */
+    bool registered;            /* w->lock: a heartbeat succeeded */
+    bool stop_requested;        /* w->lock */
+    bool failed;                /* w->lock: stopped by a refusal that retrying cannot mend */
+    int64_t hb_interval_ms;     /* w->lock */
+    atomic_bool pull_stop;      /* ends the pull thread and cancels its long-poll */
+    _Atomic int64_t pull_since; /* mono ms the pull in flight was sent; 0: none */
+    bool no_exchange;           /* pull thread: the server takes no reports in a pull (older) */
+    atomic_bool hb_stop;        /* ends the heartbeat thread */
 
     pthread_t hb_thread, pull_thread, stop_thread;
     bool hb_started, pull_started, stop_started;
@@ -441,15 +444,63 @@ static size_t jobs_dispatch(Worker *w, json_t *jobs)
     return n;
 }
 
+/* The body of a pull, carrying the reports the reporter has for it (the
+ * worker's exchange: docs/worker-api.md): *keys and the count returned are
+ * what to settle once it is answered. A pull that carries reports does not
+ * wait for jobs, so that their answer is not held. */
+static char *pull_body(Worker *w, int max, ReportKey **keys, size_t *n)
+{
+    SBuf reports;
+    sbuf_init(&reports);
+    *keys = NULL;
+    *n = w->no_exchange ? 0 : reporter_take(w->reporter, CARRY_MAX, &reports, keys);
+    json_t *req = json_pack("{s:s, s:i, s:I}", "instance", w->instance, "max", max, "wait",
+                            (json_int_t)(*n ? 0 : (w->cfg.poll_wait_ms + 999) / 1000));
+    if (w->queues[0])
+        json_object_set_new(req, "queues", queues_json(w));
+    char *plain = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!*n) {
+        sbuf_free(&reports);
+        return plain;
+    }
+    SBuf body;
+    sbuf_init(&body);
+    sbuf_append(&body, plain, strlen(plain) - 1); /* without its closing brace */
+    sbuf_puts(&body, ",\"reports\":[");
+    sbuf_append(&body, reports.data, reports.len);
+    sbuf_puts(&body, "]}");
+    free(plain);
+    sbuf_free(&reports);
+    return sbuf_steal(&body);
+}
+
+/* Hands the reports a pull carried back to the reporter with what the
+ * answer (resp: NULL when none came) says of them. */
+static void settle_carried(Worker *w, const HttpResp *resp, ReportKey *keys, size_t n)
+{
+    if (!n)
+        return;
+    ReportAnswer *answers = xcalloc(n, sizeof *answers);
+    Err err;
+    err_clear(&err);
+    bool read =
+        resp && resp->status == 200 && reports_read_answer(resp->body, keys, n, answers, &err) == 0;
+    if (resp && resp->status == 400 && resp->body && strstr(resp->body, "'reports'")) {
+        log_info("the server takes no reports in a pull (an older version): reports go on "
+                 "their own");
+        w->no_exchange = true;
+    }
+    reporter_settle(w->reporter, keys, n, read ? answers : NULL);
+    free(answers);
+}
+
 /* One pull; returns how long to wait before the next one. */
 static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
 {
-    json_t *req = json_pack("{s:s, s:i, s:I}", "instance", w->instance, "max", max, "wait",
-                            (json_int_t)((w->cfg.poll_wait_ms + 999) / 1000));
-    if (w->queues[0])
-        json_object_set_new(req, "queues", queues_json(w));
-    char *body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
+    ReportKey *keys;
+    size_t carried;
+    char *body = pull_body(w, max, &keys, &carried);
 
     int64_t t0 = mono_ms(), delay = 0;
     HttpResp resp;
@@ -457,9 +508,12 @@ static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
     err_clear(&err);
     char why[600], url[SERVERS_URL_MAX];
     size_t pos = link_url(&w->link, w->path_pull, url, sizeof url);
+    atomic_store(&w->pull_since, mono_ms());
     int rc =
         httpc_request(http, "POST", url, body, w->cfg.poll_wait_ms + PULL_SLACK_MS, &resp, &err);
+    atomic_store(&w->pull_since, 0);
     free(body);
+    settle_carried(w, rc == 0 ? &resp : NULL, keys, carried);
     if (rc != 0) {
         if (atomic_load(&w->pull_stop))
             return 0;
@@ -472,7 +526,7 @@ static int64_t pull_once(Worker *w, HttpClient *http, int max, Backoff *b)
     if (json_is_array(jobs)) {
         link_ok(&w->link, LINK_PULL);
         backoff_reset(b);
-        if (jobs_dispatch(w, jobs) == 0) {
+        if (jobs_dispatch(w, jobs) == 0 && !carried) {
             /* The server waited for us; pull again, but never in a tight loop. */
             int64_t took = mono_ms() - t0;
             delay = took < EMPTY_PULL_MIN_MS ? EMPTY_PULL_MIN_MS - took : 0;
@@ -904,6 +958,8 @@ Worker *worker_new(const WorkerConfig *cfg, Err *err)
     cond_init_mono(&w->hb_cond);
     w->hb_interval_ms = HEARTBEAT_DEFAULT_MS;
     atomic_init(&w->pull_stop, false);
+    atomic_init(&w->pull_since, 0);
+    reporter_carrier(w->reporter, &w->pull_since);
     atomic_init(&w->hb_stop, false);
     w->done_rd = w->done_wr = -1;
     w->nslots = cfg->concurrency;

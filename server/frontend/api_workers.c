@@ -37,12 +37,32 @@ static bool worker_allowed(Req *r, const char *worker_id, MgrCmd *c)
  * body (NULL for a route without one). Sets c->worker_id. */
 typedef int (*CmdParse)(Req *r, char *const *p, json_t *body, MgrCmd *c, Err *err);
 
-/* A pull goes to the shard of its queues; over several (or all, naming
- * none), this node pulls from each for the worker (pull.h). */
-static void pull_route(Req *r, MgrCmd *c)
+static void exchange_route(Req *r, MgrCmd *c);
+
+/* The shards a pull takes from (each once, in order), as many as it returns:
+ * its queues', or every shard when it names none. */
+static int pull_shards(Req *r, const MgrCmd *c, int *out)
 {
     Api *a = api_of(r);
-    PullSpec spec = {.instance = c->instance, .max = c->max, .wait_ms = c->wait_ms};
+    bool in[SHARDS_MAX] = {0};
+    for (size_t i = 0; c->queues && c->queues[i]; i++)
+        in[queue_shard(a, c->queues[i])] = true;
+    int n = 0;
+    for (int s = 0; s < a->shards; s++)
+        if (!c->queues || in[s])
+            out[n++] = s;
+    return n;
+}
+
+/* A pull goes to the shard of its queues; over several (or all, naming
+ * none), this node pulls from each for the worker (pull.h), as it does
+ * when results (NULL: none) of the reports it carried must be added to
+ * its answer (exchange_route). */
+static void pull_route_with(Req *r, MgrCmd *c, json_t *results)
+{
+    Api *a = api_of(r);
+    PullSpec spec = {
+        .instance = c->instance, .max = c->max, .wait_ms = c->wait_ms, .results = results};
     char **by_shard[SHARDS_MAX] = {0};
     size_t counts[SHARDS_MAX] = {0};
     for (size_t i = 0; c->queues && c->queues[i]; i++)
@@ -61,7 +81,7 @@ static void pull_route(Req *r, MgrCmd *c)
         int s = queue_shard(a, c->queues[i]);
         by_shard[s][counts[s]++] = c->queues[i];
     }
-    if (spec.n == 1 || r->shard >= 0) {
+    if ((spec.n == 1 || r->shard >= 0) && !results) {
         to_shard(r, spec.shards[0], c, NULL);
     } else {
         req_park(r);
@@ -70,6 +90,157 @@ static void pull_route(Req *r, MgrCmd *c)
     }
     for (int s = 0; s < a->shards; s++)
         free(by_shard[s]);
+}
+
+static void pull_route(Req *r, MgrCmd *c)
+{
+    pull_route_with(r, c, NULL);
+}
+
+/* ---- the worker's exchange over several shards ---- */
+
+/* A pull that carries reports, in a cluster of several shards: each report
+ * goes to its work's shard. When they and the pull's queues are all of one
+ * shard, one command there does both (one commit); else each shard's
+ * reports go first (a peek that takes nothing, carrying them), then the
+ * pull, whose answer carries their results in order. */
+typedef struct Exchange {
+    MgrCmd *c;       /* the pull, with its reports */
+    char **ids;      /* the reports' work ids, borrowed from c */
+    int *shards;     /* of each report's work (-1: unknown) */
+    json_t *results; /* once the reports are answered */
+} Exchange;
+
+static void exchange_free(void *state)
+{
+    Exchange *x = state;
+    if (x->c)
+        mgrcmd_free(x->c);
+    free(x->ids);
+    free(x->shards);
+    json_decref(x->results);
+    free(x);
+}
+
+/* Takes r's exchange back from r (the caller owns it then). */
+static Exchange *exchange_of(Req *r)
+{
+    Exchange *x = r->state;
+    r->state = NULL;
+    r->free_state = NULL;
+    return x;
+}
+
+/* Any thread: every shard answered its reports; on to the pull. */
+static void exchange_pull(Req *r)
+{
+    Exchange *x = exchange_of(r);
+    MgrCmd *c = x->c;
+    x->c = NULL;
+    ws_reports_free(c->reports, c->n_reports);
+    c->reports = NULL;
+    c->n_reports = 0;
+    json_t *results = x->results;
+    x->results = NULL;
+    exchange_free(x);
+    pull_route_with(r, c, results);
+    json_decref(results);
+}
+
+static void exchange_merged(Req *r, FanReply *rs, size_t n, void *ud)
+{
+    (void)ud;
+    Exchange *x = r->state;
+    const FanReply *bad = fan_first_error(rs, n);
+    if (bad) {
+        req_finish_problem(r, &bad->err);
+        return;
+    }
+    json_t *results = json_array();
+    size_t next[SHARDS_MAX] = {0};
+    for (size_t i = 0; i < x->c->n_reports; i++) {
+        size_t k = 0;
+        while (k + 1 < n && rs[k].shard != x->shards[i])
+            k++;
+        json_t *e = json_array_get(json_object_get(rs[k].body, "results"), next[k]++);
+        json_array_append(results, e ? e : json_null());
+    }
+    x->results = results;
+    r->on_resume = exchange_pull;
+    req_resume(r);
+}
+
+/* HTTP thread: the reports' shards are known. */
+static void exchange_send(Req *r)
+{
+    Api *a = api_of(r);
+    Exchange *x = r->state;
+    MgrCmd *c = x->c;
+    int pulls[SHARDS_MAX];
+    int n_pulls = pull_shards(r, c, pulls);
+    bool one = n_pulls == 1;
+    for (size_t i = 0; i < c->n_reports; i++) {
+        if (x->shards[i] < 0) /* unknown: any shard says so */
+            x->shards[i] = pulls[0];
+        one = one && x->shards[i] == pulls[0];
+    }
+    if (one) {
+        x->c = NULL;
+        exchange_free(exchange_of(r));
+        to_shard(r, pulls[0], c, NULL);
+        return;
+    }
+    json_t *body = json_loadb(r->body.data, r->body.len, 0, NULL);
+    json_t *items = json_object_get(body, "reports");
+    int shards[SHARDS_MAX];
+    char *bodies[SHARDS_MAX];
+    size_t parts = 0;
+    for (int s = 0; s < a->shards; s++) {
+        json_t *mine = json_array();
+        for (size_t i = 0; i < c->n_reports; i++)
+            if (x->shards[i] == s)
+                json_array_append(mine, json_array_get(items, i));
+        if (json_array_size(mine)) {
+            json_t *part =
+                json_pack("{s:i, s:i, s:b, s:O}", "max", 1, "wait", 0, "peek", 1, "reports", mine);
+            if (c->instance)
+                json_object_set_new(part, "instance", json_string(c->instance));
+            shards[parts] = s;
+            bodies[parts++] = json_dumps(part, JSON_COMPACT);
+            json_decref(part);
+        }
+        json_decref(mine);
+    }
+    json_decref(body);
+    req_park(r);
+    fanout(a->proxy, r, shards, bodies, parts, exchange_merged, NULL);
+}
+
+static void exchange_lookup_task(ViewDbs *db, void *arg)
+{
+    Req *r = arg;
+    Exchange *x = r->state;
+    Err err = {0};
+    if (view_work_shards(db, x->ids, x->c->n_reports, x->shards, &err) != 0) {
+        req_finish_problem(r, &err);
+        return;
+    }
+    r->on_resume = exchange_send;
+    req_resume(r);
+}
+
+static void exchange_route(Req *r, MgrCmd *c)
+{
+    Exchange *x = xcalloc(1, sizeof *x);
+    x->c = c;
+    x->ids = xcalloc(c->n_reports + 1, sizeof *x->ids);
+    x->shards = xcalloc(c->n_reports + 1, sizeof *x->shards);
+    for (size_t i = 0; i < c->n_reports; i++)
+        x->ids[i] = (char *)c->reports[i].work_id;
+    r->state = x;
+    r->free_state = exchange_free;
+    req_park(r);
+    dbpool_submit(api_of(r)->pool, exchange_lookup_task, r);
 }
 
 /* Where a worker's command goes: a report or progress to the shard of its
@@ -93,7 +264,10 @@ static void worker_route(Req *r, MgrCmd *c)
         return;
     }
     case MC_PULL:
-        pull_route(r, c);
+        if (c->n_reports && api_of(r)->shards > 1 && r->shard < 0)
+            exchange_route(r, c);
+        else
+            pull_route(r, c);
         return;
     case MC_HEARTBEAT:
         to_all_shards(r, c, merge_heartbeat);
@@ -212,6 +386,10 @@ static json_t *job_json(const PulledJob *j)
     return o;
 }
 
+static json_t *reports_reply(const MgrCmd *c);
+
+/* A pull's answer: its jobs, and the results of the reports it carried
+ * (the worker's exchange), in their order. */
 void reply_pull(Req *r, const MgrCmd *c)
 {
     json_t *jobs = json_array();
@@ -220,6 +398,8 @@ void reply_pull(Req *r, const MgrCmd *c)
     json_t *o = json_pack("{s:o}", "jobs", jobs);
     if (c->peek)
         json_object_set_new(o, "ready", json_boolean(c->ready));
+    if (c->n_reports && c->results)
+        json_object_update_new(o, reports_reply(c));
     req_finish_json(r, 200, o);
 }
 
@@ -234,6 +414,12 @@ WARN_UNUSED static int parse_pull_cmd(Req *r, char *const *p, json_t *body, MgrC
     c->max = pm.max;
     c->wait_ms = pm.wait_ms;
     c->queues = pm.queues;
+    c->reports = pm.reports;
+    c->n_reports = pm.n_reports;
+    size_t max_batch = (size_t)api_of(r)->cfg.max_batch;
+    if (c->n_reports > max_batch)
+        return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
+                       c->n_reports, max_batch);
     if (c->peek && !r->forwarded)
         return err_set(err, 400, "invalid-field",
                        "'peek' is for the nodes of a cluster, pulling for a worker");

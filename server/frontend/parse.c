@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -721,10 +722,14 @@ int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err)
     return 0;
 }
 
+WARN_UNUSED static int reports_of(json_t *arr, size_t max_batch, Report **reports, size_t *n,
+                                  Err *err);
+
 int parse_pull(json_t *body, PullMsg *out, Err *err)
 {
     memset(out, 0, sizeof *out);
-    static const char *const known[] = {"instance", "max", "wait", "queues", "peek", NULL};
+    static const char *const known[] = {"instance", "max",     "wait", "queues",
+                                        "peek",     "reports", NULL};
     if (!json_is_object(body))
         return err_set(err, 400, "invalid-body", "the pull must be a JSON object");
     if (parse_check_fields(body, known, "the pull", err) != 0)
@@ -743,8 +748,15 @@ int parse_pull(json_t *body, PullMsg *out, Err *err)
         return -1;
     if (parse_instance(body, &out->instance, err) != 0)
         return -1;
-    if (parse_queues(json_object_get(body, "queues"), &out->queues, err) != 0) {
+    json_t *reports = json_object_get(body, "reports");
+    if ((reports && !json_is_array(reports) &&
+         err_set(err, 400, "invalid-field", "'reports' must be an array of reports") != 0) ||
+        (reports && reports_of(reports, SIZE_MAX, &out->reports, &out->n_reports, err) != 0) ||
+        parse_queues(json_object_get(body, "queues"), &out->queues, err) != 0) {
         free(out->instance);
+        ws_reports_free(out->reports, out->n_reports);
+        out->reports = NULL;
+        out->n_reports = 0;
         return -1;
     }
     return 0;
@@ -795,6 +807,29 @@ static void report_of(json_t *r, Report *out)
     };
 }
 
+/* The reports of arr (an array, at most max_batch), checked, as typed reports. */
+WARN_UNUSED static int reports_of(json_t *arr, size_t max_batch, Report **reports, size_t *n,
+                                  Err *err)
+{
+    if (json_array_size(arr) > max_batch)
+        return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
+                       json_array_size(arr), max_batch);
+    size_t i;
+    json_t *r;
+    json_array_foreach(arr, i, r)
+    {
+        if (check_report(r, i, err) != 0)
+            return -1;
+    }
+    *n = json_array_size(arr);
+    *reports = xcalloc(*n + 1, sizeof **reports);
+    json_array_foreach(arr, i, r)
+    {
+        report_of(r, &(*reports)[i]);
+    }
+    return 0;
+}
+
 int parse_reports(json_t *body, size_t max_batch, Report **reports, size_t *n, char **instance,
                   Err *err)
 {
@@ -807,23 +842,13 @@ int parse_reports(json_t *body, size_t max_batch, Report **reports, size_t *n, c
         return err_set(err, 400, "invalid-body", "the body must be {\"reports\": [...]}");
     if (parse_check_fields(body, known, "the body", err) != 0)
         return -1;
-    if (json_array_size(arr) > max_batch)
-        return err_set(err, 413, "batch-too-large", "%zu reports in one request; the limit is %zu",
-                       json_array_size(arr), max_batch);
-    size_t i;
-    json_t *r;
-    json_array_foreach(arr, i, r)
-    {
-        if (check_report(r, i, err) != 0)
-            return -1;
-    }
-    if (parse_instance(body, instance, err) != 0)
+    if (reports_of(arr, max_batch, reports, n, err) != 0)
         return -1;
-    *n = json_array_size(arr);
-    *reports = xcalloc(*n + 1, sizeof **reports);
-    json_array_foreach(arr, i, r)
-    {
-        report_of(r, &(*reports)[i]);
+    if (parse_instance(body, instance, err) != 0) {
+        ws_reports_free(*reports, *n);
+        *reports = NULL;
+        *n = 0;
+        return -1;
     }
     return 0;
 }

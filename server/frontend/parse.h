@@ -79,13 +79,18 @@ typedef struct HeartbeatMsg {
 } HeartbeatMsg;
 int parse_heartbeat(json_t *body, HeartbeatMsg *out, Err *err) WARN_UNUSED;
 
-/* POST /workers/{id}/pull: {instance, max, wait, queues}. */
+/* POST /workers/{id}/pull: {instance, max, wait, queues, reports}: the
+ * worker's exchange, whose reports (as parse_reports reads them, bounded by
+ * the body's size: the caller bounds their count, and frees them with
+ * ws_reports_free) are decided before its jobs are handed out. */
 typedef struct PullMsg {
     char *instance;
     int max;
     int64_t wait_ms;
     char **queues;
     bool peek; /* for the nodes of a cluster only (api.c refuses it from a client) */
+    Report *reports;
+    size_t n_reports;
 } PullMsg;
 int parse_pull(json_t *body, PullMsg *out, Err *err) WARN_UNUSED;
 

@@ -31,7 +31,8 @@ typedef struct Pull {
     int busy;                   /* callers in a function of this Pull (a call may answer at once,
                                    inside send_call): it is freed by the outermost */
     bool answered;
-    Err first_err; /* the first refusal, answered when nothing was taken */
+    Err first_err;   /* the first refusal, answered when nothing was taken */
+    json_t *results; /* of the reports the pull carried (NULL: none), for the answer */
 } Pull;
 
 typedef struct Call {
@@ -50,6 +51,7 @@ static void pull_free(Pull *pl)
     for (int i = 0; i < pl->n; i++)
         json_decref(pl->queues[i]);
     json_decref(pl->jobs);
+    json_decref(pl->results);
     pthread_mutex_destroy(&pl->lock);
     free(pl);
 }
@@ -60,10 +62,14 @@ static void finish(Pull *pl)
     if (pl->answered)
         return;
     pl->answered = true;
-    if (!json_array_size(pl->jobs) && pl->first_err.status)
+    if (!json_array_size(pl->jobs) && pl->first_err.status && !pl->results) {
         req_finish_problem(pl->r, &pl->first_err);
-    else
-        req_finish_json(pl->r, 200, json_pack("{s:O}", "jobs", pl->jobs));
+        return;
+    }
+    json_t *o = json_pack("{s:O}", "jobs", pl->jobs);
+    if (pl->results) /* recorded: whatever the pull got, they are answered */
+        json_object_set(o, "results", pl->results);
+    req_finish_json(pl->r, 200, o);
 }
 
 static char *call_body(Pull *pl, int i, int max, int64_t wait_ms, bool peek)
@@ -201,6 +207,7 @@ void pull_over_shards(Proxy *p, Req *r, const PullSpec *spec)
     pl->instance = xstrdup(spec->instance);
     pl->max = spec->max;
     pl->deadline = mono_ms() + spec->wait_ms;
+    pl->results = spec->results ? json_incref(spec->results) : NULL;
     pl->n = spec->n;
     pl->jobs = json_array();
     for (int i = 0; i < spec->n; i++) {

@@ -7,9 +7,11 @@
 #ifndef WORKD_PULL_H
 #define WORKD_PULL_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "http.h"
+
 #include "proxy.h"
 #include "shard.h"
 
@@ -22,6 +24,8 @@ typedef struct PullSpec {
     int shards[SHARDS_MAX];
     char **queues[SHARDS_MAX]; /* NULL-terminated, borrowed */
     int n;
+    json_t *results; /* NULL, or the results of the reports the pull carried (the worker's
+                        exchange): the answer carries them (a reference is taken) */
 } PullSpec;
 
 /* Answers r (parked by the caller) as POST /workers/{id}/pull would. */

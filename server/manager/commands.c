@@ -261,7 +261,8 @@ static void handle_retry(Manager *m, MgrCmd *c, const KnownSet *known, int64_t n
     eventlist_free(&tmp);
 }
 
-static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+/* Decides c's reports (c->results, one per report, in order). */
+static void decide_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
     free(c->results);
     c->results = xcalloc(c->n_reports + 1, sizeof *c->results);
@@ -282,6 +283,11 @@ static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t
             res->status = ws_item_status(after, now);
     }
     eventlist_free(&tmp);
+}
+
+static void handle_reports(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
+{
+    decide_reports(m, c, known, now);
     cmd_ok(c, 200);
 }
 
@@ -306,9 +312,13 @@ WARN_UNUSED static int check_worker_room(const Manager *m, const char *worker_id
                    ws_worker_count(m->ws));
 }
 
+/* A pull, and the reports it carries (the worker's exchange): the reports
+ * first, so that the slots they free and the attempts they end count for
+ * what is handed out, all in this round's commit. */
 static void handle_pull(Manager *m, MgrCmd *c, const KnownSet *known, int64_t now)
 {
-    (void)known;
+    if (c->n_reports)
+        decide_reports(m, c, known, now);
     Err err = {0};
     if (check_worker_room(m, c->worker_id, &err) != 0 ||
         ws_check_worker(m->ws, c->worker_id, c->instance, c->claim, now, &err) != 0) {
@@ -1077,7 +1087,7 @@ static const CmdKind KINDS[] = {
     [MC_CANCEL] = {.lookup = lookup_work_id, .decide = handle_cancel, .writes = true},
     [MC_RETRY] = {.lookup = lookup_work_id, .decide = handle_retry, .writes = true},
     [MC_REPORTS] = {.lookup = lookup_reports, .decide = handle_reports, .writes = true},
-    [MC_PULL] = {.decide = handle_pull, .parks = true, .writes = true},
+    [MC_PULL] = {.lookup = lookup_reports, .decide = handle_pull, .parks = true, .writes = true},
     [MC_HEARTBEAT] = {.decide = handle_heartbeat, .writes = true},
     [MC_DEREGISTER] = {.decide = handle_deregister, .writes = true},
     [MC_CLUSTER] = {.decide = handle_cluster},
@@ -1113,7 +1123,8 @@ void cmd_landed(Manager *m, MgrCmd *c)
 
 bool cmd_may_write(const MgrCmd *c)
 {
-    return c->status < 400 && KINDS[c->type].writes && (c->type != MC_PULL || c->n_jobs > 0);
+    return c->status < 400 && KINDS[c->type].writes &&
+           (c->type != MC_PULL || c->n_jobs > 0 || c->n_reports > 0);
 }
 
 /* Whether c is isolated: the database refused twice an append that held it

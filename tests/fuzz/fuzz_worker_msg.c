@@ -47,6 +47,8 @@ static void heartbeat(json_t *body)
     ws_running_free(hb.running);
 }
 
+static void check_typed_report(const Report *r);
+
 static void pull(json_t *body)
 {
     PullMsg pm;
@@ -61,8 +63,11 @@ static void pull(json_t *body)
     FUZZ_CHECK(pm.wait_ms >= 0 && pm.wait_ms <= 3600 * 1000, "wait %lldms accepted",
                (long long)pm.wait_ms);
     check_queues(pm.queues);
+    for (size_t i = 0; i < pm.n_reports; i++)
+        check_typed_report(&pm.reports[i]);
     free(pm.instance);
     strv_free(pm.queues);
+    ws_reports_free(pm.reports, pm.n_reports);
 }
 
 /* What the manager relies on in a report it is handed. */

@@ -517,6 +517,7 @@ static void pull_free(PullMsg *m)
 {
     free(m->instance);
     strv_free(m->queues);
+    ws_reports_free(m->reports, m->n_reports);
 }
 
 static int pull(const char *text, PullMsg *m, Err *err)
@@ -537,7 +538,23 @@ static void test_pull(void **state)
           "a full pull was refused: %s", err.msg);
     CHECK(!strcmp(m.instance, "i") && m.max == 4 && m.wait_ms == 2500 && strv_len(m.queues) == 1,
           "a pull should carry instance, max, wait and queues");
+    CHECK(m.n_reports == 0 && !m.reports, "a pull without reports carries none");
     pull_free(&m);
+    CHECK(pull("{\"max\": 2, \"reports\": [{\"id\": \"a\", \"attempt\": 1, \"outcome\": "
+               "\"completed\", \"result\": 7}, {\"id\": \"b\", \"attempt\": 2, \"outcome\": "
+               "\"failed\", \"error\": \"boom\", \"retry\": false}]}",
+               &m, &err) == 0,
+          "a pull carrying reports was refused: %s", err.msg);
+    CHECK(m.n_reports == 2 && !strcmp(m.reports[0].work_id, "a") && m.reports[1].attempt == 2 &&
+              !m.reports[1].retry,
+          "the exchange's reports should be read as the reports route reads them");
+    pull_free(&m);
+    CHECK(pull("{\"reports\": [{\"id\": \"a\", \"attempt\": 1, \"outcome\": \"done\"}]}", &m,
+               &err) != 0 &&
+              err.status == 400 && strstr(err.msg, "report 0"),
+          "a bad report in a pull should be refused naming it, got %d %s", err.status, err.msg);
+    CHECK(pull("{\"reports\": {}}", &m, &err) != 0 && err.status == 400,
+          "'reports' that is not an array should be refused");
     CHECK(pull("{}", &m, &err) == 0, "an empty pull was refused: %s", err.msg);
     CHECK(!m.instance && m.max == 1 && m.wait_ms == 0 && !m.queues,
           "pull defaults: no instance, one job, no wait, every queue");

@@ -86,6 +86,15 @@ void to_looked_up_shard(Req *r, const char *id, bool schedule, int want, MgrCmd 
 void to_work_shard(Req *r, const char *id, MgrCmd *c);
 /* ids[0..n) are borrowed from c; the array is taken. */
 void to_batch_shards(Req *r, MgrCmd *c, const char *key, char **ids, size_t n);
+/* A batch's items split by shard: for each shard s that of[i] names for
+ * some of the n items, a body (base, a deep copy, with key set to those
+ * items in order) in bodies (the caller's) and s in shards; returns how
+ * many. */
+size_t bodies_by_shard(const Api *a, const json_t *base, const char *key, const json_t *items,
+                       const int *of, size_t n, int *shards, char **bodies);
+/* The "results" of n shards' answers to such bodies, put back in the
+ * order of the items (of: each item's shard); a new array. */
+json_t *results_in_order(const FanReply *rs, size_t n, const int *of, size_t items);
 void merge_heartbeat(Req *r, FanReply *rs, size_t n, void *ud);
 void merge_no_content(Req *r, FanReply *rs, size_t n, void *ud);
 void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud);

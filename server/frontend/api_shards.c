@@ -391,25 +391,51 @@ typedef struct BatchRoute {
     int *shards;
 } BatchRoute;
 
+size_t bodies_by_shard(const Api *a, const json_t *base, const char *key, const json_t *items,
+                       const int *of, size_t n, int *shards, char **bodies)
+{
+    size_t parts = 0;
+    for (int s = 0; s < a->shards; s++) {
+        json_t *mine = json_array();
+        for (size_t i = 0; i < n; i++)
+            if (of[i] == s)
+                json_array_append(mine, json_array_get(items, i));
+        if (json_array_size(mine)) {
+            json_t *part = json_deep_copy(base);
+            json_object_set(part, key, mine);
+            shards[parts] = s;
+            bodies[parts++] = json_dumps(part, JSON_COMPACT);
+            json_decref(part);
+        }
+        json_decref(mine);
+    }
+    return parts;
+}
+
+json_t *results_in_order(const FanReply *rs, size_t n, const int *of, size_t items)
+{
+    json_t *results = json_array();
+    size_t next[SHARDS_MAX] = {0};
+    for (size_t i = 0; i < items; i++) {
+        size_t k = 0;
+        while (k + 1 < n && rs[k].shard != of[i])
+            k++;
+        json_t *x = json_array_get(json_object_get(rs[k].body, "results"), next[k]++);
+        json_array_append(results, x ? x : json_null());
+    }
+    return results;
+}
+
 /* The batch's answers, put back in the order of the request's items. */
 static void merge_batch(Req *r, FanReply *rs, size_t n, void *ud)
 {
     BatchRoute *b = ud;
     const FanReply *bad = fan_first_error(rs, n);
-    if (bad) {
+    if (bad)
         req_finish_problem(r, &bad->err);
-    } else {
-        json_t *results = json_array();
-        size_t next[SHARDS_MAX] = {0};
-        for (size_t i = 0; i < b->n; i++) {
-            size_t k = 0;
-            while (k + 1 < n && rs[k].shard != b->shards[i])
-                k++;
-            json_t *x = json_array_get(json_object_get(rs[k].body, "results"), next[k]++);
-            json_array_append(results, x ? x : json_null());
-        }
-        req_finish_json(r, 200, json_pack("{s:o}", "results", results));
-    }
+    else
+        req_finish_json(r, 200,
+                        json_pack("{s:o}", "results", results_in_order(rs, n, b->shards, b->n)));
     free(b->shards);
     free(b);
 }
@@ -440,24 +466,10 @@ static void send_batch(Req *r)
         return;
     }
     json_t *body = json_loadb(r->body.data, r->body.len, 0, NULL);
-    json_t *items = json_object_get(body, b->key);
     int shards[SHARDS_MAX];
     char *bodies[SHARDS_MAX];
-    size_t parts = 0;
-    for (int s = 0; s < a->shards; s++) {
-        json_t *mine = json_array();
-        for (size_t i = 0; i < b->n; i++)
-            if (b->shards[i] == s)
-                json_array_append(mine, json_array_get(items, i));
-        if (json_array_size(mine)) {
-            json_t *part = json_deep_copy(body);
-            json_object_set(part, b->key, mine);
-            shards[parts] = s;
-            bodies[parts++] = json_dumps(part, JSON_COMPACT);
-            json_decref(part);
-        }
-        json_decref(mine);
-    }
+    size_t parts = bodies_by_shard(a, body, b->key, json_object_get(body, b->key), b->shards, b->n,
+                                   shards, bodies);
     json_decref(body);
     mgrcmd_free(c);
     req_park(r);

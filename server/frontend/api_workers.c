@@ -156,16 +156,7 @@ static void exchange_merged(Req *r, FanReply *rs, size_t n, void *ud)
         req_finish_problem(r, &bad->err);
         return;
     }
-    json_t *results = json_array();
-    size_t next[SHARDS_MAX] = {0};
-    for (size_t i = 0; i < x->c->n_reports; i++) {
-        size_t k = 0;
-        while (k + 1 < n && rs[k].shard != x->shards[i])
-            k++;
-        json_t *e = json_array_get(json_object_get(rs[k].body, "results"), next[k]++);
-        json_array_append(results, e ? e : json_null());
-    }
-    x->results = results;
+    x->results = results_in_order(rs, n, x->shards, x->c->n_reports);
     r->on_resume = exchange_pull;
     req_resume(r);
 }
@@ -191,26 +182,14 @@ static void exchange_send(Req *r)
         return;
     }
     json_t *body = json_loadb(r->body.data, r->body.len, 0, NULL);
-    json_t *items = json_object_get(body, "reports");
+    json_t *peek = json_pack("{s:i, s:i, s:b}", "max", 1, "wait", 0, "peek", 1);
+    if (c->instance)
+        json_object_set_new(peek, "instance", json_string(c->instance));
     int shards[SHARDS_MAX];
     char *bodies[SHARDS_MAX];
-    size_t parts = 0;
-    for (int s = 0; s < a->shards; s++) {
-        json_t *mine = json_array();
-        for (size_t i = 0; i < c->n_reports; i++)
-            if (x->shards[i] == s)
-                json_array_append(mine, json_array_get(items, i));
-        if (json_array_size(mine)) {
-            json_t *part =
-                json_pack("{s:i, s:i, s:b, s:O}", "max", 1, "wait", 0, "peek", 1, "reports", mine);
-            if (c->instance)
-                json_object_set_new(part, "instance", json_string(c->instance));
-            shards[parts] = s;
-            bodies[parts++] = json_dumps(part, JSON_COMPACT);
-            json_decref(part);
-        }
-        json_decref(mine);
-    }
+    size_t parts = bodies_by_shard(a, peek, "reports", json_object_get(body, "reports"), x->shards,
+                                   c->n_reports, shards, bodies);
+    json_decref(peek);
     json_decref(body);
     req_park(r);
     fanout(a->proxy, r, shards, bodies, parts, exchange_merged, NULL);

@@ -335,17 +335,22 @@ static MgrCmd *reject_looks(Manager *m, MgrCmd *list)
 /* Gives up leadership: the state is dropped (the log is the truth), the
  * session is closed so that the lock is released at once, and everything in
  * flight is answered 503 so that callers retry against the next leader. */
-/* Empties m->busy (it owns its keys and values). */
-static void busy_clear(Manager *m)
+/* Empties h, which owns its keys and values. */
+static void owned_clear(HMap *h)
 {
     const char *k;
     void *v;
-    for (size_t i = 0; hmap_next(&m->busy, &i, &k, &v);) {
+    for (size_t i = 0; hmap_next(h, &i, &k, &v);) {
         free((char *)k);
         free(v);
     }
-    hmap_free(&m->busy);
-    hmap_init(&m->busy);
+    hmap_free(h);
+    hmap_init(h);
+}
+
+static void busy_clear(Manager *m)
+{
+    owned_clear(&m->busy);
 }
 
 static void claims_push(int64_t **v, size_t *n, const int64_t *add, size_t n_add)
@@ -831,14 +836,7 @@ typedef struct Squat {
 
 static void squats_clear(Manager *m)
 {
-    const char *k;
-    void *v;
-    for (size_t i = 0; hmap_next(&m->squats, &i, &k, &v);) {
-        free((char *)k);
-        free(v);
-    }
-    hmap_free(&m->squats);
-    hmap_init(&m->squats);
+    owned_clear(&m->squats);
 }
 
 /* Whether id's claim, held by session pid that is no leader, has been held

@@ -38,6 +38,25 @@ def problem_type(r):
     return r.json().get("type", "").rsplit("/", 1)[-1] if r.text else ""
 
 
+def race(send, rounds, ok):
+    """Sends send(k, shard) for shards 0 and 1 at once, `rounds` times; returns
+    each round's sorted (status, problem type or "") answers. ok: the status
+    of success (its problem type is "")."""
+    answers = {}
+
+    def one(k, shard):
+        r = send(k, shard)
+        answers[(k, shard)] = (r.status, problem_type(r) if r.status != ok else "")
+
+    for k in range(rounds):
+        ts = [threading.Thread(target=one, args=(k, shard)) for shard in (0, 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    return [sorted(answers[(k, shard)] for shard in (0, 1)) for k in range(rounds)]
+
+
 def check_batch_ids(cluster, what, lay):
     """A batch opened in shard 0 cannot be opened again in shard 1 (it would
     make its callback's id twice): 409 batch-exists naming the shard, whether
@@ -55,21 +74,11 @@ def check_batch_ids(cluster, what, lay):
     expect(r, 409, f"{what}: the same batch id opened in shard 1")
     assert problem_type(r) == "batch-exists" and "shard 0" in r.json()["detail"], r.text
 
-    answers = {}
-
     def send(k, shard):
-        r = http("POST", s.url + "/work",
-                 batch_body(f"race-{i}-{k}", qs[shard], f"s{shard}"), JSON, timeout=60)
-        answers[(k, shard)] = (r.status, problem_type(r) if r.status != 202 else "")
+        return http("POST", s.url + "/work",
+                    batch_body(f"race-{i}-{k}", qs[shard], f"s{shard}"), JSON, timeout=60)
 
-    for k in range(20):
-        ts = [threading.Thread(target=send, args=(k, shard)) for shard in (0, 1)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-    for k in range(20):
-        got = sorted(answers[(k, shard)] for shard in (0, 1))
+    for k, got in enumerate(race(send, 20, 202)):
         assert got == [(202, ""), (409, "batch-exists")], \
             f"{what}: race-{i}-{k} opened at once in both shards: {got}"
 
@@ -191,19 +200,7 @@ def check_schedules(cluster, what, lay):
     for name in ("a", "b", "c"):
         expect(http("DELETE", f"{s.url}/schedules/{name}{i}"), 204, f"delete {name}{i}")
 
-    answers = {}
-
-    def race(k, shard):
-        r = put(f"race{i}-{k}", shard)
-        answers[(k, shard)] = (r.status, problem_type(r) if r.status != 200 else "")
-
-    for k in range(3):
-        ts = [threading.Thread(target=race, args=(k, shard)) for shard in (0, 1)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        got = sorted(answers[(k, shard)] for shard in (0, 1))
+    for k, got in enumerate(race(lambda k, shard: put(f"race{i}-{k}", shard), 3, 200)):
         assert got == [(200, ""), (409, "schedule-moves-shard")], \
             f"{what}: schedule race{i}-{k} made at once in two shards: {got}"
     n = lay.count("workd_schedules", f"name LIKE 'race{i}-%'")

@@ -3,7 +3,10 @@ cluster: the client's calls and their errors, the results stream across a
 server restart (nothing lost, nothing twice), a worker that reports progress,
 fails and is retried, is cancelled, reports across a server restart and
 stops gracefully on SIGTERM, the producer's trace context handed to the
-handler, and `pip install` of the package with no package index."""
+handler, and `pip install` of the package with no package index. The
+worker's exchange (its reports ride in its pulls) against a scripted server
+(the verdicts, a lost answer, a server older than the exchange, no pull
+coming) and against a real one (200 jobs, almost no report requests)."""
 
 import atexit
 import json
@@ -25,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests" / "lib"))
 from harness import Skip, free_port, http, run_tests, wait_leader, wait_until  # noqa: E402
 from scripted_stream import ScriptedStream  # noqa: E402
 from hostile_server import (HostileServer, answer, drip, endless, endless_stream,  # noqa: E402
-                            event_stream, json_answer)
+                            event_stream, json_answer, problem)
 
 # The library under test, from the source tree (tests/lib/workd.py is the
 # tests' own helper module of the same name: this package comes first).
@@ -592,6 +595,267 @@ def test_worker_stops_gracefully_on_sigterm(cluster):
     assert g3["status"] in ("pending", "scheduled") and g3["attempts"] == 1, g3
     assert g3["last_error"] == "worker stopping: grace period over", g3
     print(f"a worker past its grace stopped {took:.2f}s after SIGTERM")
+
+
+# ------------------------------------------------------------ the worker's exchange
+
+class ScriptedWorkd:
+    """The worker protocol of one worker id ("w"), scripted over real HTTP
+    (tests/lib/hostile_server.py): it hands out the jobs it is given (a pull
+    with none holds up to `hold` seconds for one), and answers reports on the
+    reports route and, unless `old`, in a pull (the exchange). An old one
+    refuses a pull naming 'reports' with 400, as a server older than the
+    exchange does. `verdicts` maps a work id to what its reports get, in
+    turn (a refusal's reason, or "other-entry": the answer's entry is of
+    another attempt), then acceptance. The answers of the first `lose`
+    pulls that carry reports are lost (the connection ends; the reports were
+    decided). Each report that comes is kept in `reported` as (route, id,
+    attempt, verdict, monotonic time)."""
+
+    def __init__(self, jobs=(), old=False, verdicts=None, lose=0, hold=1.0):
+        self.old, self.verdicts, self.lose, self.hold = old, dict(verdicts or {}), lose, hold
+        self.cond = threading.Condition()
+        self.queue, self.reported, self.pulls = [], [], []
+        self.add(jobs)
+        self.srv = HostileServer({
+            "PUT /workers/w": json_answer({"heartbeat_interval_ms": 500, "cancel": []}),
+            "DELETE /workers/w": answer(204),
+            "POST /workers/w/progress": self._progress,
+            "POST /workers/w/reports": self._reports,
+            "POST /workers/w/pull": self._pull})
+        self.url = self.srv.url
+
+    def add(self, jobs):
+        with self.cond:
+            self.queue += [{"id": j, "attempt": 1, "queue": "q", "priority": 0, "payload": j,
+                            "timeout_ms": 60000} for j in jobs]
+            self.cond.notify_all()
+
+    def _decide(self, route, r):
+        with self.cond:
+            script = self.verdicts.get(r["id"]) or []
+            verdict = script.pop(0) if script else "accepted"
+            self.reported.append((route, r["id"], r["attempt"], verdict, time.monotonic()))
+            self.cond.notify_all()
+        if verdict == "accepted":
+            return {"id": r["id"], "attempt": r["attempt"], "accepted": True,
+                    "status": "completed"}
+        if verdict == "other-entry":
+            return {"id": r["id"], "attempt": r["attempt"] + 1, "accepted": True}
+        return {"id": r["id"], "attempt": r["attempt"], "accepted": False, "reason": verdict}
+
+    def _progress(self, h):
+        body = json.loads(h.body)
+        json_answer({"results": [{"accepted": True} for _ in body["progress"]]})(h)
+
+    def _reports(self, h):
+        body = json.loads(h.body)
+        json_answer({"results": [self._decide("reports", r) for r in body["reports"]]})(h)
+
+    def _pull(self, h):
+        body = json.loads(h.body)
+        reports = body.get("reports")
+        with self.cond:
+            self.pulls.append((body["max"], body["wait"], len(reports or [])))
+        if reports is not None and self.old:
+            return problem(400, "the pull has an unknown field 'reports' (known: instance, "
+                           "max, wait, queues, peek)", "unknown-field")(h)
+        results = None if reports is None else [self._decide("pull", r) for r in reports]
+        with self.cond:
+            if results is not None and self.lose > 0:
+                self.lose -= 1
+                return  # no answer: the connection ends
+            self.cond.wait_for(lambda: self.queue, min(body["wait"], self.hold))
+            jobs, self.queue = self.queue[:body["max"]], self.queue[body["max"]:]
+        answer_ = {"jobs": jobs}
+        if results is not None:
+            answer_["results"] = results
+        json_answer(answer_)(h)
+
+    def routes_of(self, work_id):
+        with self.cond:
+            return [(route, verdict) for route, i, _, verdict, _ in self.reported if i == work_id]
+
+    def wait_reported(self, ids, timeout=20):
+        """Waits until each of ids had a report accepted or refused for good."""
+        def settled():
+            with self.cond:
+                done = {i for _, i, _, v, _ in self.reported
+                        if v in ("accepted", "superseded", "cancelled", "not-found",
+                                 "not-holder")}
+            return set(ids) <= done
+        wait_until(settled, timeout, what=f"reports of {len(ids)} jobs")
+
+    def close(self):
+        with self.cond:
+            self.hold = 0
+            self.cond.notify_all()
+        self.srv.close()
+
+
+def scripted_worker(srv, capacity, handler=lambda job: job.payload):
+    worker = Worker(srv.url, worker_id="w", capacity=capacity, pull_wait=30)
+    worker.handler("q")(handler)
+    worker.start()
+    return worker
+
+
+def test_worker_carries_its_reports_in_its_pulls():
+    """Every slot busy: the slot that frees pulls at once, carrying the
+    report; the reports route is (almost) never asked, and each report
+    comes once. One slot: each report is made while the puller waits for
+    it (a drain with several slots, against a real server, is below)."""
+    ids = [f"j{i}" for i in range(60)]
+    srv = ScriptedWorkd(ids)
+    worker = scripted_worker(srv, 1, lambda job: time.sleep(0.005) or job.payload)
+    try:
+        srv.wait_reported(ids)
+        time.sleep(0.3)  # a declared window: a report sent twice would come here
+        routes = [route for route, *_ in srv.reported]
+        assert sorted(i for _, i, *_ in srv.reported) == sorted(ids), \
+            f"each report once: {srv.reported}"
+        # At most a thread switch slower than CARRY (a loaded machine).
+        assert routes.count("reports") <= 2, \
+            f"{routes.count('reports')} of {len(ids)} reports went on their own"
+        carrying = [p for p in srv.pulls if p[2]]
+        assert all(wait == 0 for _, wait, _ in carrying), \
+            f"a pull that carries reports waits for no job: {srv.pulls}"
+        print(f"60 jobs, capacity 1: {len(srv.pulls)} pulls ({len(carrying)} carrying "
+              f"reports), {routes.count('reports')} reports on their own")
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+        srv.close()
+    assert worker.error is None, worker.error
+
+
+def test_worker_reads_the_verdicts_of_its_exchange():
+    """The results of a pull are read as the reports route's: accepted,
+    superseded, cancelled, not-found and not-holder are final; another
+    refusal, an entry of another attempt, or an answer lost sends the
+    report again until it is taken."""
+    ids = [f"v{i}" for i in range(8)]
+    srv = ScriptedWorkd(ids, lose=1, verdicts={
+        "v1": ["superseded"], "v2": ["shard-unavailable"], "v3": ["not-holder"],
+        "v4": ["other-entry"], "v5": ["cancelled"], "v6": ["not-found"]})
+    worker = scripted_worker(srv, 1, lambda job: time.sleep(0.02) or job.payload)
+    try:
+        srv.wait_reported(ids)
+        wait_until(lambda: not worker._reports, 10, what="every report to be settled")
+        time.sleep(0.3)  # a declared window: a report sent once too often would come here
+        for i, final in (("v1", "superseded"), ("v3", "not-holder"), ("v5", "cancelled"),
+                         ("v6", "not-found")):
+            assert [v for _, v in srv.routes_of(i)] == [final], \
+                f"{i}: {final} is final, sent once: {srv.routes_of(i)}"
+        for i, first in (("v2", "shard-unavailable"), ("v4", "other-entry")):
+            got = srv.routes_of(i)
+            assert [v for _, v in got] == [first, "accepted"] and got[0][0] == "pull", \
+                f"{i}: {first} is sent again until accepted: {got}"
+        lost = [i for i in ids if len(srv.routes_of(i)) == 2 and i not in ("v2", "v4")]
+        assert lost, f"the report of the lost answer was not sent again: {srv.reported}"
+        assert all(v == "accepted" for _, v in srv.routes_of(lost[0])), srv.routes_of(lost[0])
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+        srv.close()
+    assert worker.error is None, worker.error
+
+
+def test_worker_goes_back_to_separate_reports_on_an_older_server():
+    """A server older than the exchange refuses a pull naming 'reports'
+    (400): the worker takes it in its stride, sends its reports on their
+    own from then on, and every one is taken once."""
+    ids = [f"o{i}" for i in range(20)]
+    srv = ScriptedWorkd(ids, old=True)
+    worker = scripted_worker(srv, 2)
+    try:
+        srv.wait_reported(ids)
+        time.sleep(0.3)  # a declared window: a report sent twice would come here
+        assert sorted(i for _, i, *_ in srv.reported) == sorted(ids), srv.reported
+        assert {route for route, *_ in srv.reported} == {"reports"}, srv.reported
+        carrying = [p for p in srv.pulls if p[2]]
+        assert len(carrying) == 1, f"the worker carried reports after the 400: {srv.pulls}"
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+        srv.close()
+    assert worker.error is None, f"the 400 of an older server stopped the worker: {worker.error}"
+
+
+def test_worker_sends_a_report_at_once_when_no_pull_is_coming():
+    """A free slot's pull waits for work: a job that ends meanwhile is
+    reported on its own at once, not held for a pull."""
+    srv = ScriptedWorkd(["n1"], hold=10)
+    ended = {}
+
+    def handler(job):
+        time.sleep(0.3)  # the next pull (a free slot's) is waiting at the server by now
+        ended[job.id] = time.monotonic()
+        return "done"
+    worker = scripted_worker(srv, 2, handler)
+    try:
+        srv.wait_reported(["n1"])
+        ((route, _, _, _, at),) = srv.reported
+        took = at - ended["n1"]
+        assert route == "reports", srv.reported
+        assert took < 0.5, f"the report reached the server {took:.3f}s after the job ended"
+        print(f"a report with no pull coming reached the server {took * 1000:.0f} ms after "
+              "its job ended")
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+        srv.close()
+
+
+def metric_sum(url, name, labels):
+    """The sum of the samples of /metrics's `name` that have `labels`."""
+    r = http("GET", url + "/metrics")
+    assert r.status == 200, f"GET /metrics: {r.status}"
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_worker_drains_with_its_reports_in_its_pulls(cluster):
+    """200 jobs through a Worker of capacity 4: each completes once, and
+    their reports ride in the pulls: (almost) no request of the reports
+    route."""
+    s = start_server(cluster, "s1")
+    c = Client(s.url)
+    n = 200
+    ids = [c.submit(i, queue="drain")["id"] for i in range(n)]
+    calls = {}
+
+    def double(job):
+        calls[job.id] = calls.get(job.id, 0) + 1
+        return job.payload * 2
+
+    reports0 = metric_sum(s.url, "workd_http_requests_total", {"route": "worker_reports"})
+    worker = Worker(s.url, worker_id="py-drain", capacity=4)
+    worker.handler("drain")(double)
+    t0 = time.monotonic()
+    worker.start()
+    try:
+        for i in ids:
+            work = c.wait(i, timeout=60)
+            assert (work["status"], work["attempts"]) == ("completed", 1), work
+        took = time.monotonic() - t0
+        wait_until(lambda: not worker._reports, 10, what="every report to be acknowledged")
+    finally:
+        worker.stop(0)
+        assert worker.join(15), "the worker did not stop"
+    reports = metric_sum(s.url, "workd_http_requests_total", {"route": "worker_reports"}) - reports0
+    pulls = metric_sum(s.url, "workd_http_requests_total", {"route": "worker_pull"})
+    assert sorted(calls) == sorted(ids) and set(calls.values()) == {1}, \
+        f"a job ran twice: {[i for i, k in calls.items() if k > 1]}"
+    twice = cluster.psql("SELECT count(*) FROM workd_done GROUP BY id HAVING count(*) > 1")
+    assert not twice, f"a job completed twice: {twice}"
+    assert reports <= n // 10, \
+        f"the worker sent {reports:.0f} report requests for {n} jobs ({pulls:.0f} pulls): " \
+        "its reports should ride in its pulls"
+    print(f"{n} jobs in {took:.2f}s: {pulls:.0f} pulls, {reports:.0f} report requests")
 
 
 def openapi_job_has_trace_context():

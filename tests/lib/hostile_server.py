@@ -9,9 +9,10 @@ It is the network peer under test, over real HTTP, not a mock of workd.
         ... srv.url ..., srv.requests
 
 A route is "METHOD /path" (the path without its query); its answer is a
-function of the request handler that writes the whole answer. A request of
-no route gets 404. Every request is kept in ``requests`` as (method, path
-with query, headers)."""
+function of the request handler that writes the whole answer (the request's
+body is the handler's ``body``, bytes). A request of no route gets 404.
+Every request is kept in ``requests`` as (method, path with query,
+headers)."""
 
 import json
 import threading
@@ -55,8 +56,7 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             srv.requests.append((self.command, self.path, dict(self.headers)))
         length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
+        self.body = self.rfile.read(length) if length else b""  # a route may read it
         route = srv.routes.get(f"{self.command} {urlsplit(self.path).path}")
         try:
             (route or answer(404, b'{"type": "https://workd.dev/problems/not-found", '

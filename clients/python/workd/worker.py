@@ -1,8 +1,10 @@
 """A workd worker in Python (the protocol of docs/worker-api.md): it
 registers and heartbeats on its own thread, long-polls for as many jobs as it
 has free slots, runs each job's handler (chosen by queue) on a thread of its
-own, sends progress and reports until the server acknowledges them, passes a
-cancellation on to the handler, and on SIGTERM stops gracefully."""
+own, sends progress and reports until the server acknowledges them (a
+report rides in the next pull when one is about to go: the worker's
+exchange), passes a cancellation on to the handler, and on SIGTERM stops
+gracefully."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import _trace
 from ._http import Backoff, Transport, WorkdError, abort, quote
@@ -30,6 +32,17 @@ MAX_BATCH = 1000  # reports or progress updates per request (the server's --max-
 FLUSH_TIMEOUT = 10.0  # graceful stop: how long to try delivering what is left
 DEREGISTER_TIMEOUT = 10.0
 EMPTY_PULL_MIN = 0.2  # never pull in a tight loop when the server answers at once
+# The worker's exchange (docs/worker-api.md): a pull carries up to CARRY_MAX
+# finished reports. While a pull is about to be sent (every slot is busy and
+# the first to free pulls, or a pull is out that is answered at once: it
+# carries reports, or the last one was given all the jobs it asked for;
+# another follows its answer), a new report waits up to CARRY seconds for it
+# rather than going in a request of its own.
+CARRY_MAX = 100
+CARRY = 0.02
+# Refusals of a report that are final (the reports route's and the exchange's
+# results): it is dropped. Any other refusal, or no answer, sends it again.
+FINAL_REFUSALS = ("superseded", "cancelled", "not-found", "not-holder")
 
 
 class Cancelled(Exception):
@@ -109,6 +122,26 @@ class Job:
         return f"<Job {self.id} attempt {self.attempt} queue {self.queue}>"
 
 
+def _report_verdict(report: Dict[str, Any], result: Any) -> Optional[str]:
+    """What a server's result for a report says (docs/worker-api.md, step 3):
+    None when the report is done with (accepted, or refused for good:
+    superseded, cancelled, not-found, not-holder), else why it is to be sent
+    again (another refusal, or an entry that is not this report's)."""
+    if not isinstance(result, dict):
+        return "no result for it in the answer"
+    if result.get("id") != report["id"] or result.get("attempt") != report["attempt"]:
+        return "the answer's entry is of another attempt"
+    accepted = result.get("accepted")
+    if accepted is True:
+        return None
+    if accepted is not False:
+        return "the answer's entry says nothing of it"
+    reason = result.get("reason")
+    if reason in FINAL_REFUSALS:
+        return None
+    return f"refused: {str(reason)[:80] if reason is not None else 'no reason'}"
+
+
 def default_worker_id() -> str:
     """``<host>-<pid>``, in the characters a worker id may hold."""
     host = re.sub(r"[^A-Za-z0-9._:@-]", "-", socket.gethostname()) or "worker"
@@ -155,7 +188,14 @@ class Worker:
         self._cond = threading.Condition(self._lock)    # slots, stop requests, reports
         self._running: Dict[Key, Job] = {}
         self._progressing: Dict[Key, Job] = {}          # jobs with progress not sent yet
+        self._progress_sending: Set[Key] = set()        # jobs whose progress is being sent
         self._reports: Dict[Key, Dict[str, Any]] = {}   # sent until acknowledged
+        self._report_at: Dict[Key, float] = {}          # when each was added (monotonic)
+        self._in_flight: Set[Key] = set()               # in a pull's or the sender's request
+        self._own_route: Set[Key] = set()               # not to be carried: the reports route
+        self._warned: Set[Key] = set()                  # a refusal of it was logged already
+        self._exchange = True                           # the server takes reports in a pull
+        self._pull_coming = False                       # a pull is about to be sent
         self._interval = 2.0
         self._stop_at: Optional[float] = None           # monotonic deadline of a graceful stop
         self._pull_stopped = False
@@ -310,22 +350,42 @@ class Worker:
 
     def _pull_main(self) -> None:
         backoff = Backoff()
+        flowing = False  # the last pull was given all it asked for: the next is answered soon
         while True:
             with self._cond:
+                # Every slot busy: the first to free pulls at once, so its
+                # report (and any other just finished) waits to ride along.
+                self._pull_coming = True
                 self._cond.wait_for(lambda: self._stop_at is not None or self._free_slots() > 0)
                 if self._stop_at is not None:
                     break
                 free = self._free_slots()
+                carried = self._take_for_pull()
+                # A pull that carries reports is answered at once, as one is
+                # while work flows, and another follows: reports finished
+                # meanwhile wait for that one.
+                self._pull_coming = bool(carried) or flowing
+                self._cond.notify_all()
             t0 = time.monotonic()
-            body = {"instance": self.instance, "max": free, "wait": self.pull_wait,
-                    "queues": self.queues()}
+            # A pull that carries reports does not wait for jobs: their
+            # results would be held until it answers.
+            wait = 0 if carried else self.pull_wait
+            body: Dict[str, Any] = {"instance": self.instance, "max": free, "wait": wait,
+                                    "queues": self.queues()}
+            if carried:
+                body["reports"] = carried
             try:
                 answer = self.transport.request(
                     "POST", self._path + "/pull", body, idempotent=True,
-                    timeout=self.pull_wait + self.transport.timeout,
+                    timeout=wait + self.transport.timeout,
                     on_conn=self._pulling).json()
                 backoff.reset()
             except WorkdError as e:
+                self._pull_conn = None
+                flowing = False
+                if carried and self._carry_refused(carried, e):
+                    continue  # pull again at once, without those reports
+                self._settle(carried, None)  # no answer: sent again
                 if self._stop_at is not None:
                     break
                 if e.status in (400, 401, 403, 409):
@@ -333,21 +393,78 @@ class Worker:
                     break
                 log.warning("pull failed: %s", e)
                 with self._cond:
+                    self._pull_coming = False
                     self._cond.wait_for(lambda: self._stop_at is not None,
                                         backoff.delay(e.retry_after))
                 continue
-            finally:
+            except BaseException:
                 self._pull_conn = None
+                self._settle(carried, None)  # they are not lost with this thread
+                raise
+            self._pull_conn = None
+            if not isinstance(answer, dict):
+                answer = {}
+            if carried:
+                results = answer.get("results")
+                if not isinstance(results, list):
+                    with self._lock:
+                        if self._exchange:
+                            log.info("the server answered a pull that carried reports without "
+                                     "their results: reports go on their own")
+                        self._exchange = False
+                    results = None
+                self._settle(carried, results, pulled=True)
             jobs = answer.get("jobs") or []
+            flowing = 0 < free <= len(jobs)
             self._dispatch(jobs)
-            if not jobs:
+            if not jobs and not carried:
                 left = EMPTY_PULL_MIN - (time.monotonic() - t0)
                 if left > 0:
                     with self._cond:
+                        self._pull_coming = False
                         self._cond.wait_for(lambda: self._stop_at is not None, left)
         with self._cond:
+            self._pull_coming = False
             self._pull_stopped = True
             self._cond.notify_all()
+
+    def _take_for_pull(self) -> List[Dict[str, Any]]:
+        """The reports the next pull carries (lock held): those no request
+        carries now, whose job's last progress is sent, up to CARRY_MAX."""
+        if not self._exchange:
+            return []
+        taken = []
+        for key, report in self._reports.items():
+            if key in self._in_flight or key in self._own_route or self._saying(key):
+                continue
+            self._in_flight.add(key)
+            taken.append(report)
+            if len(taken) >= CARRY_MAX:
+                break
+        return taken
+
+    def _carry_refused(self, carried: List[Dict[str, Any]], e: WorkdError) -> bool:
+        """A pull that carried reports was refused as a whole with e. True
+        when that was for its reports, which then go on their own: a server
+        older than the exchange names the field 'reports' (400); a newer one
+        refuses a malformed report (400) or too many (413)."""
+        if e.status not in (400, 413):
+            return False
+        with self._cond:
+            if "'reports'" in e.detail:
+                if self._exchange:
+                    log.info("the server takes no reports in a pull (an older version): "
+                             "reports go on their own")
+                self._exchange = False
+            else:
+                log.warning("a pull carrying %d report(s) was refused (%s): they go on their "
+                            "own", len(carried), e)
+                self._own_route.update((r["id"], r["attempt"]) for r in carried)
+            self._pull_coming = False
+            for r in carried:
+                self._in_flight.discard((r["id"], r["attempt"]))
+            self._cond.notify_all()
+        return True
 
     def _pulling(self, conn: http.client.HTTPConnection) -> None:
         """The pull's connection, once connected: stop() aborts it."""
@@ -396,7 +513,7 @@ class Worker:
             if self._running.get(job.key) is job:
                 del self._running[job.key]
                 if not job._dropped:
-                    self._reports[job.key] = {"id": job.id, "attempt": job.attempt, **report}
+                    self._add_report({"id": job.id, "attempt": job.attempt, **report})
                 self._cond.notify_all()
         if job._dropped:
             log.info("job %s attempt %d ended (%s): not reported", job.id, job.attempt,
@@ -411,8 +528,8 @@ class Worker:
         with self._cond:
             self._running.pop(job.key, None)
             job._dropped = True
-            self._reports[job.key] = {"id": job.id, "attempt": job.attempt,
-                                      "outcome": "failed", "error": why, "retry": True}
+            self._add_report({"id": job.id, "attempt": job.attempt,
+                              "outcome": "failed", "error": why, "retry": True})
             self._cond.notify_all()
         log.info("job %s attempt %d given back: %s", job.id, job.attempt, why)
 
@@ -433,19 +550,109 @@ class Worker:
     # -- progress and reports
 
     def _sender_main(self) -> None:
+        """Sends progress every progress_interval, and each report as soon as
+        it is due (at once, or once a pull about to be sent had CARRY to
+        carry it), with capped backoff while the server does not take them."""
         backoff = Backoff()
+        next_progress = time.monotonic() + self.progress_interval
+        retry_at = 0.0
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._quit_control, self.progress_interval)
+                while not self._quit_control:
+                    now = time.monotonic()
+                    if now >= next_progress:
+                        break
+                    due = self._report_due()
+                    if due is not None:
+                        due = max(due, retry_at)
+                        if due <= now:
+                            break
+                    self._cond.wait((next_progress if due is None else min(next_progress, due))
+                                    - now)
                 quit_now = self._quit_control
-            ok = self._send_progress() and self._send_reports()
+            now = time.monotonic()
+            if quit_now or now >= next_progress:
+                self._send_progress()
+                next_progress = time.monotonic() + self.progress_interval
+            if quit_now or now >= retry_at:
+                ok = self._send_reports(everything=quit_now)
+                if ok is True:
+                    backoff.reset()
+                    retry_at = 0.0
+                elif ok is False:
+                    retry_at = time.monotonic() + backoff.delay()
             if quit_now:
                 return
-            if ok:
-                backoff.reset()
-            else:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._quit_control, backoff.delay())
+
+    def _add_report(self, report: Dict[str, Any]) -> None:
+        """Queues a report (lock held): a pull carries it, or the sender sends it."""
+        key = (report["id"], report["attempt"])
+        self._reports[key] = report
+        self._report_at[key] = time.monotonic()
+        self._cond.notify_all()
+
+    def _due_at(self, key: Key) -> float:
+        """When the sender may send this report (lock held): at once, or once
+        a pull about to be sent has had CARRY to carry it."""
+        at = self._report_at.get(key, 0.0)
+        if self._pull_coming and self._exchange and key not in self._own_route:
+            at += CARRY
+        return at
+
+    def _report_due(self) -> Optional[float]:
+        """When the first report the sender may send is due (lock held); None: none."""
+        due = None
+        for key in self._reports:
+            if key in self._in_flight or self._saying(key):
+                continue
+            at = self._due_at(key)
+            if due is None or at < due:
+                due = at
+        return due
+
+    def _settle(self, sent: List[Dict[str, Any]], results: Optional[List[Any]],
+                pulled: bool = False) -> bool:
+        """What an answer said of the reports sent (results None: no answer,
+        or none for them). Accepted ones, and ones refused for good, are done;
+        the others are sent again (by the reports route, when a pull carried
+        them: no pull waits on a report the server will not take yet).
+        Returns True when every one is done."""
+        all_done = True
+        with self._cond:
+            for i, r in enumerate(sent):
+                key = (r["id"], r["attempt"])
+                self._in_flight.discard(key)
+                why = "no answer" if results is None else _report_verdict(
+                    r, results[i] if i < len(results) else None)
+                if why is not None:
+                    all_done = False
+                    if results is not None:
+                        if key not in self._warned:  # said once per report
+                            self._warned.add(key)
+                            log.warning("report of %s attempt %d not accepted (%s); will retry",
+                                        r["id"], r["attempt"], why)
+                        if pulled:
+                            self._own_route.add(key)
+                    continue
+                res = results[i]  # type: ignore[index]
+                if not res.get("accepted"):
+                    log.info("report of %s attempt %d dropped: %s", r["id"], r["attempt"],
+                             res.get("reason"))
+                if self._reports.get(key) is r:
+                    self._drop_report(key)
+            self._cond.notify_all()
+        return all_done
+
+    def _saying(self, key: Key) -> bool:
+        """Whether the job's last progress is still to be sent (lock held): its
+        report waits, as a result must not overtake what the job said last."""
+        return key in self._progressing or key in self._progress_sending
+
+    def _drop_report(self, key: Key) -> None:
+        self._reports.pop(key, None)
+        self._report_at.pop(key, None)
+        self._own_route.discard(key)
+        self._warned.discard(key)
 
     def _send_progress(self) -> bool:
         with self._lock:
@@ -456,8 +663,17 @@ class Worker:
                 if j._progress and not j._progress_closed:
                     updates.append((j, j._progress))
                 j._progress = {}
+            self._progress_sending = {j.key for j, _ in updates}
         if not updates:
             return True
+        try:
+            return self._send_progress_batch(updates)
+        finally:
+            with self._cond:
+                self._progress_sending = set()
+                self._cond.notify_all()
+
+    def _send_progress_batch(self, updates: List[Tuple[Job, Dict[str, Any]]]) -> bool:
         body = {"instance": self.instance,
                 "progress": [{"id": j.id, "attempt": j.attempt, **p} for j, p in updates]}
         try:
@@ -486,36 +702,40 @@ class Worker:
                     job._progress_closed = True
         return True
 
-    def _send_reports(self) -> bool:
+    def _send_reports(self, everything: bool = False) -> Optional[bool]:
+        """Sends the reports that are due (``everything``: all of them) on the
+        reports route. None: nothing to send; False: send again later."""
         with self._lock:
             # A job's last progress goes first: its report waits while that is pending.
-            batch = [r for k, r in self._reports.items() if k not in self._progressing]
-            batch = batch[:MAX_BATCH]
+            now = time.monotonic()
+            batch = [r for k, r in self._reports.items()
+                     if k not in self._in_flight and not self._saying(k)
+                     and (everything or self._due_at(k) <= now)][:MAX_BATCH]
+            self._in_flight.update((r["id"], r["attempt"]) for r in batch)
         if not batch:
-            return True
+            return None
         try:
-            results = self.transport.request("POST", self._path + "/reports",
-                                             {"instance": self.instance, "reports": batch},
-                                             idempotent=True).json()["results"]
+            answer = self.transport.request("POST", self._path + "/reports",
+                                            {"instance": self.instance, "reports": batch},
+                                            idempotent=True).json()
         except WorkdError as e:
             if e.status in (401, 403):
                 self._fatal(e)
             elif 400 <= e.status < 500 and e.status != 429:
                 log.error("reports refused, dropped: %s", e)
-                with self._lock:
+                with self._cond:
                     for r in batch:
-                        self._reports.pop((r["id"], r["attempt"]), None)
+                        key = (r["id"], r["attempt"])
+                        self._in_flight.discard(key)
+                        if self._reports.get(key) is r:
+                            self._drop_report(key)
+                    self._cond.notify_all()
                 return True
             log.warning("reports not delivered yet: %s", e)
+            self._settle(batch, None)
             return False
-        with self._cond:
-            for r, res in zip(batch, results):
-                if not res.get("accepted"):
-                    log.info("report of %s attempt %d dropped: %s", r["id"], r["attempt"],
-                             res.get("reason"))
-                self._reports.pop((r["id"], r["attempt"]), None)
-            self._cond.notify_all()
-        return True
+        results = answer.get("results") if isinstance(answer, dict) else None
+        return self._settle(batch, results if isinstance(results, list) else [])
 
     # -- stopping
 

@@ -1,6 +1,7 @@
 // The worker API (docs/worker-api.md) as a library: register and heartbeat,
 // long-poll for as many jobs as there are free slots, run each in the
-// handler of its queue, send progress, report outcomes until acknowledged,
+// handler of its queue, send progress, report outcomes until acknowledged
+// (in the next pull when one is about to go: the worker's exchange),
 // deliver cancellations through an AbortSignal, and stop gracefully.
 import { PermanentError, WorkdError } from "./errors.js";
 import { inConsumerSpan, loadOpenTelemetry, type OpenTelemetryApi, type OpenTelemetryOption } from "./trace.js";
@@ -10,6 +11,7 @@ import type {
   HeartbeatResponse,
   ProgressBatchResponse,
   PulledJob,
+  PullRequest,
   PullResponse,
   Report,
   ReportsResponse,
@@ -126,6 +128,22 @@ const OUTPUT_PENDING_MAX = 256 * 1024;
 const REPORT_BATCH_MAX = 1000;
 const FLUSH_TIMEOUT_MS = 10_000;
 const DEREGISTER_TIMEOUT_MS = 10_000;
+/** Reports a pull carries at most (the worker's exchange). */
+const CARRY_MAX = 100;
+/**
+ * While a pull is about to be sent (every slot is busy and the first to free
+ * pulls, or a pull is out that is answered at once: it carries reports, or
+ * the last one was given all the jobs it asked for; another follows its
+ * answer), a new report waits this long (ms) for it rather than going on its
+ * own.
+ */
+const CARRY_MS = 20;
+/** Refusals of a report that are final: it is dropped. Any other is sent again. */
+const FINAL_REFUSALS = new Set(["superseded", "cancelled", "not-found", "not-holder"]);
+
+/** A pull that carries reports (docs/worker-api.md, the exchange), and its answer. */
+type ExchangeRequest = PullRequest & { reports?: Report[] };
+type ExchangeResponse = PullResponse & { results?: unknown };
 
 function randomHex(bytes: number): string {
   const b = new Uint8Array(bytes);
@@ -176,8 +194,13 @@ export class Worker {
     this.capacity = Math.max(1, Math.floor(options.capacity ?? 1));
     this.log = options.logger === undefined ? console : options.logger;
     const base = `/workers/${encodeURIComponent(this.id)}`;
-    this.reporter = new Reporter(this.transport, `${base}/reports`, this.instance, this.stopping.signal, (m) =>
-      this.warn(m),
+    this.reporter = new Reporter(
+      this.transport,
+      `${base}/reports`,
+      this.instance,
+      this.stopping.signal,
+      (m) => this.warn(m),
+      (m) => this.info(m),
     );
     this.progress = new ProgressHub(
       this.transport,
@@ -350,30 +373,53 @@ export class Worker {
   private async pullLoop(): Promise<void> {
     const path = `/workers/${encodeURIComponent(this.id)}/pull`;
     const wait = this.options.pollWait ?? 30;
+    let flowing = false; // the last pull was given all it asked for: the next is likely answered at once
     while (!this.stopped) {
+      // Every slot busy: the first to free pulls at once, carrying its report.
+      this.reporter.setPullComing(true);
       await this.waitForSlot();
       if (this.stopped) break;
+      const carried = this.reporter.take(CARRY_MAX);
+      // A pull that carries reports is answered at once, as one is while
+      // work flows; another follows it, to carry what finishes meanwhile.
+      this.reporter.setPullComing(carried.length > 0 || flowing);
+      // It waits for no job: the results of its reports would be held.
+      const body: ExchangeRequest = {
+        instance: this.instance,
+        max: this.capacity - this.running.size,
+        wait: carried.length ? 0 : wait,
+        queues: this.queues,
+      };
+      if (carried.length) body.reports = carried;
       let jobs: PulledJob[];
       try {
-        const res = await this.transport.request<PullResponse>("POST", path, {
-          body: { instance: this.instance, max: this.capacity - this.running.size, wait, queues: this.queues },
+        const res = await this.transport.request<ExchangeResponse>("POST", path, {
+          body,
           signal: this.pullCtrl.signal,
-          timeout: (wait + 15) * 1000,
-          retryFor: Infinity,
+          timeout: ((body.wait ?? wait) + 15) * 1000,
+          // Reports in it are not held up by retries: they go on their own.
+          retryFor: carried.length ? 0 : Infinity,
         });
-        jobs = res.data.jobs as PulledJob[];
+        jobs = (res.data.jobs ?? []) as PulledJob[];
+        if (carried.length) this.reporter.settle(carried, res.data.results ?? null, true);
       } catch (e) {
+        flowing = false;
+        this.reporter.setPullComing(false);
+        if (carried.length && this.reporter.refused(carried, e)) continue; // again, without them
+        this.reporter.settle(carried, undefined, true); // no answer: sent again
         if (this.stopped) break;
         if (e instanceof WorkdError && e.kind === "worker-id-taken") throw e;
         this.warn(`pull failed: ${errorText(e)}`);
         await sleep(1000, this.stopping.signal).catch(() => {});
         continue;
       }
+      flowing = jobs.length > 0 && jobs.length >= body.max!;
       for (const j of jobs) {
         if (this.stopped) this.reporter.add(giveBack(j, "worker stopping"));
         else this.start(j);
       }
     }
+    this.reporter.setPullComing(false);
   }
 
   // ---- running a job
@@ -479,12 +525,50 @@ function giveBack(j: PulledJob, why: string): Report {
 }
 
 /**
- * Delivers reports in batches until each is acknowledged (accepted, or
- * refused for a reason that retrying cannot change), with capped backoff.
+ * What a server's result for a report says (docs/worker-api.md, step 3):
+ * undefined when the report is done with (accepted, or refused for good:
+ * superseded, cancelled, not-found, not-holder), else why to send it again
+ * (another refusal, or an entry that is not this report's).
+ */
+function reportVerdict(report: Report, result: unknown): string | undefined {
+  if (typeof result !== "object" || result === null) return "no result for it in the answer";
+  const r = result as { id?: unknown; attempt?: unknown; accepted?: unknown; reason?: unknown };
+  if (r.id !== report.id || r.attempt !== report.attempt) return "the answer's entry is of another attempt";
+  if (r.accepted === true) return undefined;
+  if (r.accepted !== false) return "the answer's entry says nothing of it";
+  if (typeof r.reason === "string" && FINAL_REFUSALS.has(r.reason)) return undefined;
+  return `refused: ${typeof r.reason === "string" ? r.reason.slice(0, 80) : "no reason"}`;
+}
+
+interface PendingReport {
+  report: Report;
+  /** When it was added (ms). */
+  added: number;
+  /** In a request now (a pull's or the reporter's). */
+  inFlight: boolean;
+  /** Not to be carried by a pull: the reports route decides it. */
+  ownRoute: boolean;
+  /** A refusal of it was logged already. */
+  warned: boolean;
+}
+
+/**
+ * Delivers reports until each is acknowledged (accepted, or refused for a
+ * reason that retrying cannot change), with capped backoff. A pull about to
+ * be sent carries them (take, settle: the worker's exchange); the others go
+ * in batches on the reports route, at once, or once a pull about to be sent
+ * had CARRY_MS to carry them.
  */
 class Reporter {
-  private readonly pending = new Map<string, Report>();
+  private readonly pending = new Map<string, PendingReport>();
   private sending: Promise<void> | undefined;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = 0;
+  private retryAt = 0;
+  private backoff = 100;
+  private pullComing = false;
+  /** The server takes reports in a pull (false once an older one refused them). */
+  private exchange = true;
   private closed = false;
   private readonly idle: (() => void)[] = [];
 
@@ -494,46 +578,189 @@ class Reporter {
     private readonly instance: string,
     private readonly stopping: AbortSignal,
     private readonly warn: (m: string) => void,
+    private readonly info: (m: string) => void,
   ) {}
 
   add(report: Report): void {
-    this.pending.set(keyOf(report.id, report.attempt), report);
-    if (!this.sending) this.sending = this.loop().finally(() => (this.sending = undefined));
+    this.pending.set(keyOf(report.id, report.attempt), {
+      report,
+      added: Date.now(),
+      inFlight: false,
+      ownRoute: false,
+      warned: false,
+    });
+    this.schedule();
   }
 
   pendingAttempts(): RunningAttempt[] {
-    return [...this.pending.values()].map((r) => ({ id: r.id, attempt: r.attempt }));
+    return [...this.pending.values()].map((p) => ({ id: p.report.id, attempt: p.report.attempt }));
   }
 
-  private async loop(): Promise<void> {
-    let backoff = 100;
-    while (this.pending.size > 0 && !this.closed) {
-      const batch = [...this.pending.values()].slice(0, REPORT_BATCH_MAX);
-      try {
-        const res = await this.transport.request<ReportsResponse>("POST", this.path, {
-          body: { instance: this.instance, reports: batch },
-          retryFor: 0,
-          timeout: 15_000,
-        });
-        res.data.results.forEach((result, i) => {
-          const sent = batch[i]!;
-          if (!result.accepted) this.warn(`report of ${sent.id} attempt ${sent.attempt} refused: ${result.reason}`);
-          this.pending.delete(keyOf(sent.id, sent.attempt));
-        });
-        backoff = 100;
-      } catch (e) {
-        if (e instanceof WorkdError && e.status === 400) {
-          // Malformed: sending it again cannot help.
-          this.warn(`reports refused (${errorText(e)}); dropping ${batch.length}`);
-          batch.forEach((b) => this.pending.delete(keyOf(b.id, b.attempt)));
-          continue;
+  /** Whether a pull is about to be sent (reports then wait CARRY_MS for it). */
+  setPullComing(coming: boolean): void {
+    if (this.pullComing === coming) return;
+    this.pullComing = coming;
+    this.schedule();
+  }
+
+  /** Up to max reports no request carries now, for a pull to carry (hand them back with settle). */
+  take(max: number): Report[] {
+    const out: Report[] = [];
+    if (!this.exchange || this.closed) return out;
+    for (const p of this.pending.values()) {
+      if (out.length >= max) break;
+      if (p.inFlight || p.ownRoute) continue;
+      p.inFlight = true;
+      out.push(p.report);
+    }
+    return out;
+  }
+
+  /**
+   * What an answer said of the reports sent (results undefined: no answer).
+   * Accepted ones, and ones refused for good, are done; the others are sent
+   * again (by the reports route when a pull carried them, so that no pull
+   * waits on a report the server does not take yet). Returns whether all
+   * are done.
+   */
+  settle(sent: Report[], results: unknown, pulled = false): boolean {
+    if (sent.length === 0) return true;
+    let answered = results !== undefined;
+    if (pulled && answered && !Array.isArray(results)) {
+      // Not a server of the exchange (a workd server answers them all).
+      if (this.exchange) this.info("the server answered a pull that carried reports without their results: reports go on their own");
+      this.exchange = false;
+      answered = false;
+    }
+    const list = Array.isArray(results) ? (results as unknown[]) : [];
+    let allDone = true;
+    sent.forEach((report, i) => {
+      const key = keyOf(report.id, report.attempt);
+      const p = this.pending.get(key);
+      const mine = p !== undefined && p.report === report;
+      if (mine) p.inFlight = false;
+      const why = answered ? reportVerdict(report, list[i]) : "no answer";
+      if (why !== undefined) {
+        allDone = false;
+        if (mine && answered) {
+          if (!p.warned) this.warn(`report of ${report.id} attempt ${report.attempt} not accepted (${why}); will retry`);
+          p.warned = true;
+          if (pulled) p.ownRoute = true;
         }
-        if (!this.stopping.aborted || backoff < 1000) this.warn(`reports not delivered (${errorText(e)}); retrying`);
-        await sleep(backoff);
-        backoff = Math.min(backoff * 2, 5000);
+        return;
+      }
+      const r = list[i] as { accepted: boolean; reason?: string };
+      if (!r.accepted) this.warn(`report of ${report.id} attempt ${report.attempt} refused: ${r.reason}`);
+      if (mine) this.pending.delete(key);
+    });
+    this.schedule();
+    return allDone;
+  }
+
+  /**
+   * A pull that carried reports was refused as a whole with e: true when
+   * that was for its reports, which then go on their own. A server older
+   * than the exchange names the field 'reports' (400); a newer one refuses a
+   * malformed report (400) or too many (413).
+   */
+  refused(carried: Report[], e: unknown): boolean {
+    if (!(e instanceof WorkdError) || (e.status !== 400 && e.status !== 413)) return false;
+    if ((e.detail ?? e.message).includes("'reports'")) {
+      if (this.exchange) this.info("the server takes no reports in a pull (an older version): reports go on their own");
+      this.exchange = false;
+    } else {
+      this.warn(`a pull carrying ${carried.length} report(s) was refused (${errorText(e)}): they go on their own`);
+      for (const r of carried) {
+        const p = this.pending.get(keyOf(r.id, r.attempt));
+        if (p?.report === r) p.ownRoute = true;
       }
     }
-    this.idle.splice(0).forEach((f) => f());
+    this.settle(carried, undefined);
+    return true;
+  }
+
+  /** When a report may go on the reports route: at once, or once a pull about to be sent had CARRY_MS. */
+  private dueAt(p: PendingReport): number {
+    return p.added + (this.pullComing && this.exchange && !p.ownRoute ? CARRY_MS : 0);
+  }
+
+  /** Sets the timer for the first report due on the reports route (none while a batch is out). */
+  private schedule(): void {
+    if (this.pending.size === 0) this.idle.splice(0).forEach((f) => f());
+    if (this.closed || this.sending) return;
+    let at: number | undefined;
+    for (const p of this.pending.values()) {
+      if (p.inFlight) continue;
+      const due = this.dueAt(p);
+      if (at === undefined || due < at) at = due;
+    }
+    if (at === undefined) {
+      clearTimeout(this.timer);
+      this.timer = undefined;
+      return;
+    }
+    at = Math.max(at, this.retryAt);
+    if (this.timer !== undefined && this.timerAt <= at) return;
+    clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.fire();
+    }, Math.max(0, at - Date.now()));
+  }
+
+  /** Sends the reports that are due, in one batch. */
+  private fire(): void {
+    if (this.closed || this.sending) return;
+    const now = Date.now();
+    const batch: Report[] = [];
+    for (const p of this.pending.values()) {
+      if (batch.length >= REPORT_BATCH_MAX) break;
+      if (p.inFlight || Math.max(this.dueAt(p), this.retryAt) > now) continue;
+      p.inFlight = true;
+      batch.push(p.report);
+    }
+    if (batch.length === 0) {
+      this.schedule();
+      return;
+    }
+    this.sending = this.send(batch).finally(() => {
+      this.sending = undefined;
+      this.schedule();
+    });
+  }
+
+  private async send(batch: Report[]): Promise<void> {
+    let ok: boolean;
+    try {
+      const res = await this.transport.request<ReportsResponse>("POST", this.path, {
+        body: { instance: this.instance, reports: batch },
+        retryFor: 0,
+        timeout: 15_000,
+      });
+      const results = (res.data as { results?: unknown } | undefined)?.results;
+      ok = this.settle(batch, Array.isArray(results) ? results : []);
+    } catch (e) {
+      if (e instanceof WorkdError && e.status === 400) {
+        // Malformed: sending it again cannot help.
+        this.warn(`reports refused (${errorText(e)}); dropping ${batch.length}`);
+        for (const r of batch) {
+          const key = keyOf(r.id, r.attempt);
+          if (this.pending.get(key)?.report === r) this.pending.delete(key);
+        }
+        return;
+      }
+      if (!this.stopping.aborted || this.backoff < 1000) this.warn(`reports not delivered (${errorText(e)}); retrying`);
+      this.settle(batch, undefined);
+      ok = false;
+    }
+    if (ok) {
+      this.backoff = 100;
+      this.retryAt = 0;
+    } else {
+      this.retryAt = Date.now() + this.backoff;
+      this.backoff = Math.min(this.backoff * 2, 5000);
+    }
   }
 
   /** Waits until every report is acknowledged or `ms` passed; returns how many are left. */
@@ -546,6 +773,9 @@ class Reporter {
 
   close(): void {
     this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.idle.splice(0).forEach((f) => f());
   }
 }
 

@@ -1,6 +1,7 @@
 // Worker against the real cluster: it processes jobs within its free slots,
 // reports progress (read back through the per-work stream), fails and
-// retries, is cancelled through its AbortSignal, times out, and stops
+// retries, is cancelled through its AbortSignal, times out, carries its
+// reports in its pulls (the exchange: almost no report requests), and stops
 // gracefully on SIGTERM (in a child process) within its grace period.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -8,7 +9,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 import { Client, PermanentError, Worker } from "../dist/index.js";
-import { AS_CLIENT, AS_WORKER, BOUND_TOKEN, NODES, SERVERS, control, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
+import { ADMIN_TOKEN, AS_CLIENT, AS_WORKER, BOUND_TOKEN, NODES, SERVERS, control, deferred, memoryLogger, needsCluster, unique, waitUntil, within } from "./helpers.mjs";
 
 const client = new Client({ ...AS_CLIENT });
 
@@ -194,6 +195,48 @@ describe("Worker", needsCluster, () => {
       assert.equal(w.result, "done while the cluster was down (attempt 1)");
       assert.equal(w.worker_id, worker.id);
     });
+  });
+
+  /** The sum over the cluster's nodes of /metrics's workd_http_requests_total of a route. */
+  async function requestsOf(route) {
+    let total = 0;
+    for (const server of SERVERS) {
+      const res = await fetch(`${server}/metrics`, { headers: { Authorization: `Bearer ${ADMIN_TOKEN}` } });
+      assert.equal(res.status, 200, `GET ${server}/metrics`);
+      for (const line of (await res.text()).split("\n")) {
+        if (line.startsWith("workd_http_requests_total{") && line.includes(`route="${route}"`)) {
+          total += Number(line.slice(line.lastIndexOf(" ") + 1));
+        }
+      }
+    }
+    return total;
+  }
+
+  test("200 jobs: each completes once, and the reports ride in the pulls (almost no report requests)", async () => {
+    const queue = unique("w-drain");
+    const n = 200;
+    const calls = new Map();
+    const handler = (job) => {
+      calls.set(job.id, (calls.get(job.id) ?? 0) + 1);
+      return job.payload * 2;
+    };
+    const { items } = await client.submitMany(Array.from({ length: n }, (_, i) => ({ queue, payload: i })));
+    const reports0 = await requestsOf("worker_reports");
+    const pulls0 = await requestsOf("worker_pull");
+    await withWorker(queue, handler, { capacity: 4 }, async () => {
+      const t0 = Date.now();
+      const done = await Promise.all(items.map((it) => client.wait(it.id, { timeout: 60 })));
+      const took = Date.now() - t0;
+      for (const [i, w] of done.entries()) {
+        assert.deepEqual([w.status, w.attempts, w.result], ["completed", 1, i * 2], `work ${w.id}`);
+      }
+      const reports = (await requestsOf("worker_reports")) - reports0;
+      const pulls = (await requestsOf("worker_pull")) - pulls0;
+      console.log(`${n} jobs in ${took} ms: ${pulls} pulls, ${reports} report requests`);
+      assert.ok(reports <= n / 10, `the worker sent ${reports} report requests for ${n} jobs (${pulls} pulls): its reports should ride in its pulls`);
+    });
+    assert.equal(calls.size, n, "every job ran");
+    assert.deepEqual([...new Set(calls.values())], [1], "no job ran twice");
   });
 
   const child = fileURLToPath(new URL("./fixtures/worker-process.mjs", import.meta.url));

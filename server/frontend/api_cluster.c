@@ -86,6 +86,14 @@ void h_readyz(Req *r, char *const *p)
     Api *a = api_of(r);
     char url[256];
     int64_t term = leaderinfo_get(a->leader, 0, url, sizeof url);
+    /* Commits waiting for a synchronous standby first: they also stall the
+     * listener's one write (this node's row in workd_nodes), which its
+     * deadline then gives up, and "cannot reach" would hide the cause. */
+    char stuck[600];
+    if (a->dbwatch.stalled(a->dbwatch.ctx, stuck, sizeof stuck)) {
+        problem(r, 503, "not-ready", stuck);
+        return;
+    }
     if (!listener_db_ok(a->listener)) {
         char msg[120] = "this node cannot reach PostgreSQL";
         for (int sh = 1; sh < a->shards && listener_shard_db_ok(a->listener, 0); sh++)
@@ -95,11 +103,6 @@ void h_readyz(Req *r, char *const *p)
                 break;
             }
         problem(r, 503, "not-ready", msg);
-        return;
-    }
-    char stuck[600];
-    if (a->dbwatch.stalled(a->dbwatch.ctx, stuck, sizeof stuck)) {
-        problem(r, 503, "not-ready", stuck);
         return;
     }
     if (!url[0]) {

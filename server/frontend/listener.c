@@ -46,6 +46,8 @@ typedef struct ListenDb {
     bool down_logged;
     int64_t retry_ms, backoff_ms;
     _Atomic int64_t probe_sent; /* mono ms: the probe in flight (0: none; written by the thread) */
+    _Atomic int64_t unanswered; /* mono ms: when the thread last read its socket and found
+                                   the probe still unanswered (0: never, this probe) */
     int64_t next_probe;         /* mono ms */
     uint64_t shards;            /* the shards it keeps (a bit per shard) */
     atomic_bool ok;             /* the session is up (written by the thread only) */
@@ -88,6 +90,7 @@ static void drop(Listener *l, int d, const char *why)
     PQfinish(b->conn);
     b->conn = NULL;
     b->probe_sent = 0;
+    b->unanswered = 0;
     atomic_store(&b->ok, false);
     atomic_store(&b->down, true);
 }
@@ -109,9 +112,11 @@ static int probe_settle(Listener *l, int d, bool wait)
             while ((r = PQgetResult(b->conn)))
                 PQclear(r);
             b->probe_sent = 0;
+            b->unanswered = 0;
             b->next_probe = mono_ms() + PROBE_EVERY_MS;
             return 0;
         }
+        b->unanswered = mono_ms();
         int64_t left = b->probe_sent + PROBE_MS - mono_ms();
         if (left <= 0) {
             char why[80];
@@ -462,7 +467,11 @@ static void *listener_main(void *arg)
                 int64_t due = b->opening_until - now;
                 most = due < 0 ? 0 : due < most ? due : most;
             } else {
-                int64_t due = b->probe_sent ? b->probe_sent + PROBE_MS - now : b->next_probe - now;
+                /* Looked at again once it would be silent, then at its deadline. */
+                int64_t silent = b->probe_sent + SILENT_MS + 10 - now;
+                int64_t due = !b->probe_sent ? b->next_probe - now
+                              : silent > 0   ? silent
+                                             : b->probe_sent + PROBE_MS - now;
                 most = due < 0 ? 0 : due < most ? due : most;
             }
             of[np] = d;
@@ -514,8 +523,11 @@ bool listener_db_ok(Listener *l)
 
 bool listener_db_silent(Listener *l, int db)
 {
+    /* Silent as the thread saw it when it read the socket: not merely
+     * unread while the thread served another database. */
     int64_t sent = l && db >= 0 && db < l->n ? atomic_load(&l->db[db].probe_sent) : 0;
-    return (sent && mono_ms() - sent > SILENT_MS) || listener_db_down(l, db);
+    int64_t seen = sent ? atomic_load(&l->db[db].unanswered) : 0;
+    return (sent && seen - sent > SILENT_MS) || listener_db_down(l, db);
 }
 
 bool listener_db_down(Listener *l, int db)

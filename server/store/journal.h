@@ -189,7 +189,7 @@ void journal_known_free(KnownSet *k);
 /* Each statement of a look waits at most this long (db_set_deadline): a
  * frozen database costs the round that finds it so, once; then, as one
  * that cannot be reached, rounds go on without waiting for it. */
-#define JOURNAL_PEER_DEADLINE_MS 250
+#define JOURNAL_PEER_DEADLINE_MS 500
 #define JOURNAL_PEER_OPEN_MS 5000
 #define JOURNAL_PEER_RETRY_MS 1000
 typedef struct JournalPeer {

@@ -94,7 +94,11 @@ size_t bodies_by_shard(const Api *a, const json_t *base, const char *key, const 
                        const int *of, size_t n, int *shards, char **bodies);
 /* The "results" of n shards' answers to such bodies, put back in the
  * order of the items (of: each item's shard); a new array. */
-json_t *results_in_order(const FanReply *rs, size_t n, const int *of, size_t items);
+json_t *results_in_order(const FanReply *rs, size_t n, const int *of, const json_t *items,
+                         size_t count);
+/* A heartbeat's answers from every shard; one whose leader does not answer
+ * within HEARTBEAT_CALL_MS (to_all_shards) is left out. */
+#define HEARTBEAT_CALL_MS 2000
 void merge_heartbeat(Req *r, FanReply *rs, size_t n, void *ud);
 void merge_no_content(Req *r, FanReply *rs, size_t n, void *ud);
 void merge_cluster(Req *r, FanReply *rs, size_t n, void *ud);

@@ -7,6 +7,7 @@
 
 #include "api_private.h"
 #include "dbpool.h"
+#include "log.h"
 #include "parse.h"
 #include "proxy.h"
 #include "shard.h"
@@ -144,7 +145,10 @@ void to_all_shards(Req *r, MgrCmd *c, FanMerge merge)
     for (int s = 0; s < a->shards; s++)
         all[s] = s;
     req_park(r);
-    fanout(a->proxy, r, all, NULL, (size_t)a->shards, merge, NULL);
+    /* A heartbeat must not wait for a shard whose leader is stuck: the
+     * others' leaders would find the worker silent meanwhile. */
+    fanout_within(a->proxy, r, all, NULL, (size_t)a->shards,
+                  merge == merge_heartbeat ? HEARTBEAT_CALL_MS : 0, merge, NULL);
 }
 
 /* ---- merging the shards' answers (fanout.h) ---- */
@@ -167,16 +171,31 @@ static bool attempt_listed(const json_t *list, const json_t *att)
  * is what every shard calls stale. An attempt lives in one shard, and the
  * others call it stale only because they do not know it: it is really stale
  * only if its own shard says so too. */
+/* Whether a shard's leader gave no answer in time (a bounded call). */
+static bool unanswered(const FanReply *x)
+{
+    return !strcmp(x->err.type, "shard-unavailable");
+}
+
 void merge_heartbeat(Req *r, FanReply *rs, size_t n, void *ud)
 {
-    const FanReply *bad = fan_first_error(rs, n);
-    if (bad) {
-        req_finish_problem(r, &bad->err);
+    /* A shard that did not answer in time is left out; then no attempt is
+     * called stale (it may be that shard's). */
+    size_t answered = 0, k0 = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!unanswered(&rs[k]) && !answered++)
+            k0 = k;
+    const FanReply *bad = NULL;
+    for (size_t k = 0; k < n && !bad; k++)
+        if ((rs[k].status >= 400 || rs[k].status == 0) && !unanswered(&rs[k]))
+            bad = &rs[k];
+    if (bad || !answered) {
+        req_finish_problem(r, bad ? &bad->err : &rs[0].err);
         return;
     }
-    json_t *out = json_deep_copy(rs[0].body);
+    json_t *out = json_deep_copy(rs[k0].body);
     json_t *cancel = json_array();
-    json_t *first = json_object_get(rs[0].body, "cancel");
+    json_t *first = answered == n ? json_object_get(rs[0].body, "cancel") : NULL;
     size_t i;
     json_t *att;
     json_array_foreach(first, i, att)
@@ -389,6 +408,7 @@ typedef struct BatchRoute {
     char **ids;      /* borrowed from the command (kept in r->state) */
     size_t n;
     int *shards;
+    json_t *items; /* the body's items, once sent (for the unreachable ones' results) */
 } BatchRoute;
 
 size_t bodies_by_shard(const Api *a, const json_t *base, const char *key, const json_t *items,
@@ -412,11 +432,21 @@ size_t bodies_by_shard(const Api *a, const json_t *base, const char *key, const 
     return parts;
 }
 
-json_t *results_in_order(const FanReply *rs, size_t n, const int *of, size_t items)
+json_t *results_in_order(const FanReply *rs, size_t n, const int *of, const json_t *items,
+                         size_t count)
 {
     json_t *results = json_array();
     size_t next[SHARDS_MAX] = {0};
-    for (size_t i = 0; i < items; i++) {
+    for (size_t i = 0; i < count; i++) {
+        if (of[i] == SHARD_UNREACHABLE) {
+            /* Sent to no shard: the worker sends it again later. */
+            const json_t *it = json_array_get(items, i);
+            json_array_append_new(results,
+                                  json_pack("{s:O, s:O, s:b, s:s}", "id", json_object_get(it, "id"),
+                                            "attempt", json_object_get(it, "attempt"), "accepted",
+                                            0, "reason", "unavailable"));
+            continue;
+        }
         size_t k = 0;
         while (k + 1 < n && rs[k].shard != of[i])
             k++;
@@ -434,8 +464,10 @@ static void merge_batch(Req *r, FanReply *rs, size_t n, void *ud)
     if (bad)
         req_finish_problem(r, &bad->err);
     else
-        req_finish_json(r, 200,
-                        json_pack("{s:o}", "results", results_in_order(rs, n, b->shards, b->n)));
+        req_finish_json(
+            r, 200,
+            json_pack("{s:o}", "results", results_in_order(rs, n, b->shards, b->items, b->n)));
+    json_decref(b->items);
     free(b->shards);
     free(b);
 }
@@ -453,6 +485,10 @@ static void send_batch(Req *r)
     int first = -1;
     bool several = false;
     for (size_t i = 0; i < b->n; i++) {
+        if (b->shards[i] == SHARD_UNREACHABLE) { /* answered here: sent again later */
+            several = true;
+            continue;
+        }
         if (b->shards[i] < 0) /* unknown: any shard says so */
             b->shards[i] = first >= 0 ? first : 0;
         if (first < 0)
@@ -468,8 +504,8 @@ static void send_batch(Req *r)
     json_t *body = json_loadb(r->body.data, r->body.len, 0, NULL);
     int shards[SHARDS_MAX];
     char *bodies[SHARDS_MAX];
-    size_t parts = bodies_by_shard(a, body, b->key, json_object_get(body, b->key), b->shards, b->n,
-                                   shards, bodies);
+    b->items = json_incref(json_object_get(body, b->key));
+    size_t parts = bodies_by_shard(a, body, b->key, b->items, b->shards, b->n, shards, bodies);
     json_decref(body);
     mgrcmd_free(c);
     req_park(r);
@@ -480,7 +516,10 @@ static void batch_lookup_task(ViewDbs *db, void *arg)
 {
     BatchRoute *b = arg;
     Err err = {0};
-    if (view_work_shards(db, b->ids, b->n, b->shards, &err) != 0) {
+    int rc = view_work_shards(db, b->ids, b->n, b->shards, &err);
+    if (rc == -2)
+        log_warn("a worker's batch: %s; its items there are answered 'unavailable'", err.msg);
+    if (rc == -1) {
         ((MgrCmd *)b->r->state)->ud = NULL;
         free(b->ids);
         free(b->shards);

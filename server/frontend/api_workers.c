@@ -109,6 +109,7 @@ typedef struct Exchange {
     char **ids;      /* the reports' work ids, borrowed from c */
     int *shards;     /* of each report's work (-1: unknown) */
     json_t *results; /* once the reports are answered */
+    json_t *items;   /* the body's reports, once sent */
 } Exchange;
 
 static void exchange_free(void *state)
@@ -119,6 +120,7 @@ static void exchange_free(void *state)
     free(x->ids);
     free(x->shards);
     json_decref(x->results);
+    json_decref(x->items);
     free(x);
 }
 
@@ -156,7 +158,7 @@ static void exchange_merged(Req *r, FanReply *rs, size_t n, void *ud)
         req_finish_problem(r, &bad->err);
         return;
     }
-    x->results = results_in_order(rs, n, x->shards, x->c->n_reports);
+    x->results = results_in_order(rs, n, x->shards, x->items, x->c->n_reports);
     r->on_resume = exchange_pull;
     req_resume(r);
 }
@@ -171,9 +173,9 @@ static void exchange_send(Req *r)
     int n_pulls = pull_shards(r, c, pulls);
     bool one = n_pulls == 1;
     for (size_t i = 0; i < c->n_reports; i++) {
-        if (x->shards[i] < 0) /* unknown: any shard says so */
+        if (x->shards[i] == -1) /* unknown: any shard says so */
             x->shards[i] = pulls[0];
-        one = one && x->shards[i] == pulls[0];
+        one = one && x->shards[i] == pulls[0]; /* none SHARD_UNREACHABLE */
     }
     if (one) {
         x->c = NULL;
@@ -187,8 +189,9 @@ static void exchange_send(Req *r)
         json_object_set_new(peek, "instance", json_string(c->instance));
     int shards[SHARDS_MAX];
     char *bodies[SHARDS_MAX];
-    size_t parts = bodies_by_shard(a, peek, "reports", json_object_get(body, "reports"), x->shards,
-                                   c->n_reports, shards, bodies);
+    x->items = json_incref(json_object_get(body, "reports"));
+    size_t parts =
+        bodies_by_shard(a, peek, "reports", x->items, x->shards, c->n_reports, shards, bodies);
     json_decref(peek);
     json_decref(body);
     req_park(r);
@@ -200,7 +203,9 @@ static void exchange_lookup_task(ViewDbs *db, void *arg)
     Req *r = arg;
     Exchange *x = r->state;
     Err err = {0};
-    if (view_work_shards(db, x->ids, x->c->n_reports, x->shards, &err) != 0) {
+    /* Reports whose shard cannot be told are answered 'unavailable' (sent
+     * again later); the pull goes on for the others. */
+    if (view_work_shards(db, x->ids, x->c->n_reports, x->shards, &err) == -1) {
         req_finish_problem(r, &err);
         return;
     }

@@ -64,6 +64,12 @@ static void part_done(void *ud, const ProxyReply *reply)
 
 void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge, void *ud)
 {
+    fanout_within(p, r, shards, bodies, n, 0, merge, ud);
+}
+
+void fanout_within(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, int64_t within_ms,
+                   FanMerge merge, void *ud)
+{
     Fan *f = xcalloc(1, sizeof *f);
     f->r = r;
     f->merge = merge;
@@ -76,7 +82,7 @@ void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMer
         FanPart *part = xcalloc(1, sizeof *part);
         part->fan = f;
         part->i = i;
-        proxy_call(p, shards[i], r, bodies ? bodies[i] : NULL, part_done, part);
+        proxy_call_within(p, shards[i], r, bodies ? bodies[i] : NULL, within_ms, part_done, part);
     }
     fan_release(f);
 }

@@ -29,6 +29,10 @@ typedef void (*FanMerge)(Req *r, FanReply *replies, size_t n, void *ud);
  * with bodies[i] (NULL: the request's own; taken), then merges. ud is
  * handed to merge, which owns it from then on. */
 void fanout(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, FanMerge merge, void *ud);
+/* As fanout, each call bounded (proxy_call_within): a shard whose leader
+ * does not answer within within_ms replies 504 shard-unavailable. */
+void fanout_within(Proxy *p, Req *r, const int *shards, char **bodies, size_t n, int64_t within_ms,
+                   FanMerge merge, void *ud);
 
 /* A shard leader's problem+json answer (NULL: none) as an Err, its type
  * taken from "https://workd.dev/problems/TYPE". */

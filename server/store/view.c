@@ -1459,13 +1459,15 @@ int view_work_shards(ViewDbs *d, char *const *ids, size_t n, int *shards, Err *e
             return -1;
         }
     }
+    int rc = 0;
     for (size_t i = 0; i < n && down.status; i++)
         if (shards[i] < 0) { /* maybe in the database that could not be asked */
             if (err)
                 *err = down;
-            return -1;
+            shards[i] = SHARD_UNREACHABLE;
+            rc = -2;
         }
-    return 0;
+    return rc;
 }
 
 /* ---- the aggregates: each database's, merged by queue ---- */

@@ -326,7 +326,10 @@ bool view_notify_parse(const char *text, int shards, int *shard, int64_t *n);
 /* The shard whose log holds work `id` (open, or finished and kept); -1:
  * none does (503 when a database that could not be asked might). */
 int view_work_shard(ViewDbs *d, const char *id, int *shard, Err *err) WARN_UNUSED;
-/* view_work_shard for n ids at once: shards[i] is ids[i]'s. */
+/* view_work_shard for n ids at once: shards[i] is ids[i]'s. When a database
+ * that could not be asked might hold some, those are SHARD_UNREACHABLE, the
+ * others found, and it returns -2 (err says which database). */
+#define SHARD_UNREACHABLE (-2)
 int view_work_shards(ViewDbs *d, char *const *ids, size_t n, int *shards, Err *err) WARN_UNUSED;
 /* The shard schedule `name` belongs to; -1: no such schedule. */
 int view_schedule_shard(ViewDbs *d, const char *name, int *shard, Err *err) WARN_UNUSED;

@@ -144,5 +144,42 @@ def test_the_exchange_is_in_the_contract(cluster):
     assert "exchange" in doc and '"reports"' in doc
 
 
+def test_a_shard_database_down_costs_only_its_reports(cluster):
+    """Shard 1's own database stops: an exchange carrying a report of each
+    shard records shard 0's, answers shard 1's `unavailable` (to be sent
+    again) and hands out shard 0's jobs; a heartbeat is answered in time
+    (a worker's heartbeats must not wait for a shard with no leader)."""
+    from test_shard_databases import Layout
+    cluster.add_database("pg1")
+    lay = Layout(cluster, 2, {1: "pg1"})
+    s = cluster.start_server("s1", extra_args=lay.args())
+    lay.wait_led()
+    qs = {shard: q for shard, (q,) in queues_per_shard(2).items()}
+    jobs = []
+    for shard in (0, 1):
+        submit(s.url, {"id": f"d{shard}", "queue": qs[shard], "payload": shard})
+        jobs += pull(s.url, "w1", queues=[qs[shard]])
+    submit(s.url, {"id": "after", "queue": qs[0], "payload": 2})
+    cluster.db_stop("pg1")
+    import time
+    t0 = time.monotonic()
+    ans = exchange(s.url, "w1", [done(j, j["id"]) for j in jobs], max_jobs=1, queues=[qs[0]])
+    assert [(r["accepted"], r.get("reason")) for r in ans["results"]] == \
+        [(True, None), (False, "unavailable")], ans
+    assert [j["id"] for j in ans["jobs"]] == ["after"], ans
+    assert get_work(s.url, "d0")["status"] == "completed"
+    r = http("PUT", f"{s.url}/workers/w1", {"instance": "i1", "capacity": 1,
+                                            "running": [{"id": "after", "attempt": 1}]}, JSON,
+             timeout=30)
+    took = time.monotonic() - t0
+    expect(r, 200, "a heartbeat while shard 1 has no leader")
+    assert took < 8, f"the exchange and the heartbeat took {took:.1f} s"
+    assert "cancel" not in r.json(), f"nothing is stale while a shard cannot say: {r.json()}"
+    cluster.db_start("pg1")
+    lay.wait_led()
+    again = exchange(s.url, "w1", [done(jobs[1], "d1")], max_jobs=1, queues=[qs[0]])
+    assert again["results"][0]["accepted"], again
+
+
 if __name__ == "__main__":
     run_tests(globals())

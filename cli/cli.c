@@ -142,6 +142,86 @@ int cli_get_for_table(Cli *cli, const char *path, json_t **ans)
     return CLI_OK;
 }
 
+void cli_print_rows(const Cli *cli, const char *const *heads, const json_t *items, CliRowFn row)
+{
+    Table *t = table_new(heads);
+    size_t i;
+    json_t *item;
+    json_array_foreach(items, i, item)
+    {
+        row(t, item);
+    }
+    table_print(t, stdout, cli->tty);
+}
+
+int cli_list(Cli *cli, const char *path, const char *member, const char *const *heads, CliRowFn row)
+{
+    json_t *ans;
+    int rc = cli_get_for_table(cli, path, &ans);
+    if (!ans)
+        return rc;
+    cli_print_rows(cli, heads, json_object_get(ans, member), row);
+    json_decref(ans);
+    return CLI_OK;
+}
+
+json_t *cli_strs_json(const Strs *s)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < s->n; i++)
+        json_array_append_new(a, json_string(s->v[i]));
+    return a;
+}
+
+void cli_item_fields(json_t *item, const ItemFlags *f)
+{
+#define SET_IF(name, value)                                                                        \
+    do {                                                                                           \
+        if (!json_object_get(item, name))                                                          \
+            json_object_set_new(item, name, value);                                                \
+    } while (0)
+    if (f->queue)
+        SET_IF("queue", json_string(f->queue));
+    if (f->id)
+        SET_IF("id", json_string(f->id));
+    if (f->key)
+        SET_IF("key", json_string(f->key));
+    if (f->run_at)
+        SET_IF("run_at", json_string(f->run_at));
+    if (f->batch)
+        SET_IF("batch", json_string(f->batch));
+    if (f->priority.set)
+        SET_IF("priority", json_integer(f->priority.i));
+    if (f->delay.set)
+        SET_IF("delay", json_real(f->delay.d));
+    if (f->timeout.set)
+        SET_IF("timeout", json_real(f->timeout.d));
+    if (f->max_attempts.set)
+        SET_IF("max_attempts", json_integer(f->max_attempts.i));
+    if (f->after.n)
+        SET_IF("after", cli_strs_json(&f->after));
+    if (f->run_anyway)
+        SET_IF("run_anyway", json_true());
+#undef SET_IF
+}
+
+void cli_path(const char *prefix, const char *name, const char *suffix, char *out, size_t len)
+{
+    snprintf(out, len, "%s", prefix);
+    client_escape(name, out, len);
+    size_t n = strlen(out);
+    snprintf(out + n, len - n, "%s", suffix);
+}
+
+void cli_query_add(char *out, size_t len, const char *name, const char *value)
+{
+    if (!value)
+        return;
+    size_t n = strlen(out);
+    snprintf(out + n, len - n, "%s%s=", n && out[n - 1] == '?' ? "" : "&", name);
+    client_escape(value, out, len);
+}
+
 char *cli_dump(const json_t *v)
 {
     return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -10,6 +10,10 @@
 #include "client.h"
 #include "err.h"
 #include "flags.h"
+#include "table.h"
+
+/* The longest path a command builds: a route, an escaped name and a query. */
+#define CLI_PATH_MAX 1024
 
 /* The exit codes scripts can rely on (docs/cli.md lists them). */
 typedef enum {
@@ -72,6 +76,42 @@ void cli_print_json(const Cli *cli, const json_t *j, bool pretty);
  * *ans left NULL; on a failure it is said and *ans left NULL. Returns the exit
  * code; when *ans is set the caller renders it (and frees it). */
 int cli_get_for_table(Cli *cli, const char *path, json_t **ans);
+
+/* Adds to t the row of one element of an answer's array (calls table_row). */
+typedef void (*CliRowFn)(Table *t, const json_t *item);
+
+/* Prints a table of heads with one row, made by row, per element of the array
+ * items (borrowed; NULL: none); nothing when there is no element. */
+void cli_print_rows(const Cli *cli, const char *const *heads, const json_t *items, CliRowFn row);
+
+/* A listing: GETs path as cli_get_for_table does and prints the answer's
+ * array member as rows of heads (cli_print_rows). Returns the exit code. */
+int cli_list(Cli *cli, const char *path, const char *member, const char *const *heads,
+             CliRowFn row);
+
+/* ---- work items ---- */
+/* The fields of a work item that flags give (POST /work's SubmitItem; a
+ * schedule's work template gives queue, key, priority, timeout and
+ * max_attempts). The strings point into argv; after is owned (strs_free). */
+typedef struct ItemFlags {
+    const char *queue, *id, *key, *run_at, *batch;
+    OptNum priority, delay, timeout, max_attempts;
+    Strs after;
+    bool run_anyway;
+} ItemFlags;
+
+/* Sets on item every field the flags give and the item does not have. */
+void cli_item_fields(json_t *item, const ItemFlags *f);
+/* s as a JSON array of strings (a new reference, the caller's). */
+json_t *cli_strs_json(const Strs *s);
+
+/* ---- paths ---- */
+/* Writes prefix, name escaped as a path segment (client_escape) and suffix
+ * into out (always NUL-terminated). */
+void cli_path(const char *prefix, const char *name, const char *suffix, char *out, size_t len);
+/* Appends name=value (value escaped) to the path and query in out, after a '&'
+ * unless out ends with the '?'. Does nothing when value is NULL. */
+void cli_query_add(char *out, size_t len, const char *name, const char *value);
 
 /* The global flags, for the top-level --help. */
 void cli_global_usage(Cli *cli, FILE *out);

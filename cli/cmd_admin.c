@@ -12,23 +12,12 @@
 #include "table.h"
 #include "util.h"
 
-#define PATH_MAX_LEN 1024
-
 /* One action of a command with actions (`workd queues pause NAME`). */
 typedef struct Act {
     const char *word;
     bool named; /* takes a NAME */
     int (*fn)(Cli *cli, const char *name, void *flags);
 } Act;
-
-/* path = prefix + escaped name + suffix */
-static void named_path(const char *prefix, const char *name, const char *suffix, char *out,
-                       size_t len)
-{
-    snprintf(out, len, "%s", prefix);
-    client_escape(name, out, len);
-    snprintf(out + strlen(out), len - strlen(out), "%s", suffix);
-}
 
 /* Calls the API and prints the answer: JSON, or its fields (keys NULL: all). */
 static int call_and_show(Cli *cli, const char *method, const char *path, json_t *body, bool again,
@@ -46,13 +35,14 @@ static int call_and_show(Cli *cli, const char *method, const char *path, json_t 
     return CLI_OK;
 }
 
-/* POST prefix<name>suffix (pause, resume) and shows the answer's keys. */
-static int post_named(Cli *cli, const char *prefix, const char *name, const char *suffix,
-                      const char *const *keys)
+/* METHOD prefix<name>suffix with body (borrowed; NULL: none), and shows the
+ * answer's keys (call_and_show). */
+static int call_named(Cli *cli, const char *method, const char *prefix, const char *name,
+                      const char *suffix, json_t *body, bool again, const char *const *keys)
 {
-    char path[PATH_MAX_LEN];
-    named_path(prefix, name, suffix, path, sizeof path);
-    return call_and_show(cli, "POST", path, NULL, true, keys);
+    char path[CLI_PATH_MAX];
+    cli_path(prefix, name, suffix, path, sizeof path);
+    return call_and_show(cli, method, path, body, again, keys);
 }
 
 /* Finds the action named by pos[0] (the first, a listing, when there is no
@@ -73,6 +63,48 @@ static int run_action(Cli *cli, const CommandHelp *help, const Act *acts, size_t
     return cli_usage(cli, help, "unknown action '%s'", word);
 }
 
+/* A command with actions: what it takes (its flags into f) and does. refuse,
+ * when set, returns why the words in pos do not go with the flags given
+ * (NULL: they do). */
+typedef struct Actions {
+    const CommandHelp *help;
+    const Flag *flags;
+    size_t nflags;
+    const Act *acts;
+    size_t nacts;
+    const char *(*refuse)(const Strs *pos, const void *f);
+} Actions;
+
+/* Parses the command line against c's flags and runs the action it names;
+ * returns the exit code. */
+static int run_actions(Cli *cli, const Actions *c, int argc, char **argv, void *f)
+{
+    Strs pos = {0};
+    int rc;
+    if (!cli_args(cli, c->help, c->flags, c->nflags, argc, argv, &pos, &rc))
+        goto cleanup;
+    const char *why = c->refuse ? c->refuse(&pos, f) : NULL;
+    if (why)
+        rc = cli_usage(cli, c->help, "%s", why);
+    else
+        rc = run_action(cli, c->help, c->acts, c->nacts, &pos, f);
+cleanup:
+    strs_free(&pos);
+    return rc;
+}
+
+/* Writes o's integer members named by fields[0..n) as decimal text into num
+ * and points cells[0..n) at them. */
+static void count_cells(const json_t *o, const char *const *fields, size_t n, char num[][24],
+                        const char **cells)
+{
+    for (size_t k = 0; k < n; k++) {
+        snprintf(num[k], sizeof num[k], "%lld",
+                 (long long)json_integer_value(json_object_get(o, fields[k])));
+        cells[k] = num[k];
+    }
+}
+
 /* ---- queues ---- */
 
 typedef struct QueueFlags {
@@ -87,40 +119,35 @@ static bool queue_limits_given(const QueueFlags *f)
     return f->max_running || f->max_per_key || f->rate || f->weights.n || f->clear_weights;
 }
 
+static void queue_row(Table *t, const json_t *q)
+{
+    static const char *const counts[] = {"pending", "scheduled", "running",  "waiting",
+                                         "dead",    "completed", "cancelled"};
+    char num[7][24], oldest[32];
+    const char *cells[10];
+    cells[0] = json_string_value(json_object_get(q, "queue"));
+    count_cells(q, counts, 7, num, &cells[1]);
+    cells[8] = json_is_true(json_object_get(json_object_get(q, "limits"), "paused")) ? "yes" : "no";
+    snprintf(oldest, sizeof oldest, "%.1fs",
+             json_number_value(json_object_get(q, "oldest_pending_age_s")));
+    cells[9] = json_is_null(json_object_get(q, "oldest_pending_at")) ? "-" : oldest;
+    table_row(t, cells);
+}
+
+/* The limit flags go with `queues limits NAME` only. */
+static const char *limit_flags_refused(const Strs *pos, const void *flags)
+{
+    if (queue_limits_given(flags) && !(pos->n && !strcmp(pos->v[0], "limits")))
+        return "limit flags go with `queues limits NAME`";
+    return NULL;
+}
+
 static int queues_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans;
-    int rc = cli_get_for_table(cli, "/queues", &ans);
-    if (!ans)
-        return rc;
     static const char *const heads[] = {"QUEUE",   "PENDING", "SCHEDULED", "RUNNING",
                                         "WAITING", "DEAD",    "COMPLETED", "CANCELLED",
                                         "PAUSED",  "OLDEST",  NULL};
-    static const char *const counts[] = {"pending", "scheduled", "running",  "waiting",
-                                         "dead",    "completed", "cancelled"};
-    Table *t = table_new(heads);
-    size_t i;
-    json_t *q;
-    json_array_foreach(json_object_get(ans, "queues"), i, q)
-    {
-        char num[7][24], oldest[32];
-        const char *cells[10];
-        cells[0] = json_string_value(json_object_get(q, "queue"));
-        for (size_t k = 0; k < 7; k++) {
-            snprintf(num[k], sizeof num[k], "%lld",
-                     (long long)json_integer_value(json_object_get(q, counts[k])));
-            cells[1 + k] = num[k];
-        }
-        cells[8] =
-            json_is_true(json_object_get(json_object_get(q, "limits"), "paused")) ? "yes" : "no";
-        snprintf(oldest, sizeof oldest, "%.1fs",
-                 json_number_value(json_object_get(q, "oldest_pending_age_s")));
-        cells[9] = json_is_null(json_object_get(q, "oldest_pending_at")) ? "-" : oldest;
-        table_row(t, cells);
-    }
-    table_print(t, stdout, cli->tty);
-    json_decref(ans);
-    return CLI_OK;
+    return cli_list(cli, "/queues", "queues", heads, queue_row);
 }
 
 static const char *const limit_keys[] = {
@@ -128,12 +155,12 @@ static const char *const limit_keys[] = {
 
 static int queues_pause(Cli *cli, const char *name, void *flags)
 {
-    return post_named(cli, "/queues/", name, "/pause", limit_keys);
+    return call_named(cli, "POST", "/queues/", name, "/pause", NULL, true, limit_keys);
 }
 
 static int queues_resume(Cli *cli, const char *name, void *flags)
 {
-    return post_named(cli, "/queues/", name, "/resume", limit_keys);
+    return call_named(cli, "POST", "/queues/", name, "/resume", NULL, true, limit_keys);
 }
 
 /* "none" is JSON null (no limit); otherwise a positive integer. */
@@ -217,20 +244,28 @@ static int queues_limits(Cli *cli, const char *name, void *flags)
                 cli->prog);
         return CLI_USAGE;
     }
-    char path[PATH_MAX_LEN];
-    named_path("/queues/", name, "", path, sizeof path);
-    int rc = call_and_show(cli, "PUT", path, body, true, limit_keys);
+    int rc = call_named(cli, "PUT", "/queues/", name, "", body, true, limit_keys);
     json_decref(body);
     return rc;
+}
+
+/* A row of `queues keys`: label, then the counts of c. */
+static void key_row(Table *t, const char *label, const json_t *c)
+{
+    static const char *const fields[] = {"pending", "scheduled", "running"};
+    char n[3][24];
+    const char *cells[4] = {label};
+    count_cells(c, fields, 3, n, &cells[1]);
+    table_row(t, cells);
 }
 
 static int queues_keys(Cli *cli, const char *name, void *flags)
 {
     QueueFlags *f = flags;
-    char path[PATH_MAX_LEN], suffix[48];
+    char path[CLI_PATH_MAX], suffix[48];
     snprintf(suffix, sizeof suffix, "/keys?limit=%lld",
              (long long)(f->limit.set ? f->limit.i : 20));
-    named_path("/queues/", name, suffix, path, sizeof path);
+    cli_path("/queues/", name, suffix, path, sizeof path);
     json_t *ans;
     int rc = cli_get_for_table(cli, path, &ans);
     if (!ans)
@@ -245,24 +280,11 @@ static int queues_keys(Cli *cli, const char *name, void *flags)
              (long long)json_integer_value(json_object_get(o, "keys")));
     json_array_foreach(json_object_get(ans, "keys"), i, k)
     {
-        char n[3][24];
-        const char *fields[] = {"pending", "scheduled", "running"};
-        for (int j = 0; j < 3; j++)
-            snprintf(n[j], sizeof n[j], "%lld",
-                     (long long)json_integer_value(json_object_get(k, fields[j])));
         const char *key = json_string_value(json_object_get(k, "key"));
-        const char *cells[] = {key ? key : "(no key)", n[0], n[1], n[2]};
-        table_row(t, cells);
+        key_row(t, key ? key : "(no key)", k);
     }
-    if (json_integer_value(json_object_get(o, "keys"))) {
-        char n[3][24];
-        const char *fields[] = {"pending", "scheduled", "running"};
-        for (int j = 0; j < 3; j++)
-            snprintf(n[j], sizeof n[j], "%lld",
-                     (long long)json_integer_value(json_object_get(o, fields[j])));
-        const char *cells[] = {other, n[0], n[1], n[2]};
-        table_row(t, cells);
-    }
+    if (json_integer_value(json_object_get(o, "keys")))
+        key_row(t, other, o);
     table_print(t, stdout, cli->tty);
     json_decref(ans);
     return CLI_OK;
@@ -300,24 +322,23 @@ int cmd_queues(Cli *cli, int argc, char **argv)
         {"resume", true, queues_resume}, {"limits", true, queues_limits},
         {"keys", true, queues_keys},
     };
-    Strs pos = {0};
-    int rc;
-    if (cli_args(cli, &help, flags, sizeof flags / sizeof flags[0], argc, argv, &pos, &rc)) {
-        if (queue_limits_given(&f) && !(pos.n && !strcmp(pos.v[0], "limits")))
-            rc = cli_usage(cli, &help, "limit flags go with `queues limits NAME`");
-        else
-            rc = run_action(cli, &help, acts, sizeof acts / sizeof acts[0], &pos, &f);
-    }
+    const Actions c = {&help,
+                       flags,
+                       sizeof flags / sizeof flags[0],
+                       acts,
+                       sizeof acts / sizeof acts[0],
+                       limit_flags_refused};
+    int rc = run_actions(cli, &c, argc, argv, &f);
     strs_free(&f.weights);
-    strs_free(&pos);
     return rc;
 }
 
 /* ---- schedules ---- */
 
 typedef struct ScheduleFlags {
-    const char *cron, *timezone, *payload, *queue, *key, *overlap, *catch_up;
-    OptNum priority, timeout, max_attempts, catch_up_max;
+    const char *cron, *timezone, *payload, *overlap, *catch_up;
+    ItemFlags work; /* the work template: queue, key, priority, timeout, max_attempts */
+    OptNum catch_up_max;
     bool paused;
 } ScheduleFlags;
 
@@ -325,41 +346,31 @@ static const char *const schedule_keys[] = {
     "name",         "cron",      "timezone", "paused",   "work",       "overlap", "catch_up",
     "catch_up_max", "last_tick", "next",     "last_run", "updated_at", "error",   NULL};
 
+static void schedule_row(Table *t, const json_t *s)
+{
+    json_t *last = json_object_get(s, "last_run");
+    char run[256] = "-";
+    if (json_is_object(last))
+        snprintf(run, sizeof run, "%s (%s)", cli_str(last, "id"), cli_str(last, "status"));
+    const char *cells[] = {json_string_value(json_object_get(s, "name")),
+                           json_string_value(json_object_get(s, "cron")),
+                           json_string_value(json_object_get(s, "timezone")),
+                           json_is_true(json_object_get(s, "paused")) ? "yes" : "no",
+                           json_string_value(json_array_get(json_object_get(s, "next"), 0)),
+                           run};
+    table_row(t, cells);
+}
+
 static int schedules_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans;
-    int rc = cli_get_for_table(cli, "/schedules", &ans);
-    if (!ans)
-        return rc;
     static const char *const heads[] = {"NAME", "CRON",     "TIMEZONE", "PAUSED",
                                         "NEXT", "LAST RUN", NULL};
-    Table *t = table_new(heads);
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(ans, "schedules"), i, s)
-    {
-        json_t *last = json_object_get(s, "last_run");
-        char run[256] = "-";
-        if (json_is_object(last))
-            snprintf(run, sizeof run, "%s (%s)", cli_str(last, "id"), cli_str(last, "status"));
-        const char *cells[] = {json_string_value(json_object_get(s, "name")),
-                               json_string_value(json_object_get(s, "cron")),
-                               json_string_value(json_object_get(s, "timezone")),
-                               json_is_true(json_object_get(s, "paused")) ? "yes" : "no",
-                               json_string_value(json_array_get(json_object_get(s, "next"), 0)),
-                               run};
-        table_row(t, cells);
-    }
-    table_print(t, stdout, cli->tty);
-    json_decref(ans);
-    return CLI_OK;
+    return cli_list(cli, "/schedules", "schedules", heads, schedule_row);
 }
 
 static int schedules_get(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/schedules/", name, "", path, sizeof path);
-    return call_and_show(cli, "GET", path, NULL, true, schedule_keys);
+    return call_named(cli, "GET", "/schedules/", name, "", NULL, true, schedule_keys);
 }
 
 static int schedules_set(Cli *cli, const char *name, void *flags)
@@ -379,16 +390,7 @@ static int schedules_set(Cli *cli, const char *name, void *flags)
         }
     }
     json_t *work = json_pack("{so}", "payload", payload);
-    if (f->queue)
-        json_object_set_new(work, "queue", json_string(f->queue));
-    if (f->key)
-        json_object_set_new(work, "key", json_string(f->key));
-    if (f->priority.set)
-        json_object_set_new(work, "priority", json_integer(f->priority.i));
-    if (f->timeout.set)
-        json_object_set_new(work, "timeout", json_real(f->timeout.d));
-    if (f->max_attempts.set)
-        json_object_set_new(work, "max_attempts", json_integer(f->max_attempts.i));
+    cli_item_fields(work, &f->work);
     json_t *body = json_pack("{sssO}", "cron", f->cron, "work", work);
     json_decref(work);
     if (f->timezone)
@@ -401,28 +403,24 @@ static int schedules_set(Cli *cli, const char *name, void *flags)
         json_object_set_new(body, "catch_up_max", json_integer(f->catch_up_max.i));
     if (f->paused)
         json_object_set_new(body, "paused", json_true());
-    char path[PATH_MAX_LEN];
-    named_path("/schedules/", name, "", path, sizeof path);
-    int rc = call_and_show(cli, "PUT", path, body, true, schedule_keys);
+    int rc = call_named(cli, "PUT", "/schedules/", name, "", body, true, schedule_keys);
     json_decref(body);
     return rc;
 }
 
 static int schedules_pause(Cli *cli, const char *name, void *flags)
 {
-    return post_named(cli, "/schedules/", name, "/pause", schedule_keys);
+    return call_named(cli, "POST", "/schedules/", name, "/pause", NULL, true, schedule_keys);
 }
 
 static int schedules_resume(Cli *cli, const char *name, void *flags)
 {
-    return post_named(cli, "/schedules/", name, "/resume", schedule_keys);
+    return call_named(cli, "POST", "/schedules/", name, "/resume", NULL, true, schedule_keys);
 }
 
 static int schedules_delete(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/schedules/", name, "", path, sizeof path);
-    int rc = call_and_show(cli, "DELETE", path, NULL, false, NULL);
+    int rc = call_named(cli, "DELETE", "/schedules/", name, "", NULL, false, NULL);
     if (rc == CLI_OK && !cli->json)
         printf("deleted %s\n", name);
     return rc;
@@ -446,11 +444,11 @@ int cmd_schedules(Cli *cli, int argc, char **argv)
          "set: five fields (six with seconds first), or @hourly, @daily..."},
         {"timezone", FLAG_STR, &f.timezone, "ZONE", "set: an IANA zone (default UTC)"},
         {"payload", FLAG_STR, &f.payload, "JSON", "set: the payload of each tick's work"},
-        {"queue", FLAG_STR, &f.queue, "NAME", "set: the work's queue"},
-        {"key", FLAG_STR, &f.key, "KEY", "set: the work's fair-share key"},
-        {"priority", FLAG_INT, &f.priority, "N", "set: the work's priority"},
-        {"timeout", FLAG_DUR, &f.timeout, "DURATION", "set: time one attempt may run"},
-        {"max-attempts", FLAG_INT, &f.max_attempts, "N", "set: attempts before it is dead"},
+        {"queue", FLAG_STR, &f.work.queue, "NAME", "set: the work's queue"},
+        {"key", FLAG_STR, &f.work.key, "KEY", "set: the work's fair-share key"},
+        {"priority", FLAG_INT, &f.work.priority, "N", "set: the work's priority"},
+        {"timeout", FLAG_DUR, &f.work.timeout, "DURATION", "set: time one attempt may run"},
+        {"max-attempts", FLAG_INT, &f.work.max_attempts, "N", "set: attempts before it is dead"},
         {"overlap", FLAG_STR, &f.overlap, "skip|allow",
          "set: skip a tick while the last one's work is open (default skip)"},
         {"catch-up", FLAG_STR, &f.catch_up, "none|last|all",
@@ -463,12 +461,9 @@ int cmd_schedules(Cli *cli, int argc, char **argv)
         {"set", true, schedules_set},       {"pause", true, schedules_pause},
         {"resume", true, schedules_resume}, {"delete", true, schedules_delete},
     };
-    Strs pos = {0};
-    int rc;
-    if (cli_args(cli, &help, flags, sizeof flags / sizeof flags[0], argc, argv, &pos, &rc))
-        rc = run_action(cli, &help, acts, sizeof acts / sizeof acts[0], &pos, &f);
-    strs_free(&pos);
-    return rc;
+    const Actions c = {
+        &help, flags, sizeof flags / sizeof flags[0], acts, sizeof acts / sizeof acts[0], NULL};
+    return run_actions(cli, &c, argc, argv, &f);
 }
 
 /* ---- subscriptions ---- */
@@ -499,48 +494,30 @@ static const char *const subscription_keys[] = {"name",
                                                 "deleted",
                                                 NULL};
 
+static void subscription_row(Table *t, const json_t *s)
+{
+    char b[4][512];
+    const char *queues = cli_text(s, "queues", b[0], sizeof b[0]);
+    const char *cells[] = {json_string_value(json_object_get(s, "name")),
+                           json_string_value(json_object_get(s, "url")),
+                           queues ? queues : "(all)",
+                           json_is_true(json_object_get(s, "paused")) ? "yes" : "no",
+                           cli_text(s, "lag", b[1], sizeof b[1]),
+                           cli_text(s, "failures", b[2], sizeof b[2]),
+                           cli_text(s, "last_error", b[3], sizeof b[3])};
+    table_row(t, cells);
+}
+
 static int subscriptions_list(Cli *cli, const char *name, void *flags)
 {
-    json_t *ans;
-    int rc = cli_get_for_table(cli, "/subscriptions", &ans);
-    if (!ans)
-        return rc;
     static const char *const heads[] = {"NAME", "URL",      "QUEUES",     "PAUSED",
                                         "LAG",  "FAILURES", "LAST ERROR", NULL};
-    Table *t = table_new(heads);
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(ans, "subscriptions"), i, s)
-    {
-        char b[4][512];
-        const char *queues = cli_text(s, "queues", b[0], sizeof b[0]);
-        const char *cells[] = {json_string_value(json_object_get(s, "name")),
-                               json_string_value(json_object_get(s, "url")),
-                               queues ? queues : "(all)",
-                               json_is_true(json_object_get(s, "paused")) ? "yes" : "no",
-                               cli_text(s, "lag", b[1], sizeof b[1]),
-                               cli_text(s, "failures", b[2], sizeof b[2]),
-                               cli_text(s, "last_error", b[3], sizeof b[3])};
-        table_row(t, cells);
-    }
-    table_print(t, stdout, cli->tty);
-    json_decref(ans);
-    return CLI_OK;
+    return cli_list(cli, "/subscriptions", "subscriptions", heads, subscription_row);
 }
 
 static int subscriptions_get(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/subscriptions/", name, "", path, sizeof path);
-    return call_and_show(cli, "GET", path, NULL, true, subscription_keys);
-}
-
-static json_t *strs_json(const Strs *s)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < s->n; i++)
-        json_array_append_new(a, json_string(s->v[i]));
-    return a;
+    return call_named(cli, "GET", "/subscriptions/", name, "", NULL, true, subscription_keys);
 }
 
 /* An event id as the API takes it: one seq as a JSON number (a cluster of
@@ -570,25 +547,21 @@ static int subscriptions_set(Cli *cli, const char *name, void *flags)
     }
     json_t *body = json_pack("{ssss}", "url", f->url, "secret", f->secret);
     if (f->queues.n)
-        json_object_set_new(body, "queues", strs_json(&f->queues));
+        json_object_set_new(body, "queues", cli_strs_json(&f->queues));
     if (f->kinds.n)
-        json_object_set_new(body, "kinds", strs_json(&f->kinds));
+        json_object_set_new(body, "kinds", cli_strs_json(&f->kinds));
     if (f->paused)
         json_object_set_new(body, "paused", json_true());
     if (f->after)
         json_object_set_new(body, "after", event_id_json(f->after));
-    char path[PATH_MAX_LEN];
-    named_path("/subscriptions/", name, "", path, sizeof path);
-    int rc = call_and_show(cli, "PUT", path, body, true, subscription_keys);
+    int rc = call_named(cli, "PUT", "/subscriptions/", name, "", body, true, subscription_keys);
     json_decref(body);
     return rc;
 }
 
 static int subscriptions_delete(Cli *cli, const char *name, void *flags)
 {
-    char path[PATH_MAX_LEN];
-    named_path("/subscriptions/", name, "", path, sizeof path);
-    return call_and_show(cli, "DELETE", path, NULL, false, subscription_keys);
+    return call_named(cli, "DELETE", "/subscriptions/", name, "", NULL, false, subscription_keys);
 }
 
 int cmd_subscriptions(Cli *cli, int argc, char **argv)
@@ -620,20 +593,21 @@ int cmd_subscriptions(Cli *cli, int argc, char **argv)
         {"set", true, subscriptions_set},
         {"delete", true, subscriptions_delete},
     };
-    Strs pos = {0};
-    int rc;
-    if (cli_args(cli, &help, flags, sizeof flags / sizeof flags[0], argc, argv, &pos, &rc))
-        rc = run_action(cli, &help, acts, sizeof acts / sizeof acts[0], &pos, &f);
+    const Actions c = {
+        &help, flags, sizeof flags / sizeof flags[0], acts, sizeof acts / sizeof acts[0], NULL};
+    int rc = run_actions(cli, &c, argc, argv, &f);
     strs_free(&f.queues);
     strs_free(&f.kinds);
-    strs_free(&pos);
     return rc;
 }
 
 /* ---- cluster and workers ---- */
 
-/* GET /cluster into *out; an exit code. */
-static int get_cluster(Cli *cli, const CommandHelp *help, int argc, char **argv, json_t **out)
+/* GET /cluster. With --json prints it (or only its member json_member) and
+ * leaves *out NULL; else *out is the answer for the caller to render and free.
+ * Returns the exit code. */
+static int get_cluster(Cli *cli, const CommandHelp *help, int argc, char **argv,
+                       const char *json_member, json_t **out)
 {
     Strs pos = {0};
     int rc;
@@ -648,9 +622,23 @@ static int get_cluster(Cli *cli, const CommandHelp *help, int argc, char **argv,
     rc = client_call(cli->client, "GET", "/cluster", NULL, true, 0, out, &err) == 0
              ? CLI_OK
              : cli_fail(cli, &err);
+    if (rc == CLI_OK && cli->json && *out) {
+        cli_print_json(cli, json_member ? json_object_get(*out, json_member) : *out, true);
+        json_decref(*out);
+        *out = NULL;
+    }
 cleanup:
     strs_free(&pos);
     return rc;
+}
+
+static void node_row(Table *t, const json_t *n)
+{
+    const char *cells[] = {json_string_value(json_object_get(n, "id")),
+                           json_string_value(json_object_get(n, "url")),
+                           json_string_value(json_object_get(n, "roles")),
+                           json_string_value(json_object_get(n, "last_seen"))};
+    table_row(t, cells);
 }
 
 int cmd_cluster(Cli *cli, int argc, char **argv)
@@ -660,14 +648,9 @@ int cmd_cluster(Cli *cli, int argc, char **argv)
         "The leader's view of the cluster (GET /cluster, admin scope): leader and term,\n"
         "the database's durability, the server nodes, open work by queue, workers."};
     json_t *c = NULL;
-    int rc = get_cluster(cli, &help, argc, argv, &c);
-    if (rc != CLI_OK || !c)
+    int rc = get_cluster(cli, &help, argc, argv, NULL, &c);
+    if (!c)
         return rc;
-    if (cli->json) {
-        cli_print_json(cli, c, true);
-        json_decref(c);
-        return CLI_OK;
-    }
     json_t *db = json_object_get(c, "database");
     char dbtext[256];
     snprintf(dbtext, sizeof dbtext, "%s%s%s", cli_str(db, "durability"),
@@ -682,25 +665,14 @@ int cmd_cluster(Cli *cli, int argc, char **argv)
     json_decref(summary);
 
     static const char *const node_heads[] = {"NODE", "URL", "ROLES", "LAST SEEN", NULL};
-    Table *t = table_new(node_heads);
-    size_t i;
-    json_t *n;
-    json_array_foreach(json_object_get(c, "nodes"), i, n)
-    {
-        const char *cells[] = {json_string_value(json_object_get(n, "id")),
-                               json_string_value(json_object_get(n, "url")),
-                               json_string_value(json_object_get(n, "roles")),
-                               json_string_value(json_object_get(n, "last_seen"))};
-        table_row(t, cells);
-    }
     printf("\n");
-    table_print(t, stdout, cli->tty);
+    cli_print_rows(cli, node_heads, json_object_get(c, "nodes"), node_row);
 
     json_t *open = json_object_get(c, "open");
     if (json_object_size(open)) {
         static const char *const heads[] = {"QUEUE",   "PENDING", "SCHEDULED",
                                             "RUNNING", "WAITING", NULL};
-        t = table_new(heads);
+        Table *t = table_new(heads);
         const char *q;
         json_t *counts;
         json_object_foreach(open, q, counts)
@@ -719,6 +691,26 @@ int cmd_cluster(Cli *cli, int argc, char **argv)
     return CLI_OK;
 }
 
+static void worker_row(Table *t, const json_t *w)
+{
+    char cap[24], running[24], silent[32], queues[512];
+    snprintf(cap, sizeof cap, "%lld",
+             (long long)json_integer_value(json_object_get(w, "capacity")));
+    snprintf(running, sizeof running, "%zu", json_array_size(json_object_get(w, "running")));
+    snprintf(silent, sizeof silent, "%.1fs",
+             (double)json_integer_value(json_object_get(w, "silent_ms")) / 1000.0);
+    const char *q = json_array_size(json_object_get(w, "queues"))
+                        ? cli_text(w, "queues", queues, sizeof queues)
+                        : "(all)";
+    const char *cells[] = {json_string_value(json_object_get(w, "id")),
+                           cap,
+                           running,
+                           q,
+                           json_string_value(json_object_get(w, "last_heartbeat")),
+                           silent};
+    table_row(t, cells);
+}
+
 int cmd_workers(Cli *cli, int argc, char **argv)
 {
     static const CommandHelp help = {
@@ -727,40 +719,12 @@ int cmd_workers(Cli *cli, int argc, char **argv)
         "attempts each runs, its queues and when it was last heard from. --json prints\n"
         "the array of workers."};
     json_t *c = NULL;
-    int rc = get_cluster(cli, &help, argc, argv, &c);
-    if (rc != CLI_OK || !c)
+    int rc = get_cluster(cli, &help, argc, argv, "workers", &c);
+    if (!c)
         return rc;
-    json_t *workers = json_object_get(c, "workers");
-    if (cli->json) {
-        cli_print_json(cli, workers, true);
-        json_decref(c);
-        return CLI_OK;
-    }
     static const char *const heads[] = {"WORKER",         "CAPACITY", "RUNNING", "QUEUES",
                                         "LAST HEARTBEAT", "SILENT",   NULL};
-    Table *t = table_new(heads);
-    size_t i;
-    json_t *w;
-    json_array_foreach(workers, i, w)
-    {
-        char cap[24], running[24], silent[32], queues[512];
-        snprintf(cap, sizeof cap, "%lld",
-                 (long long)json_integer_value(json_object_get(w, "capacity")));
-        snprintf(running, sizeof running, "%zu", json_array_size(json_object_get(w, "running")));
-        snprintf(silent, sizeof silent, "%.1fs",
-                 (double)json_integer_value(json_object_get(w, "silent_ms")) / 1000.0);
-        const char *q = json_array_size(json_object_get(w, "queues"))
-                            ? cli_text(w, "queues", queues, sizeof queues)
-                            : "(all)";
-        const char *cells[] = {json_string_value(json_object_get(w, "id")),
-                               cap,
-                               running,
-                               q,
-                               json_string_value(json_object_get(w, "last_heartbeat")),
-                               silent};
-        table_row(t, cells);
-    }
-    table_print(t, stdout, cli->tty);
+    cli_print_rows(cli, heads, json_object_get(c, "workers"), worker_row);
     json_decref(c);
     return CLI_OK;
 }

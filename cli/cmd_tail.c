@@ -115,25 +115,15 @@ static void tail_path(char *path, size_t size, const char *work_id, const char *
                       bool progress, const char *after)
 {
     if (work_id) {
-        snprintf(path, size, "/work/");
-        client_escape(work_id, path, size);
-        strcat(path, "/stream?");
+        cli_path("/work/", work_id, "/stream?", path, size);
     } else {
         snprintf(path, size, "/results?");
-        if (queue) {
-            strcat(path, "queue=");
-            client_escape(queue, path, size);
-            strcat(path, "&");
-        }
-        if (progress)
-            strcat(path, "progress=true&");
+        cli_query_add(path, size, "queue", queue);
+        cli_query_add(path, size, "progress", progress ? "true" : NULL);
     }
-    if (after) {
-        strcat(path, "after=");
-        client_escape(after, path, size);
-    }
+    cli_query_add(path, size, "after", after);
     size_t n = strlen(path);
-    if (path[n - 1] == '&' || path[n - 1] == '?')
+    if (path[n - 1] == '?')
         path[n - 1] = '\0';
 }
 

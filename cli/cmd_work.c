@@ -11,55 +11,16 @@
 #include "term.h"
 #include "util.h"
 
-/* The longest path a command builds: a route, an id and a query. */
-#define PATH_MAX_LEN 1024
 /* What one bulk request carries at most (the server's --max-batch default). */
 #define BULK_MAX 1000
 
 /* ---- submit ---- */
 
-/* The fields of a submission that flags give (POST /work's SubmitItem). */
-typedef struct ItemFlags {
-    const char *queue, *id, *key, *run_at, *batch;
-    OptNum priority, delay, timeout, max_attempts;
-    Strs after;
-    bool run_anyway;
-} ItemFlags;
-
-/* Sets on item every field the flags give and the item does not have. */
+/* Sets on item every field the flags give and the item does not have, and
+ * an id when it has none. */
 static void fill_item(json_t *item, const ItemFlags *f)
 {
-#define SET_IF(name, value)                                                                        \
-    do {                                                                                           \
-        if (!json_object_get(item, name))                                                          \
-            json_object_set_new(item, name, value);                                                \
-    } while (0)
-    if (f->queue)
-        SET_IF("queue", json_string(f->queue));
-    if (f->id)
-        SET_IF("id", json_string(f->id));
-    if (f->key)
-        SET_IF("key", json_string(f->key));
-    if (f->run_at)
-        SET_IF("run_at", json_string(f->run_at));
-    if (f->batch)
-        SET_IF("batch", json_string(f->batch));
-    if (f->priority.set)
-        SET_IF("priority", json_integer(f->priority.i));
-    if (f->delay.set)
-        SET_IF("delay", json_real(f->delay.d));
-    if (f->timeout.set)
-        SET_IF("timeout", json_real(f->timeout.d));
-    if (f->max_attempts.set)
-        SET_IF("max_attempts", json_integer(f->max_attempts.i));
-    if (f->after.n) {
-        json_t *a = json_array();
-        for (size_t i = 0; i < f->after.n; i++)
-            json_array_append_new(a, json_string(f->after.v[i]));
-        SET_IF("after", a);
-    }
-    if (f->run_anyway)
-        SET_IF("run_anyway", json_true());
+    cli_item_fields(item, f);
     /* An id chosen here makes the submission safe to send again when an answer
      * is lost: the same id is never a second job. */
     if (!json_object_get(item, "id")) {
@@ -67,7 +28,6 @@ static void fill_item(json_t *item, const ItemFlags *f)
         id_generate(id);
         json_object_set_new(item, "id", json_string(id));
     }
-#undef SET_IF
 }
 
 /* Reads all of f into a string (the caller frees it). */
@@ -353,12 +313,15 @@ static const char *const work_fields[] = {
     "created_at",   "run_at",     "started_at", "finished_at", "deadline",   "worker_id",
     "after",        "children",   "batch",      NULL};
 
-/* GET /work/{id}[?wait=]: the path for id into out. */
-static void work_path(const char *id, const char *suffix, char *out, size_t len)
+static void event_row(Table *t, const json_t *e)
 {
-    snprintf(out, len, "/work/");
-    client_escape(id, out, len);
-    snprintf(out + strlen(out), len - strlen(out), "%s", suffix);
+    char seq[32];
+    char *data = cli_dump(json_object_get(e, "data"));
+    const char *cells[] = {cli_text(e, "seq", seq, sizeof seq),
+                           json_string_value(json_object_get(e, "at")),
+                           json_string_value(json_object_get(e, "type")), data};
+    table_row(t, cells);
+    free(data);
 }
 
 int cmd_get(Cli *cli, int argc, char **argv)
@@ -381,8 +344,8 @@ int cmd_get(Cli *cli, int argc, char **argv)
     }
     rc = CLI_OK;
     for (size_t i = 0; i < pos.n && rc == CLI_OK; i++) {
-        char path[PATH_MAX_LEN];
-        work_path(pos.v[i], events ? "/events" : "", path, sizeof path);
+        char path[CLI_PATH_MAX];
+        cli_path("/work/", pos.v[i], events ? "/events" : "", path, sizeof path);
         json_t *w = NULL;
         Err err = {0};
         if (client_call(cli->client, "GET", path, NULL, true, 0, &w, &err) != 0) {
@@ -393,20 +356,7 @@ int cmd_get(Cli *cli, int argc, char **argv)
             cli_print_json(cli, w, true);
         } else if (events) {
             static const char *const heads[] = {"SEQ", "AT", "TYPE", "DATA", NULL};
-            Table *t = table_new(heads);
-            size_t k;
-            json_t *e;
-            json_array_foreach(json_object_get(w, "events"), k, e)
-            {
-                char seq[32];
-                char *data = cli_dump(json_object_get(e, "data"));
-                const char *cells[] = {cli_text(e, "seq", seq, sizeof seq),
-                                       json_string_value(json_object_get(e, "at")),
-                                       json_string_value(json_object_get(e, "type")), data};
-                table_row(t, cells);
-                free(data);
-            }
-            table_print(t, stdout, cli->tty);
+            cli_print_rows(cli, heads, json_object_get(w, "events"), event_row);
         } else {
             if (i)
                 printf("\n");
@@ -420,6 +370,27 @@ cleanup:
 }
 
 /* ---- list ---- */
+
+/* "attempts/max_attempts" of a work item into buf. */
+static const char *attempts_text(const json_t *w, char *buf, size_t len)
+{
+    snprintf(buf, len, "%lld/%lld", (long long)json_integer_value(json_object_get(w, "attempts")),
+             (long long)json_integer_value(json_object_get(w, "max_attempts")));
+    return buf;
+}
+
+static void work_row(Table *t, const json_t *w)
+{
+    char att[48], b[3][256];
+    const char *cells[] = {cli_text(w, "id", b[0], sizeof b[0]),
+                           json_string_value(json_object_get(w, "queue")),
+                           json_string_value(json_object_get(w, "status")),
+                           attempts_text(w, att, sizeof att),
+                           json_string_value(json_object_get(w, "created_at")),
+                           cli_text(w, "worker_id", b[1], sizeof b[1]),
+                           cli_text(w, "last_error", b[2], sizeof b[2])};
+    table_row(t, cells);
+}
 
 int cmd_list(Cli *cli, int argc, char **argv)
 {
@@ -446,54 +417,18 @@ int cmd_list(Cli *cli, int argc, char **argv)
         rc = cli_usage(cli, &help, "unexpected argument '%s'", pos.v[0]);
         goto cleanup;
     }
-    char path[PATH_MAX_LEN] = "/work?";
-    if (status) {
-        strcat(path, "status=");
-        client_escape(status, path, sizeof path);
-        strcat(path, "&");
-    }
-    if (queue) {
-        strcat(path, "queue=");
-        client_escape(queue, path, sizeof path);
-        strcat(path, "&");
-    }
-    size_t n = strlen(path);
-    snprintf(path + n, sizeof path - n, "limit=%lld", (long long)(limit.set ? limit.i : 50));
-    if (before) {
-        strcat(path, "&before=");
-        client_escape(before, path, sizeof path);
-    }
-    Err err = {0};
-    if (client_call(cli->client, "GET", path, NULL, true, 0, &ans, &err) != 0) {
-        rc = cli_fail(cli, &err);
+    char path[CLI_PATH_MAX] = "/work?", num[24];
+    snprintf(num, sizeof num, "%lld", (long long)(limit.set ? limit.i : 50));
+    cli_query_add(path, sizeof path, "status", status);
+    cli_query_add(path, sizeof path, "queue", queue);
+    cli_query_add(path, sizeof path, "limit", num);
+    cli_query_add(path, sizeof path, "before", before);
+    rc = cli_get_for_table(cli, path, &ans);
+    if (!ans)
         goto cleanup;
-    }
-    rc = CLI_OK;
-    if (cli->json) {
-        cli_print_json(cli, ans, true);
-        goto cleanup;
-    }
     static const char *const heads[] = {"ID",      "QUEUE",  "STATUS", "ATTEMPTS",
                                         "CREATED", "WORKER", "ERROR",  NULL};
-    Table *t = table_new(heads);
-    size_t i;
-    json_t *w;
-    json_array_foreach(json_object_get(ans, "items"), i, w)
-    {
-        char att[48], b[3][256];
-        snprintf(att, sizeof att, "%lld/%lld",
-                 (long long)json_integer_value(json_object_get(w, "attempts")),
-                 (long long)json_integer_value(json_object_get(w, "max_attempts")));
-        const char *cells[] = {cli_text(w, "id", b[0], sizeof b[0]),
-                               json_string_value(json_object_get(w, "queue")),
-                               json_string_value(json_object_get(w, "status")),
-                               att,
-                               json_string_value(json_object_get(w, "created_at")),
-                               cli_text(w, "worker_id", b[1], sizeof b[1]),
-                               cli_text(w, "last_error", b[2], sizeof b[2])};
-        table_row(t, cells);
-    }
-    table_print(t, stdout, cli->tty);
+    cli_print_rows(cli, heads, json_object_get(ans, "items"), work_row);
     json_t *next = json_object_get(ans, "next_before");
     if (json_is_integer(next)) /* a cluster of one shard: a seq */
         printf("(more: workd list --before %lld)\n", (long long)json_integer_value(next));
@@ -529,9 +464,9 @@ static int wait_one(Cli *cli, const char *id, int64_t timeout_ms, json_t **out, 
             left = 0;
         if (left > 30000)
             left = 30000;
-        char suffix[48], path[PATH_MAX_LEN];
+        char suffix[48], path[CLI_PATH_MAX];
         snprintf(suffix, sizeof suffix, "?wait=%.3f", (double)left / 1000.0);
-        work_path(id, suffix, path, sizeof path);
+        cli_path("/work/", id, suffix, path, sizeof path);
         json_t *w = NULL;
         int64_t asked = mono_ms();
         if (client_call(cli->client, "GET", path, NULL, true, left, &w, err) != 0) {
@@ -571,9 +506,7 @@ static void print_waited(Cli *cli, Table *t, const json_t *w)
         return;
     }
     char att[48], buf[4096];
-    snprintf(att, sizeof att, "%lld/%lld",
-             (long long)json_integer_value(json_object_get(w, "attempts")),
-             (long long)json_integer_value(json_object_get(w, "max_attempts")));
+    attempts_text(w, att, sizeof att);
     const char *status = json_string_value(json_object_get(w, "status"));
     char *result = NULL;
     const char *what;
@@ -699,8 +632,8 @@ static int act(Cli *cli, const CommandHelp *help, const Action *a, int argc, cha
     static const char *const heads[] = {"ID", "STATUS", NULL};
     t = cli->json ? NULL : table_new(heads);
     for (size_t i = 0; i < pos.n; i++) {
-        char path[PATH_MAX_LEN];
-        work_path(pos.v[i], a->suffix, path, sizeof path);
+        char path[CLI_PATH_MAX];
+        cli_path("/work/", pos.v[i], a->suffix, path, sizeof path);
         json_t *ans = NULL;
         /* Not sent again after a broken exchange: a cancel or retry that was
          * done would then be refused with 409 and look like a failure. */

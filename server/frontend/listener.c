@@ -32,6 +32,7 @@
  * once; a probe unanswered for SILENT_MS already says that it is silent
  * (listener_db_silent), so that reads waiting there give up (dbpool). */
 #define SILENT_MS 500
+#define ANNOUNCE_MS 10000 /* this node's row: a write (announce) */
 #define PROBE_EVERY_MS 250
 #define PROBE_MS 1000
 
@@ -306,6 +307,10 @@ static void announce(Listener *l)
     char started[40];
     time_format(l->cfg.started_ms, started, sizeof started);
     const char *params[] = {l->cfg.node_id, l->cfg.advertise_url, l->cfg.roles, started};
+    /* The one write of the listener: its commit waits for a synchronous
+     * standby, and a stall of those is dbwatch's to report (after 5 s), not
+     * a database that does not answer. */
+    int was = db_deadline_swap(home, ANNOUNCE_MS);
     PGresult *r = db_exec(home,
                           "INSERT INTO workd_nodes (id, url, roles, started_at, last_seen)"
                           " VALUES ($1, $2, $3, $4::timestamptz, now())"
@@ -313,6 +318,7 @@ static void announce(Listener *l)
                           " roles = EXCLUDED.roles, started_at = EXCLUDED.started_at,"
                           " last_seen = now()",
                           4, params, "announcing this node", &err);
+    db_deadline_swap(home, was);
     if (!r) {
         drop(l, 0, err.msg);
         return;

@@ -206,6 +206,16 @@ void db_set_deadline_or(PGconn *c, int ms, bool (*give_up)(void *arg), void *arg
         free(d);
 }
 
+int db_deadline_swap(PGconn *c, int ms)
+{
+    Deadline *d = c ? PQinstanceData(c, deadline_event) : NULL;
+    if (!d)
+        return 0;
+    int old = d->ms;
+    d->ms = ms;
+    return old;
+}
+
 bool db_timed_out(PGconn *c)
 {
     const Deadline *d = c ? PQinstanceData(c, deadline_event) : NULL;

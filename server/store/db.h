@@ -58,6 +58,10 @@ void db_set_deadline(PGconn *c, int ms);
  * thread; arg must outlive c. */
 #define DB_GIVE_UP_POLL_MS 50
 void db_set_deadline_or(PGconn *c, int ms, bool (*give_up)(void *arg), void *arg);
+/* Changes the deadline of session c (given one) to ms; returns the one it
+ * had (0: none). For a statement that may wait longer than the session's
+ * others: a write, which waits for a synchronous standby. */
+int db_deadline_swap(PGconn *c, int ms);
 /* Whether a statement on c ran past c's deadline (the session is spent). */
 bool db_timed_out(PGconn *c);
 
